@@ -1,0 +1,304 @@
+/* sim.h - internal header of the simulated GPU (libcuda.so.1 on host memory).
+ *
+ * Prototypes are grouped by the file that defines them. Everything not listed
+ * here is static to its file. Names: vsim_ for the simulator's internals.
+ *
+ * Device pointers (CUdeviceptr) are host virtual addresses of anonymous
+ * mappings, so host implementations of kernels dereference them directly.
+ */
+#ifndef VGPU_SIM_H
+#define VGPU_SIM_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VSIM_EXPORT __attribute__((visibility("default")))
+
+#define VSIM_MAX_DEVICES 16
+#define VSIM_MAX_CTX_STACK 32
+#define VSIM_DRIVER_VERSION 13000
+
+/* Handle tags: the first field of every handle, checked on entry. */
+enum vsim_magic {
+	VSIM_MAGIC_CTX = 0x43545831u,
+	VSIM_MAGIC_STREAM = 0x53544d31u,
+	VSIM_MAGIC_EVENT = 0x45564e31u,
+	VSIM_MAGIC_MODULE = 0x4d4f4431u,
+	VSIM_MAGIC_FUNC = 0x46554e31u,
+	VSIM_MAGIC_LIBRARY = 0x4c494231u,
+	VSIM_MAGIC_KERNEL = 0x4b524e31u,
+	VSIM_MAGIC_DEAD = 0xdeaddeadu,
+};
+
+/* ---- config.c: VGPU_SIM_* environment ------------------------------------ */
+
+enum vsim_fail_kind { VSIM_FAIL_ALLOC, VSIM_FAIL_LAUNCH, VSIM_FAIL_KINDS };
+
+/* One fault-injection rule: fail calls number first..last (1-based, inclusive;
+ * last == UINT64_MAX: for ever), or every `every`-th call when every != 0. */
+struct vsim_fail_rule {
+	bool active;
+	uint64_t first, last, every;
+};
+
+struct vsim_config {
+	int devices;
+	uint64_t memory;          /* bytes per device */
+	int sm_count;
+	char name[256];
+	char state_dir[4096];
+	uint64_t kernel_ns;       /* duration of a kernel with no host form */
+	struct vsim_fail_rule fail[VSIM_FAIL_KINDS];
+};
+
+/* Parses one variable's value into cfg; returns 0, or -1 with a message in
+ * err naming the variable, the value and what was expected. Pure. */
+int vsim_config_parse_var(struct vsim_config *cfg, const char *var,
+			  const char *value, char *err, size_t errlen);
+void vsim_config_defaults(struct vsim_config *cfg);
+/* Reads every VGPU_SIM_* variable; on error writes a message to err. */
+int vsim_config_from_env(struct vsim_config *cfg, char *err, size_t errlen);
+int vsim_parse_size(const char *s, uint64_t *out);
+/* True when call number n (1-based) of this kind must fail. */
+bool vsim_fail_hit(const struct vsim_fail_rule *r, uint64_t n);
+
+/* ---- state.c: device state shared between processes ---------------------- */
+
+/* Opens (creating if needed) the shared state of device `ordinal` and claims
+ * a process slot in it. */
+CUresult vsim_state_attach(int ordinal);
+void vsim_state_detach_all(void);
+/* Reserves `bytes` of the device's capacity for this process. */
+CUresult vsim_state_reserve(int ordinal, uint64_t bytes);
+void vsim_state_release(int ordinal, uint64_t bytes);
+uint64_t vsim_state_used(int ordinal);      /* all processes */
+uint64_t vsim_state_capacity(int ordinal);
+/* The execution engine: one kernel at a time per device, all processes,
+ * first come first served. */
+void vsim_engine_acquire(int ordinal);
+void vsim_engine_release(int ordinal);
+
+/* ---- init.c: global state, cuInit, fork handling -------------------------- */
+
+struct vsim_device {
+	int ordinal;
+	CUuuid uuid;
+	char pci_bus_id[32];
+	struct CUctx_st *primary;
+	pthread_mutex_t primary_lock;
+	unsigned primary_flags;
+	int primary_refs;
+};
+
+struct vsim_global {
+	bool initialized;
+	CUresult init_result;
+	struct vsim_config cfg;
+	struct vsim_device dev[VSIM_MAX_DEVICES];
+	atomic_uint_fast64_t fail_count[VSIM_FAIL_KINDS];
+};
+
+extern struct vsim_global vsim_g;
+
+/* CUDA_ERROR_NOT_INITIALIZED until cuInit succeeded. */
+CUresult vsim_check_init(void);
+CUresult vsim_check_device(CUdevice dev);
+/* Counts a call of this kind and tells whether fault injection fails it. */
+bool vsim_fail_now(enum vsim_fail_kind kind);
+uint64_t vsim_now_ns(void);
+/* Waits until CLOCK_MONOTONIC reaches deadline_ns, precisely (sleep, then spin). */
+void vsim_busy_until(uint64_t deadline_ns);
+void vsim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- context.c ----------------------------------------------------------- */
+
+struct vsim_stream;
+
+struct CUctx_st {
+	uint32_t magic;
+	int device;
+	unsigned flags;
+	bool primary;
+	unsigned long long id;
+	pthread_mutex_t lock;          /* guards streams list */
+	struct CUstream_st *legacy;    /* the NULL stream of this context */
+	struct CUstream_st *streams;   /* created streams, linked by next */
+};
+
+/* The calling thread's current context, or NULL. */
+struct CUctx_st *vsim_ctx_current(void);
+/* Current context or CUDA_ERROR_INVALID_CONTEXT. */
+CUresult vsim_ctx_get(struct CUctx_st **out);
+bool vsim_ctx_valid(struct CUctx_st *ctx);
+
+/* ---- memory.c ------------------------------------------------------------ */
+
+enum vsim_mem_kind { VSIM_MEM_DEVICE, VSIM_MEM_HOST };
+
+struct vsim_alloc {
+	uintptr_t base;
+	size_t size;          /* what the caller asked for (pitch*height for 2D) */
+	size_t mapped;        /* size of the mapping */
+	enum vsim_mem_kind kind;
+	int device;
+	struct CUctx_st *ctx;
+	unsigned long long id;
+	unsigned flags;       /* cuMemHostAlloc flags */
+};
+
+/* Finds the allocation containing [p, p+len); copies it into *out. */
+bool vsim_mem_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
+/* Checks a device range for a copy: CUDA_ERROR_INVALID_VALUE when unknown. */
+CUresult vsim_mem_check_device(CUdeviceptr p, size_t len);
+
+/* ---- stream.c: in-order work queues run by worker threads ----------------- */
+
+enum vsim_op_kind {
+	VSIM_OP_KERNEL,
+	VSIM_OP_COPY,
+	VSIM_OP_SET,
+	VSIM_OP_EVENT,
+	VSIM_OP_HOST_FN,
+	VSIM_OP_WAIT,       /* wait for another stream to reach a sequence number */
+};
+
+struct vsim_dep {
+	struct CUstream_st *stream;   /* holds a reference */
+	uint64_t seq;
+};
+
+struct vsim_op {
+	enum vsim_op_kind kind;
+	struct vsim_op *next;
+	uint64_t seq;
+	struct vsim_dep *deps;
+	unsigned ndeps;
+	union {
+		struct { void *dst; const void *src; size_t len; } copy;
+		struct { void *dst; uint32_t value; unsigned elem; size_t count;
+			 size_t pitch, width, height; } set;
+		struct { struct CUevent_st *event; } event;
+		struct { CUhostFn fn; void *data; } host;
+		struct { struct vsim_launch *launch; } kernel;
+	} u;
+};
+
+struct CUstream_st {
+	uint32_t magic;
+	struct CUctx_st *ctx;
+	unsigned flags;        /* CU_STREAM_NON_BLOCKING */
+	int priority;
+	bool legacy;           /* the context's NULL stream */
+	bool per_thread;       /* a thread's per-thread default stream */
+	unsigned long long id;
+	atomic_int refs;
+	bool destroyed;        /* user handle gone; freed when refs reach 0 */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;   /* work queued, or progress made */
+	struct vsim_op *head, *tail;
+	uint64_t submitted;    /* seq of the last op queued */
+	uint64_t completed;    /* seq of the last op finished */
+	bool worker_running;
+	bool stop;
+	pthread_t worker;
+	CUresult sticky;       /* error from an asynchronous op */
+	struct CUstream_st *next;   /* in ctx->streams */
+};
+
+/* Resolves a user stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+ * or a created stream) in the current context. per_thread_default: the call
+ * came through a _ptsz/_ptds entry point, so NULL means the per-thread stream. */
+CUresult vsim_stream_resolve(CUstream h, bool per_thread_default,
+			     struct CUstream_st **out);
+/* Queues op (taking ownership) on s, adding the implicit dependencies of
+ * legacy-stream semantics. Returns its sequence number via *seq if non-NULL. */
+CUresult vsim_stream_submit(struct CUstream_st *s, struct vsim_op *op, uint64_t *seq);
+/* Blocks until s has completed seq. */
+void vsim_stream_wait_seq(struct CUstream_st *s, uint64_t seq);
+/* Blocks until everything queued on s so far is done. */
+CUresult vsim_stream_drain(struct CUstream_st *s);
+CUresult vsim_ctx_drain(struct CUctx_st *ctx);
+void vsim_stream_ref(struct CUstream_st *s);
+void vsim_stream_unref(struct CUstream_st *s);
+struct vsim_op *vsim_op_new(enum vsim_op_kind kind);
+struct CUstream_st *vsim_stream_new(struct CUctx_st *ctx, unsigned flags, int prio);
+/* Stops and frees every stream of ctx (context destruction). */
+void vsim_ctx_streams_destroy(struct CUctx_st *ctx);
+
+/* ---- event.c -------------------------------------------------------------- */
+
+struct CUevent_st {
+	uint32_t magic;
+	unsigned flags;
+	struct CUctx_st *ctx;
+	pthread_mutex_t lock;
+	struct CUstream_st *stream;   /* of the last record, referenced */
+	uint64_t seq;                 /* of the last record */
+	uint64_t time_ns;             /* completion time of the last record */
+	bool recorded;
+	bool done;
+};
+
+/* Called by the worker when the record op with sequence seq runs. */
+void vsim_event_complete(struct CUevent_st *e, uint64_t seq, uint64_t now);
+
+/* ---- module.c / image.c --------------------------------------------------- */
+
+#include "image.h"
+
+struct CUfunc_st {
+	uint32_t magic;
+	struct CUmod_st *module;
+	const struct vsim_kernel_desc *desc;
+	const struct vgpu_kernel_impl *impl;    /* host form, or NULL */
+	int attrs_max_dynamic_shared;
+	int cache_config;
+};
+
+struct CUmod_st {
+	uint32_t magic;
+	struct CUctx_st *ctx;
+	struct vsim_image image;
+	struct CUfunc_st *funcs;      /* one per image kernel */
+	struct CUlib_st *library;     /* when loaded through cuLibrary* */
+};
+
+struct CUkern_st {
+	uint32_t magic;
+	struct CUlib_st *library;
+	unsigned index;
+};
+
+struct CUlib_st {
+	uint32_t magic;
+	void *image_copy;
+	size_t image_size;
+	struct vsim_image image;
+	struct CUkern_st *kernels;
+	/* per-context modules made on demand, one per device's primary ctx */
+	pthread_mutex_t lock;
+	struct CUmod_st *modules[VSIM_MAX_DEVICES * 4];
+	struct CUctx_st *module_ctx[VSIM_MAX_DEVICES * 4];
+};
+
+/* Resolves a CUfunction that may be a CUkernel cast to CUfunction. */
+CUresult vsim_func_resolve(CUfunction f, struct CUfunc_st **out);
+
+/* ---- launch.c -------------------------------------------------------------- */
+
+struct vsim_launch {
+	struct CUfunc_st *func;
+	unsigned grid[3], block[3];
+	unsigned shared_bytes;
+	size_t params_size;
+	unsigned char params[];       /* packed as the kernel's layout says */
+};
+
+/* Runs a kernel on the stream's worker: holds the device's engine. */
+void vsim_launch_run(int device, const struct vsim_launch *l);
+
+#endif
