@@ -55,4 +55,8 @@ static inline VGPU_HD uint32_t vgpu_touch_pattern(uint32_t seed, uint64_t i)
 extern const unsigned char vgpu_kernels_fatbin[];
 extern const size_t vgpu_kernels_fatbin_size;
 
+#ifdef __cplusplus
+}
+#endif
+
 #endif
