@@ -8,7 +8,7 @@
 
 #define N_ELEMS 1000
 
-/* A fake clock: now_ns() returns fake_now; busy_until() jumps to the deadline. */
+/* A fake clock: busy_until() records the deadline and jumps the clock to it. */
 static uint64_t fake_now;
 static uint64_t fake_deadline;
 static int fake_waits;
