@@ -33,19 +33,20 @@ extern "C" __global__ void vgpu_spin(unsigned long long ns,
 				     unsigned long long *times)
 {
 	unsigned long long start, now;
+	bool lead = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
 
-	if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) {
-		__syncthreads();
-		return;
+	if (lead) {
+		start = vgpu_globaltimer();
+		do {
+			now = vgpu_globaltimer();
+		} while (now - start < ns);
+		if (times && blockIdx.x == 0 && blockIdx.y == 0 &&
+		    blockIdx.z == 0) {
+			times[0] = start;
+			times[1] = now;
+		}
 	}
-	start = vgpu_globaltimer();
-	do {
-		now = vgpu_globaltimer();
-	} while (now - start < ns);
-	if (times && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
-		times[0] = start;
-		times[1] = now;
-	}
+	/* The rest of the block ends with its thread 0. */
 	__syncthreads();
 }
 
