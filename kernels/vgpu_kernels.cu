@@ -14,14 +14,24 @@ static __device__ __forceinline__ unsigned long long vgpu_globaltimer(void)
 	return t;
 }
 
+/*
+ * A thread's place in the whole launch, all three dimensions flattened, so
+ * that any grid and block shape covers a range exactly once.
+ */
 static __device__ __forceinline__ unsigned long long vgpu_grid_index(void)
 {
-	return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+	unsigned long long block = blockIdx.x + (unsigned long long)gridDim.x *
+		(blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+	unsigned int thread = threadIdx.x +
+		blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+
+	return block * (blockDim.x * blockDim.y * blockDim.z) + thread;
 }
 
 static __device__ __forceinline__ unsigned long long vgpu_grid_stride(void)
 {
-	return (unsigned long long)gridDim.x * blockDim.x;
+	return (unsigned long long)gridDim.x * gridDim.y * gridDim.z *
+		(blockDim.x * blockDim.y * blockDim.z);
 }
 
 /*
