@@ -72,6 +72,8 @@ bool vsim_fail_hit(const struct vsim_fail_rule *r, uint64_t n);
  * a process slot in it. */
 CUresult vsim_state_attach(int ordinal);
 void vsim_state_detach_all(void);
+/* In a forked child: drops the parent's mappings; the child attaches anew. */
+void vsim_state_forget(void);
 /* Reserves `bytes` of the device's capacity for this process. */
 CUresult vsim_state_reserve(int ordinal, uint64_t bytes);
 void vsim_state_release(int ordinal, uint64_t bytes);
@@ -110,6 +112,8 @@ CUresult vsim_check_device(CUdevice dev);
 /* Counts a call of this kind and tells whether fault injection fails it. */
 bool vsim_fail_now(enum vsim_fail_kind kind);
 uint64_t vsim_now_ns(void);
+/* The device's UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+void vsim_device_uuid_string(int dev, char *out, size_t len);
 /* Waits until CLOCK_MONOTONIC reaches deadline_ns, precisely (sleep, then spin). */
 void vsim_busy_until(uint64_t deadline_ns);
 void vsim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -123,7 +127,10 @@ struct CUctx_st {
 	int device;
 	unsigned flags;
 	bool primary;
+	bool active;                   /* false: destroyed, or released primary */
 	unsigned long long id;
+	size_t limits[CU_LIMIT_MAX];
+	CUfunc_cache cache_config;
 	pthread_mutex_t lock;          /* guards streams list */
 	struct CUstream_st *legacy;    /* the NULL stream of this context */
 	struct CUstream_st *streams;   /* created streams, linked by next */
@@ -134,10 +141,15 @@ struct CUctx_st *vsim_ctx_current(void);
 /* Current context or CUDA_ERROR_INVALID_CONTEXT. */
 CUresult vsim_ctx_get(struct CUctx_st **out);
 bool vsim_ctx_valid(struct CUctx_st *ctx);
+/* In a forked child: forget the parent's contexts (their threads are gone). */
+void vsim_ctx_fork_child(void);
 
 /* ---- memory.c ------------------------------------------------------------ */
 
 enum vsim_mem_kind { VSIM_MEM_DEVICE, VSIM_MEM_HOST };
+
+/* In vsim_alloc.flags: user memory registered with cuMemHostRegister. */
+#define VSIM_ALLOC_REGISTERED 0x80000000u
 
 struct vsim_alloc {
 	uintptr_t base;
@@ -151,6 +163,8 @@ struct vsim_alloc {
 };
 
 /* Finds the allocation containing [p, p+len); copies it into *out. */
+/* Frees every allocation made in ctx (context destruction). */
+void vsim_mem_free_ctx(struct CUctx_st *ctx);
 bool vsim_mem_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
 /* Checks a device range for a copy: CUDA_ERROR_INVALID_VALUE when unknown. */
 CUresult vsim_mem_check_device(CUdeviceptr p, size_t len);
@@ -160,14 +174,18 @@ CUresult vsim_mem_check_device(CUdeviceptr p, size_t len);
 enum vsim_op_kind {
 	VSIM_OP_KERNEL,
 	VSIM_OP_COPY,
+	VSIM_OP_COPY2D,
 	VSIM_OP_SET,
 	VSIM_OP_EVENT,
 	VSIM_OP_HOST_FN,
 	VSIM_OP_WAIT,       /* wait for another stream to reach a sequence number */
 };
 
+/* Stream and event structs are never freed: a destroyed one keeps its
+ * memory with magic VSIM_MAGIC_DEAD, so dependencies and stale handles stay
+ * safe to read. */
 struct vsim_dep {
-	struct CUstream_st *stream;   /* holds a reference */
+	struct CUstream_st *stream;
 	uint64_t seq;
 };
 
@@ -179,8 +197,11 @@ struct vsim_op {
 	unsigned ndeps;
 	union {
 		struct { void *dst; const void *src; size_t len; } copy;
+		struct { void *dst; const void *src; size_t dpitch, spitch;
+			 size_t width, height; } copy2d;
+		/* count elements of elem bytes per row, height rows pitch apart */
 		struct { void *dst; uint32_t value; unsigned elem; size_t count;
-			 size_t pitch, width, height; } set;
+			 size_t pitch, height; } set;
 		struct { struct CUevent_st *event; } event;
 		struct { CUhostFn fn; void *data; } host;
 		struct { struct vsim_launch *launch; } kernel;
@@ -195,8 +216,6 @@ struct CUstream_st {
 	bool legacy;           /* the context's NULL stream */
 	bool per_thread;       /* a thread's per-thread default stream */
 	unsigned long long id;
-	atomic_int refs;
-	bool destroyed;        /* user handle gone; freed when refs reach 0 */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;   /* work queued, or progress made */
 	struct vsim_op *head, *tail;
@@ -217,13 +236,13 @@ CUresult vsim_stream_resolve(CUstream h, bool per_thread_default,
 /* Queues op (taking ownership) on s, adding the implicit dependencies of
  * legacy-stream semantics. Returns its sequence number via *seq if non-NULL. */
 CUresult vsim_stream_submit(struct CUstream_st *s, struct vsim_op *op, uint64_t *seq);
+/* Queues op and waits for it: the synchronous memory calls. */
+CUresult vsim_stream_run(struct CUstream_st *s, struct vsim_op *op);
 /* Blocks until s has completed seq. */
 void vsim_stream_wait_seq(struct CUstream_st *s, uint64_t seq);
 /* Blocks until everything queued on s so far is done. */
 CUresult vsim_stream_drain(struct CUstream_st *s);
 CUresult vsim_ctx_drain(struct CUctx_st *ctx);
-void vsim_stream_ref(struct CUstream_st *s);
-void vsim_stream_unref(struct CUstream_st *s);
 struct vsim_op *vsim_op_new(enum vsim_op_kind kind);
 struct CUstream_st *vsim_stream_new(struct CUctx_st *ctx, unsigned flags, int prio);
 /* Stops and frees every stream of ctx (context destruction). */
@@ -262,9 +281,10 @@ struct CUfunc_st {
 struct CUmod_st {
 	uint32_t magic;
 	struct CUctx_st *ctx;
-	struct vsim_image image;
-	struct CUfunc_st *funcs;      /* one per image kernel */
-	struct CUlib_st *library;     /* when loaded through cuLibrary* */
+	struct vsim_image own;           /* parsed here, unless from a library */
+	const struct vsim_image *image;  /* &own, or the library's */
+	struct CUfunc_st *funcs;         /* one per image kernel */
+	struct CUlib_st *library;        /* when made for a library */
 };
 
 struct CUkern_st {
@@ -273,16 +293,16 @@ struct CUkern_st {
 	unsigned index;
 };
 
+#define VSIM_LIB_CTXS 64
+
 struct CUlib_st {
 	uint32_t magic;
-	void *image_copy;
-	size_t image_size;
 	struct vsim_image image;
 	struct CUkern_st *kernels;
-	/* per-context modules made on demand, one per device's primary ctx */
+	/* The library's module in each context that used it, made on demand. */
 	pthread_mutex_t lock;
-	struct CUmod_st *modules[VSIM_MAX_DEVICES * 4];
-	struct CUctx_st *module_ctx[VSIM_MAX_DEVICES * 4];
+	struct CUmod_st *modules[VSIM_LIB_CTXS];
+	unsigned long long module_ctx_id[VSIM_LIB_CTXS];
 };
 
 /* Resolves a CUfunction that may be a CUkernel cast to CUfunction. */

@@ -1,0 +1,209 @@
+/* init.c - the simulator's global state: cuInit, version, errors, fork, time.
+ *
+ * This file owns the fork handler and the destructor.
+ */
+#include "sim.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+struct vsim_global vsim_g;
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const struct { int value; const char *name, *text; } errors[] = {
+#include "errors_table.h"
+};
+
+void vsim_log(const char *fmt, ...)
+{
+	char buf[1024];
+	int n = snprintf(buf, sizeof(buf), "vgpu-sim[%d]: ", (int)getpid());
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	n = (int)strlen(buf);
+	buf[n++] = '\n';
+	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
+		return;
+}
+
+uint64_t vsim_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps to shortly before the deadline, then spins: nanosleep alone
+ * overshoots by tens of microseconds. */
+void vsim_busy_until(uint64_t deadline_ns)
+{
+	static _Thread_local bool slack_set;
+	const uint64_t spin_ns = 60000;
+	uint64_t now = vsim_now_ns();
+
+	if (!slack_set) {
+		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+		slack_set = true;
+	}
+	if (deadline_ns > now + spin_ns) {
+		uint64_t wake = deadline_ns - spin_ns;
+		struct timespec ts = { (time_t)(wake / 1000000000ull),
+				       (long)(wake % 1000000000ull) };
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts,
+				       NULL) == EINTR)
+			;
+	}
+	while (vsim_now_ns() < deadline_ns)
+		;
+}
+
+bool vsim_fail_now(enum vsim_fail_kind kind)
+{
+	uint64_t n = atomic_fetch_add(&vsim_g.fail_count[kind], 1) + 1;
+
+	return vsim_fail_hit(&vsim_g.cfg.fail[kind], n);
+}
+
+CUresult vsim_check_init(void)
+{
+	if (!vsim_g.initialized)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return vsim_g.init_result;
+}
+
+CUresult vsim_check_device(CUdevice dev)
+{
+	CUresult rc = vsim_check_init();
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (dev < 0 || dev >= vsim_g.cfg.devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return CUDA_SUCCESS;
+}
+
+static void setup_device(int i)
+{
+	struct vsim_device *d = &vsim_g.dev[i];
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	d->ordinal = i;
+	/* A stable UUID per (name, ordinal): FNV-1a spread over 16 bytes. */
+	for (const char *p = vsim_g.cfg.name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	h = (h ^ (uint64_t)i) * 0x100000001b3ull;
+	for (int b = 0; b < 16; b++) {
+		h = (h ^ (uint64_t)b) * 0x100000001b3ull;
+		d->uuid.bytes[b] = (char)(h >> 24);
+	}
+	snprintf(d->pci_bus_id, sizeof(d->pci_bus_id), "00000000:%02X:00.0",
+		 0x10 + i);
+	pthread_mutex_init(&d->primary_lock, NULL);
+}
+
+static void fork_child(void)
+{
+	/* The child starts with no driver state, as if freshly loaded: it
+	 * may call cuInit again and gets slots of its own. */
+	vsim_state_forget();
+	vsim_ctx_fork_child();
+	memset(&vsim_g, 0, sizeof(vsim_g));
+	pthread_mutex_init(&init_lock, NULL);
+}
+
+static CUresult init_once(void)
+{
+	char err[512];
+
+	if (vsim_config_from_env(&vsim_g.cfg, err, sizeof(err)) != 0) {
+		vsim_log("%s", err);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (int i = 0; i < vsim_g.cfg.devices; i++) {
+		setup_device(i);
+		if (vsim_state_attach(i) != CUDA_SUCCESS)
+			return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	return CUDA_SUCCESS;
+}
+
+VSIM_EXPORT CUresult cuInit(unsigned int flags)
+{
+	static bool atfork_done;
+	CUresult rc;
+
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&init_lock);
+	if (!atfork_done) {
+		pthread_atfork(NULL, NULL, fork_child);
+		atfork_done = true;
+	}
+	if (!vsim_g.initialized) {
+		vsim_g.init_result = init_once();
+		vsim_g.initialized = true;
+	}
+	rc = vsim_g.init_result;
+	pthread_mutex_unlock(&init_lock);
+	return rc;
+}
+
+__attribute__((destructor)) static void vsim_fini(void)
+{
+	if (vsim_g.initialized)
+		vsim_state_detach_all();
+}
+
+VSIM_EXPORT CUresult cuDriverGetVersion(int *version)
+{
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = VSIM_DRIVER_VERSION;
+	return CUDA_SUCCESS;
+}
+
+VSIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
+{
+	if (!str)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		if (errors[i].value == (int)error) {
+			*str = errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+VSIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
+{
+	if (!str)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		if (errors[i].value == (int)error) {
+			*str = errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+VSIM_EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+	(void)id;
+	if (table)
+		*table = NULL;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}

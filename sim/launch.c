@@ -1,0 +1,249 @@
+/* launch.c - kernel launches, in every form the driver offers.
+ *
+ * A launch packs its parameters (kernelParams or the extra buffer) into one
+ * buffer laid out as the kernel's image says, and queues it on the stream.
+ * The worker runs it holding the device's engine, so one kernel at a time
+ * runs on a device across all processes.
+ */
+#include "sim.h"
+#include "vgpu_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BLOCK_THREADS 1024
+
+static CUresult check_dims(const struct CUfunc_st *f, const unsigned grid[3],
+			   const unsigned block[3], unsigned shared)
+{
+	uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
+
+	if (!grid[0] || !grid[1] || !grid[2] || !threads)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (grid[1] > 65535 || grid[2] > 65535 || grid[0] > 2147483647u)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (block[0] > 1024 || block[1] > 1024 || block[2] > 64 ||
+	    threads > MAX_BLOCK_THREADS ||
+	    threads > (uint64_t)f->desc->max_threads)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shared > (unsigned)f->attrs_max_dynamic_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+/* Reads the extra array: a buffer pointer and its size, then END. */
+static CUresult extra_buffer(void **extra, const void **buf, size_t *size)
+{
+	const void *p = NULL;
+	size_t *sz = NULL;
+
+	for (unsigned i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+		if (i >= 64)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			p = extra[i + 1];
+		else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+			sz = extra[i + 1];
+		else
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!p || !sz)
+		return CUDA_ERROR_INVALID_VALUE;
+	*buf = p;
+	*size = *sz;
+	return CUDA_SUCCESS;
+}
+
+static CUresult pack_params(struct vsim_launch *l, void **params, void **extra)
+{
+	const struct vsim_kernel_desc *d = l->func->desc;
+	const void *buf;
+	size_t size;
+	CUresult rc;
+
+	if (params && extra)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (extra) {
+		rc = extra_buffer(extra, &buf, &size);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+		if (size != d->param_bytes)
+			return CUDA_ERROR_INVALID_VALUE;
+		memcpy(l->params, buf, size);
+		return CUDA_SUCCESS;
+	}
+	if (d->nparams && !params)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (uint32_t i = 0; i < d->nparams; i++) {
+		if (!params[i])
+			return CUDA_ERROR_INVALID_VALUE;
+		memcpy(l->params + d->params[i].offset, params[i],
+		       d->params[i].size);
+	}
+	return CUDA_SUCCESS;
+}
+
+struct launch_args {
+	CUfunction f;
+	unsigned grid[3], block[3];
+	unsigned shared;
+	CUstream stream;
+	void **params, **extra;
+};
+
+static CUresult launch(const struct launch_args *a, bool ptsz)
+{
+	struct CUfunc_st *f;
+	struct CUstream_st *s;
+	struct vsim_launch *l;
+	struct vsim_op *op;
+	CUresult rc = vsim_func_resolve(a->f, &f);
+
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_stream_resolve(a->stream, ptsz, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (f->module->ctx != s->ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = check_dims(f, a->grid, a->block, a->shared);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (vsim_fail_now(VSIM_FAIL_LAUNCH))
+		return CUDA_ERROR_LAUNCH_FAILED;
+	l = calloc(1, sizeof(*l) + f->desc->param_bytes);
+	op = vsim_op_new(VSIM_OP_KERNEL);
+	if (!l || !op) {
+		free(l);
+		free(op);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	l->func = f;
+	memcpy(l->grid, a->grid, sizeof(l->grid));
+	memcpy(l->block, a->block, sizeof(l->block));
+	l->shared_bytes = a->shared;
+	l->params_size = f->desc->param_bytes;
+	rc = pack_params(l, a->params, a->extra);
+	if (rc != CUDA_SUCCESS) {
+		free(l);
+		free(op);
+		return rc;
+	}
+	op->u.kernel.launch = l;
+	return vsim_stream_submit(s, op, NULL);
+}
+
+void vsim_launch_run(int device, const struct vsim_launch *l)
+{
+	const struct vgpu_kernel_impl *impl = l->func->impl;
+	struct vgpu_kernel_launch kl = {
+		.shared_bytes = l->shared_bytes,
+		.params = l->params,
+		.params_size = l->params_size,
+		.now_ns = vsim_now_ns,
+		.busy_until = vsim_busy_until,
+	};
+
+	memcpy(kl.grid, l->grid, sizeof(kl.grid));
+	memcpy(kl.block, l->block, sizeof(kl.block));
+	vsim_engine_acquire(device);
+	if (impl)
+		impl->fn(&kl);
+	else
+		vsim_busy_until(vsim_now_ns() + vsim_g.cfg.kernel_ns);
+	vsim_engine_release(device);
+}
+
+static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy,
+			      unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			      unsigned shared, CUstream h, void **params,
+			      void **extra, bool ptsz)
+{
+	struct launch_args a = {
+		.f = f, .grid = { gx, gy, gz }, .block = { bx, by, bz },
+		.shared = shared, .stream = h, .params = params, .extra = extra,
+	};
+
+	return launch(&a, ptsz);
+}
+
+VSIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx,
+				    unsigned int gy, unsigned int gz,
+				    unsigned int bx, unsigned int by,
+				    unsigned int bz, unsigned int shared,
+				    CUstream h, void **params, void **extra)
+{
+	return launch_kernel(f, gx, gy, gz, bx, by, bz, shared, h, params, extra,
+			     false);
+}
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx,
+				     unsigned int gy, unsigned int gz,
+				     unsigned int bx, unsigned int by,
+				     unsigned int bz, unsigned int shared,
+				     CUstream h, void **params, void **extra);
+VSIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx,
+					 unsigned int gy, unsigned int gz,
+					 unsigned int bx, unsigned int by,
+					 unsigned int bz, unsigned int shared,
+					 CUstream h, void **params, void **extra)
+{
+	return launch_kernel(f, gx, gy, gz, bx, by, bz, shared, h, params, extra,
+			     true);
+}
+
+VSIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
+					       unsigned int gy, unsigned int gz,
+					       unsigned int bx, unsigned int by,
+					       unsigned int bz,
+					       unsigned int shared, CUstream h,
+					       void **params)
+{
+	return launch_kernel(f, gx, gy, gz, bx, by, bz, shared, h, params, NULL,
+			     false);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx,
+						unsigned int gy, unsigned int gz,
+						unsigned int bx, unsigned int by,
+						unsigned int bz,
+						unsigned int shared, CUstream h,
+						void **params);
+VSIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f,
+						    unsigned int gx,
+						    unsigned int gy,
+						    unsigned int gz,
+						    unsigned int bx,
+						    unsigned int by,
+						    unsigned int bz,
+						    unsigned int shared,
+						    CUstream h, void **params)
+{
+	return launch_kernel(f, gx, gy, gz, bx, by, bz, shared, h, params, NULL,
+			     true);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params,
+			  void **extra, bool ptsz)
+{
+	if (!c || (c->numAttrs && !c->attrs))
+		return CUDA_ERROR_INVALID_VALUE;
+	return launch_kernel(f, c->gridDimX, c->gridDimY, c->gridDimZ,
+			     c->blockDimX, c->blockDimY, c->blockDimZ,
+			     c->sharedMemBytes, c->hStream, params, extra, ptsz);
+}
+
+VSIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config,
+				      CUfunction f, void **params, void **extra)
+{
+	return launch_ex(config, f, params, extra, false);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config,
+				       CUfunction f, void **params,
+				       void **extra);
+VSIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config,
+					   CUfunction f, void **params,
+					   void **extra)
+{
+	return launch_ex(config, f, params, extra, true);
+}

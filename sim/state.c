@@ -1,0 +1,421 @@
+/* state.c - one simulated device's state, shared by every process using it.
+ *
+ * Each device is a file "<VGPU_SIM_STATE_DIR>/dev<N>.state" mapped shared. It
+ * holds the device's capacity and usage, one slot per attached process, and
+ * the execution engine (a ticket lock: one kernel at a time, first come first
+ * served, across all processes).
+ *
+ * Liveness: a process holds an open-file-description lock on its slot's byte
+ * for as long as it lives, so the kernel releases it at death whatever the pid
+ * namespace. Dead slots are reclaimed under the robust mutex, so a process
+ * killed at any instruction returns its memory to the device.
+ */
+#include "sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STATE_MAGIC 0x5441545350475656ull     /* "VVGPSTAT" */
+#define STATE_VERSION 1u
+#define STATE_SLOTS 256
+#define STATE_RING 4096
+#define LOCK_BASE (1ll << 40)                  /* slot lock bytes start here */
+#define STALE_WAIT_NS 5000000ull               /* liveness check period */
+#define ORPHAN_TICKET_NS 1000000000ull         /* a ticket nobody registered */
+
+struct state_slot {
+	_Atomic uint32_t claimed;
+	int32_t pid;
+	uint64_t used;
+};
+
+struct state_file {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t size;
+	uint64_t capacity;
+	uint64_t used;                 /* sum of claimed slots' used */
+	pthread_mutex_t lock;          /* robust, process-shared */
+	_Atomic uint32_t next_ticket;
+	_Atomic uint32_t serving;      /* futex word */
+	_Atomic uint64_t ring[STATE_RING];   /* ticket << 32 | slot */
+	struct state_slot slots[STATE_SLOTS];
+};
+
+struct dev_state {
+	int fd;
+	struct state_file *sh;
+	int slot;
+};
+
+static struct dev_state states[VSIM_MAX_DEVICES] = {
+	[0 ... VSIM_MAX_DEVICES - 1] = { .fd = -1, .slot = -1 },
+};
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int slot_lock_op(int fd, int slot, int cmd, short type)
+{
+	struct flock fl = {
+		.l_type = type, .l_whence = SEEK_SET,
+		.l_start = LOCK_BASE + slot, .l_len = 1,
+	};
+	if (fcntl(fd, cmd, &fl) != 0)
+		return -1;
+	return cmd == F_OFD_GETLK ? (fl.l_type != F_UNLCK) : 0;
+}
+
+/* True when another process holds slot's lock (it is alive). */
+static bool slot_alive(const struct dev_state *d, int slot)
+{
+	if (slot == d->slot)
+		return true;
+	return slot_lock_op(d->fd, slot, F_OFD_GETLK, F_WRLCK) == 1;
+}
+
+/* Frees the slots of dead processes; caller holds the state mutex. */
+static void reclaim_dead(struct dev_state *d)
+{
+	struct state_file *sh = d->sh;
+
+	for (int i = 0; i < STATE_SLOTS; i++) {
+		struct state_slot *s = &sh->slots[i];
+		if (!atomic_load(&s->claimed) || slot_alive(d, i))
+			continue;
+		sh->used -= s->used < sh->used ? s->used : sh->used;
+		s->used = 0;
+		s->pid = 0;
+		atomic_store(&s->claimed, 0);
+	}
+}
+
+static void recompute_used(struct state_file *sh)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < STATE_SLOTS; i++)
+		if (atomic_load(&sh->slots[i].claimed))
+			sum += sh->slots[i].used;
+	sh->used = sum;
+}
+
+static void state_lock(struct state_file *sh)
+{
+	int rc = pthread_mutex_lock(&sh->lock);
+
+	if (rc == EOWNERDEAD) {
+		/* The holder died inside; make the totals agree with the slots. */
+		recompute_used(sh);
+		pthread_mutex_consistent(&sh->lock);
+	}
+}
+
+static void state_unlock(struct state_file *sh)
+{
+	pthread_mutex_unlock(&sh->lock);
+}
+
+static void init_file(struct state_file *sh, uint64_t capacity)
+{
+	pthread_mutexattr_t attr;
+
+	memset(sh, 0, sizeof(*sh));
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&sh->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	sh->capacity = capacity;
+	sh->version = STATE_VERSION;
+	sh->size = sizeof(*sh);
+	sh->magic = STATE_MAGIC;
+}
+
+static int make_dir(const char *dir)
+{
+	if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+		return 0;
+	vsim_log("cannot create VGPU_SIM_STATE_DIR %s: %s", dir, strerror(errno));
+	return -1;
+}
+
+/* Opens and maps the file, initialising it if it is new or not ours. */
+static int open_file(struct dev_state *d, int ordinal)
+{
+	char path[4200];
+	struct stat st;
+	void *map;
+	int fd;
+
+	if (make_dir(vsim_g.cfg.state_dir) != 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/dev%d.state", vsim_g.cfg.state_dir,
+		 ordinal);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		vsim_log("cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0)
+		goto out_close;
+	if ((size_t)st.st_size != sizeof(struct state_file) &&
+	    ftruncate(fd, sizeof(struct state_file)) != 0)
+		goto out_close;
+	map = mmap(NULL, sizeof(struct state_file), PROT_READ | PROT_WRITE,
+		   MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		goto out_close;
+	d->sh = map;
+	if (d->sh->magic != STATE_MAGIC || d->sh->version != STATE_VERSION ||
+	    d->sh->size != sizeof(struct state_file)) {
+		if (st.st_size != 0)
+			vsim_log("%s: not a version %u state file; starting it anew",
+				 path, STATE_VERSION);
+		init_file(d->sh, vsim_g.cfg.memory);
+	}
+	flock(fd, LOCK_UN);
+	d->fd = fd;
+	return 0;
+out_close:
+	vsim_log("cannot set up %s: %s", path, strerror(errno));
+	close(fd);
+	return -1;
+}
+
+/* Claims a free or dead slot; caller holds the state mutex. */
+static int claim_slot(struct dev_state *d)
+{
+	struct state_file *sh = d->sh;
+
+	reclaim_dead(d);
+	for (int i = 0; i < STATE_SLOTS; i++) {
+		if (atomic_load(&sh->slots[i].claimed))
+			continue;
+		if (slot_lock_op(d->fd, i, F_OFD_SETLK, F_WRLCK) != 0)
+			continue;
+		sh->slots[i].used = 0;
+		sh->slots[i].pid = (int32_t)getpid();
+		atomic_store(&sh->slots[i].claimed, 1);
+		return i;
+	}
+	return -1;
+}
+
+/* Agrees on the capacity: the first live process's VGPU_SIM_MEMORY wins. */
+static void settle_capacity(struct dev_state *d, int ordinal)
+{
+	struct state_file *sh = d->sh;
+	bool others = false;
+
+	for (int i = 0; i < STATE_SLOTS; i++)
+		if (i != d->slot && atomic_load(&sh->slots[i].claimed))
+			others = true;
+	if (!others)
+		sh->capacity = vsim_g.cfg.memory;
+	else if (sh->capacity != vsim_g.cfg.memory)
+		vsim_log("device %d is in use with %llu bytes of memory; "
+			 "VGPU_SIM_MEMORY=%llu is ignored", ordinal,
+			 (unsigned long long)sh->capacity,
+			 (unsigned long long)vsim_g.cfg.memory);
+}
+
+CUresult vsim_state_attach(int ordinal)
+{
+	struct dev_state *d = &states[ordinal];
+	CUresult rc = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&attach_lock);
+	if (d->sh)
+		goto out;
+	if (open_file(d, ordinal) != 0) {
+		rc = CUDA_ERROR_OPERATING_SYSTEM;
+		goto out;
+	}
+	state_lock(d->sh);
+	d->slot = claim_slot(d);
+	if (d->slot >= 0)
+		settle_capacity(d, ordinal);
+	state_unlock(d->sh);
+	if (d->slot < 0) {
+		vsim_log("device %d: all %d process slots are taken", ordinal,
+			 STATE_SLOTS);
+		munmap(d->sh, sizeof(struct state_file));
+		close(d->fd);
+		d->sh = NULL;
+		d->fd = -1;
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+out:
+	pthread_mutex_unlock(&attach_lock);
+	return rc;
+}
+
+/* Returns this process's memory and slot (normal exit). */
+void vsim_state_detach_all(void)
+{
+	for (int i = 0; i < VSIM_MAX_DEVICES; i++) {
+		struct dev_state *d = &states[i];
+		if (!d->sh)
+			continue;
+		state_lock(d->sh);
+		struct state_slot *s = &d->sh->slots[d->slot];
+		d->sh->used -= s->used < d->sh->used ? s->used : d->sh->used;
+		s->used = 0;
+		atomic_store(&s->claimed, 0);
+		state_unlock(d->sh);
+		slot_lock_op(d->fd, d->slot, F_OFD_SETLK, F_UNLCK);
+		munmap(d->sh, sizeof(struct state_file));
+		close(d->fd);
+		*d = (struct dev_state){ .fd = -1, .slot = -1 };
+	}
+}
+
+/* In a forked child: forget the parent's mappings without touching them. The
+ * parent keeps its slot (its locks live on its open file description). */
+void vsim_state_forget(void)
+{
+	for (int i = 0; i < VSIM_MAX_DEVICES; i++) {
+		struct dev_state *d = &states[i];
+		if (!d->sh)
+			continue;
+		munmap(d->sh, sizeof(struct state_file));
+		close(d->fd);
+		*d = (struct dev_state){ .fd = -1, .slot = -1 };
+	}
+	pthread_mutex_init(&attach_lock, NULL);
+}
+
+CUresult vsim_state_reserve(int ordinal, uint64_t bytes)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!sh)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	state_lock(sh);
+	if (bytes > sh->capacity || sh->used > sh->capacity - bytes) {
+		reclaim_dead(d);
+		if (bytes > sh->capacity || sh->used > sh->capacity - bytes) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+	}
+	sh->used += bytes;
+	sh->slots[d->slot].used += bytes;
+out:
+	state_unlock(sh);
+	return rc;
+}
+
+void vsim_state_release(int ordinal, uint64_t bytes)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	struct state_slot *s;
+
+	if (!sh)
+		return;
+	state_lock(sh);
+	s = &sh->slots[d->slot];
+	if (bytes > s->used)
+		bytes = s->used;
+	s->used -= bytes;
+	sh->used -= bytes < sh->used ? bytes : sh->used;
+	state_unlock(sh);
+}
+
+uint64_t vsim_state_used(int ordinal)
+{
+	struct state_file *sh = states[ordinal].sh;
+	uint64_t used;
+
+	if (!sh)
+		return 0;
+	state_lock(sh);
+	reclaim_dead(&states[ordinal]);
+	used = sh->used;
+	state_unlock(sh);
+	return used;
+}
+
+uint64_t vsim_state_capacity(int ordinal)
+{
+	struct state_file *sh = states[ordinal].sh;
+
+	return sh ? sh->capacity : vsim_g.cfg.memory;
+}
+
+static long futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull),
+			       (long)(ns % 1000000000ull) };
+
+	return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts,
+		       NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* The ticket being served belongs to a dead process, or was never
+ * registered: pass it on so the engine never stays stuck. */
+static void skip_stale(struct dev_state *d, uint32_t s, uint64_t stuck_ns)
+{
+	struct state_file *sh = d->sh;
+	uint64_t entry = atomic_load(&sh->ring[s % STATE_RING]);
+	bool stale;
+
+	if ((uint32_t)(entry >> 32) == s)
+		stale = !slot_alive(d, (int)(uint32_t)entry);
+	else
+		stale = stuck_ns >= ORPHAN_TICKET_NS;
+	if (stale && atomic_compare_exchange_strong(&sh->serving, &s, s + 1))
+		futex_wake_all(&sh->serving);
+}
+
+void vsim_engine_acquire(int ordinal)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	uint32_t t, seen, s;
+	uint64_t since;
+
+	if (!sh)
+		return;
+	t = atomic_fetch_add(&sh->next_ticket, 1);
+	atomic_store(&sh->ring[t % STATE_RING],
+		     ((uint64_t)t << 32) | (uint32_t)d->slot);
+	seen = atomic_load(&sh->serving);
+	since = vsim_now_ns();
+	while ((s = atomic_load(&sh->serving)) != t) {
+		if (s != seen) {
+			seen = s;
+			since = vsim_now_ns();
+		}
+		if (futex_wait(&sh->serving, s, STALE_WAIT_NS) != 0 &&
+		    errno == ETIMEDOUT)
+			skip_stale(d, s, vsim_now_ns() - since);
+	}
+}
+
+void vsim_engine_release(int ordinal)
+{
+	struct state_file *sh = states[ordinal].sh;
+
+	if (!sh)
+		return;
+	atomic_fetch_add(&sh->serving, 1);
+	futex_wake_all(&sh->serving);
+}
