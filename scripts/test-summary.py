@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Counts the individual tests behind `meson test`: each Criterion binary's
+synthesis line, and one test for any other program. Prints one closing line,
+'N passed, N failed, N skipped', and exits non-zero when anything failed."""
+import json
+import re
+import sys
+
+SYNTHESIS = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| "
+                       r"Failing: (\d+) \| Crashing: (\d+)")
+
+
+def main():
+    passed = failed = skipped = 0
+    with open(sys.argv[1], encoding="utf-8") as log:
+        for line in log:
+            t = json.loads(line)
+            result = t.get("result")
+            out = (t.get("stdout") or "") + (t.get("stderr") or "")
+            found = SYNTHESIS.findall(out)
+            if result == "SKIP":
+                skipped += 1
+            elif found:
+                for tested, ok, failing, crashing in found:
+                    passed += int(ok)
+                    failed += int(failing) + int(crashing)
+                    skipped += int(tested) - int(ok) - int(failing) - int(crashing)
+                if result not in ("OK", "EXPECTEDFAIL") and not any(
+                        int(f) + int(c) for _, _, f, c in found):
+                    failed += 1
+            elif result in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            else:
+                failed += 1
+    print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+sys.exit(main())
