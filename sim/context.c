@@ -131,6 +131,7 @@ VSIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	ctx_teardown(ctx);
 	ctx->magic = VSIM_MAGIC_DEAD;
+	vsim_graveyard_add(ctx);
 	/* Current to this thread: popped. Elsewhere it is refused from now. */
 	if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
 		ctx_depth--;

@@ -61,6 +61,7 @@ VSIM_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	e->magic = VSIM_MAGIC_DEAD;
+	vsim_graveyard_add(e);
 	return CUDA_SUCCESS;
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -15,6 +16,10 @@
 struct vsim_global vsim_g;
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
+static void **graves;
+static size_t graves_len, graves_cap;
 
 static const struct { int value; const char *name, *text; } errors[] = {
 #include "errors_table.h"
@@ -33,6 +38,22 @@ void vsim_log(const char *fmt, ...)
 	buf[n++] = '\n';
 	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
 		return;
+}
+
+void vsim_graveyard_add(void *p)
+{
+	pthread_mutex_lock(&grave_lock);
+	if (graves_len == graves_cap) {
+		size_t cap = graves_cap ? graves_cap * 2 : 64;
+		void **g = realloc(graves, cap * sizeof(*g));
+		if (!g)
+			goto out;	/* it stays allocated, merely unreachable */
+		graves = g;
+		graves_cap = cap;
+	}
+	graves[graves_len++] = p;
+out:
+	pthread_mutex_unlock(&grave_lock);
 }
 
 uint64_t vsim_now_ns(void)

@@ -180,6 +180,7 @@ VSIM_EXPORT CUresult cuModuleUnload(CUmodule m)
 	m->magic = VSIM_MAGIC_DEAD;
 	for (uint32_t i = 0; i < m->own.nkernels; i++)
 		m->funcs[i].magic = VSIM_MAGIC_DEAD;
+	vsim_graveyard_add(m);
 	return CUDA_SUCCESS;
 }
 
@@ -544,6 +545,7 @@ VSIM_EXPORT CUresult cuLibraryUnload(CUlibrary lib)
 	lib->magic = VSIM_MAGIC_DEAD;
 	for (uint32_t k = 0; k < lib->image.nkernels; k++)
 		lib->kernels[k].magic = VSIM_MAGIC_DEAD;
+	vsim_graveyard_add(lib);
 	pthread_mutex_unlock(&lib->lock);
 	return CUDA_SUCCESS;
 }

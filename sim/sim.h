@@ -116,6 +116,10 @@ uint64_t vsim_now_ns(void);
 void vsim_device_uuid_string(int dev, char *out, size_t len);
 /* Waits until CLOCK_MONOTONIC reaches deadline_ns, precisely (sleep, then spin). */
 void vsim_busy_until(uint64_t deadline_ns);
+/* Keeps a destroyed handle's memory for the life of the process, reachable,
+ * so that a stale handle is refused (its magic is VSIM_MAGIC_DEAD) instead of
+ * reading freed memory. */
+void vsim_graveyard_add(void *p);
 void vsim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- context.c ----------------------------------------------------------- */

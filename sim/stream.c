@@ -330,12 +330,16 @@ static void stream_stop(struct CUstream_st *s)
 void vsim_ctx_streams_destroy(struct CUctx_st *ctx)
 {
 	pthread_mutex_lock(&ctx->lock);
-	for (struct CUstream_st *s = ctx->streams; s; s = s->next)
+	for (struct CUstream_st *s = ctx->streams; s; s = s->next) {
 		stream_stop(s);
+		vsim_graveyard_add(s);
+	}
 	ctx->streams = NULL;
 	pthread_mutex_unlock(&ctx->lock);
-	if (ctx->legacy)
+	if (ctx->legacy) {
 		stream_stop(ctx->legacy);
+		vsim_graveyard_add(ctx->legacy);
+	}
 	ctx->legacy = NULL;
 }
 
