@@ -30,6 +30,10 @@ CUresult vsim_ctx_get(struct CUctx_st **out)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	ctx = vsim_ctx_current();
+	/* Destroyed by another thread while current here (structs are never
+	 * freed, so reading it is safe). */
+	if (ctx && ctx->magic == VSIM_MAGIC_DEAD)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	if (!vsim_ctx_valid(ctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	*out = ctx;

@@ -142,7 +142,8 @@ struct CUctx_st {
 
 /* The calling thread's current context, or NULL. */
 struct CUctx_st *vsim_ctx_current(void);
-/* Current context or CUDA_ERROR_INVALID_CONTEXT. */
+/* Current context, or CUDA_ERROR_INVALID_CONTEXT (none), or
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED (destroyed by another thread). */
 CUresult vsim_ctx_get(struct CUctx_st **out);
 bool vsim_ctx_valid(struct CUctx_st *ctx);
 /* In a forked child: forget the parent's contexts (their threads are gone). */
