@@ -97,10 +97,11 @@ static CUresult launch(const struct launch_args *a, bool ptsz)
 	struct CUstream_st *s;
 	struct vsim_launch *l;
 	struct vsim_op *op;
-	CUresult rc = vsim_func_resolve(a->f, &f);
+	CUresult rc = vsim_stream_resolve(a->stream, ptsz, &s);
 
+	/* A CUkernel runs in the stream's context, whatever is current. */
 	if (rc == CUDA_SUCCESS)
-		rc = vsim_stream_resolve(a->stream, ptsz, &s);
+		rc = vsim_func_resolve_in(a->f, s->ctx, &f);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (f->module->ctx != s->ctx)

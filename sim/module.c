@@ -250,6 +250,9 @@ VSIM_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 
 /* ---- functions ------------------------------------------------------------ */
 
+static CUresult library_module_in(struct CUlib_st *lib, struct CUctx_st *ctx,
+				  struct CUmod_st **out);
+
 static CUresult kernel_get(CUkernel k)
 {
 	CUresult rc = vsim_check_init();
@@ -260,6 +263,23 @@ static CUresult kernel_get(CUkernel k)
 	    k->library->magic != VSIM_MAGIC_LIBRARY)
 		return CUDA_ERROR_INVALID_HANDLE;
 	return CUDA_SUCCESS;
+}
+
+CUresult vsim_func_resolve_in(CUfunction f, struct CUctx_st *ctx,
+			      struct CUfunc_st **out)
+{
+	struct CUkern_st *k = (struct CUkern_st *)(void *)f;
+	struct CUmod_st *m;
+	CUresult rc;
+
+	if (!f || f->magic != VSIM_MAGIC_KERNEL)
+		return vsim_func_resolve(f, out);
+	rc = kernel_get(k);
+	if (rc == CUDA_SUCCESS)
+		rc = library_module_in(k->library, ctx, &m);
+	if (rc == CUDA_SUCCESS)
+		*out = &m->funcs[k->index];
+	return rc;
 }
 
 CUresult vsim_func_resolve(CUfunction f, struct CUfunc_st **out)
@@ -550,15 +570,13 @@ VSIM_EXPORT CUresult cuLibraryUnload(CUlibrary lib)
 	return CUDA_SUCCESS;
 }
 
-/* The library's module in the current context, made on first use. */
-static CUresult library_module(struct CUlib_st *lib, struct CUmod_st **out)
+/* The library's module in ctx, made on first use. */
+static CUresult library_module_in(struct CUlib_st *lib, struct CUctx_st *ctx,
+				  struct CUmod_st **out)
 {
-	struct CUctx_st *ctx;
 	int slot = -1;
-	CUresult rc = vsim_ctx_get(&ctx);
+	CUresult rc = CUDA_SUCCESS;
 
-	if (rc != CUDA_SUCCESS)
-		return rc;
 	pthread_mutex_lock(&lib->lock);
 	for (int i = 0; i < VSIM_LIB_CTXS; i++) {
 		struct CUmod_st *m = lib->modules[i];
@@ -585,6 +603,15 @@ static CUresult library_module(struct CUlib_st *lib, struct CUmod_st **out)
 out:
 	pthread_mutex_unlock(&lib->lock);
 	return rc;
+}
+
+/* The library's module in the current context. */
+static CUresult library_module(struct CUlib_st *lib, struct CUmod_st **out)
+{
+	struct CUctx_st *ctx;
+	CUresult rc = vsim_ctx_get(&ctx);
+
+	return rc != CUDA_SUCCESS ? rc : library_module_in(lib, ctx, out);
 }
 
 VSIM_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary lib)

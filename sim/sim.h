@@ -312,6 +312,10 @@ struct CUlib_st {
 
 /* Resolves a CUfunction that may be a CUkernel cast to CUfunction. */
 CUresult vsim_func_resolve(CUfunction f, struct CUfunc_st **out);
+/* The same, with a CUkernel's function taken in ctx rather than the current
+ * context (a launch runs in its stream's context). */
+CUresult vsim_func_resolve_in(CUfunction f, struct CUctx_st *ctx,
+			      struct CUfunc_st **out);
 
 /* ---- launch.c -------------------------------------------------------------- */
 
