@@ -1,0 +1,1157 @@
+/* test_options.c - the options module: pure parsers, the loader driven by a
+ * fake environment, precedence, per-device overrides, error messages, the
+ * unknown-name check and the verbose dump read back. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "options.h"
+
+#define GiB (UINT64_C(1) << 30)
+#define MiB (UINT64_C(1) << 20)
+#define KiB (UINT64_C(1) << 10)
+#define TiB (UINT64_C(1) << 40)
+
+/* ---- a fake environment ---------------------------------------------- */
+
+struct var {
+	char name[64];
+	char value[VGPU_PATH_MAX + 64];
+};
+
+static struct var env[160];
+static int env_count;
+
+static void env_clear(void)
+{
+	env_count = 0;
+}
+
+static void env_set(const char *name, const char *value)
+{
+	struct var *v = &env[env_count++];
+
+	cr_assert_lt(env_count, (int)(sizeof(env) / sizeof(env[0])));
+	cr_assert_lt(strlen(name), sizeof(v->name));
+	cr_assert_lt(strlen(value), sizeof(v->value));
+	strcpy(v->name, name);
+	strcpy(v->value, value);
+}
+
+static const char *fake_getenv(const char *name)
+{
+	int i;
+
+	for (i = 0; i < env_count; i++)
+		if (strcmp(env[i].name, name) == 0)
+			return env[i].value;
+	return NULL;
+}
+
+static char err[8192];
+
+static int load(struct vgpu_options *o)
+{
+	return vgpu__options_load(o, fake_getenv, err, sizeof(err));
+}
+
+/* Loads env with only name=value set and expects no error. */
+static void load_one(struct vgpu_options *o, const char *name,
+		     const char *value)
+{
+	int bad;
+
+	env_clear();
+	env_set(name, value);
+	bad = load(o);
+	cr_assert_eq(bad, 0, "%s=%s: %s", name, value, err);
+}
+
+/* Loads env with only name=value set; expects one error that names the
+ * variable, quotes the value, says what was wrong and what was expected. */
+static void expect_bad(const char *name, const char *value, const char *what)
+{
+	struct vgpu_options o;
+	char quoted[256], *p;
+	int bad;
+
+	env_clear();
+	env_set(name, value);
+	bad = load(&o);
+	cr_assert_eq(bad, 1, "%s=\"%s\": %d errors: %s", name, value, bad, err);
+	snprintf(quoted, sizeof(quoted), "%s=\"%.64s\"%s", name, value,
+		 strlen(value) > 64 ? "... " : " ");
+	for (p = quoted + strlen(name) + 2; *p; p++)
+		if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
+			*p = '?';
+	cr_assert(strncmp(err, quoted, strlen(quoted)) == 0,
+		  "%s=\"%s\": message does not start with %s: %s", name,
+		  value, quoted, err);
+	cr_assert(strstr(err, what), "%s=\"%s\": no \"%s\" in: %s", name,
+		  value, what, err);
+	cr_assert(strstr(err, "; expected "), "no expectation in: %s", err);
+	cr_assert_eq(err[strlen(err) - 1], '\n');
+}
+
+/* ---- vgpu__parse_size ------------------------------------------------ */
+
+struct size_case {
+	const char *s;
+	uint64_t v;
+};
+
+Test(parse_size, accepts_binary_units_in_any_case)
+{
+	static const struct size_case ok[] = {
+		{ "0", 0 },		{ "1", 1 },
+		{ "512B", 512 },	{ "512b", 512 },
+		{ "4k", 4 * KiB },	{ "4K", 4 * KiB },
+		{ "4KiB", 4 * KiB },	{ "4kib", 4 * KiB },
+		{ "4KIB", 4 * KiB },	{ "4096m", 4 * GiB },
+		{ "4M", 4 * MiB },	{ "4MiB", 4 * MiB },
+		{ "2g", 2 * GiB },	{ "2GiB", 2 * GiB },
+		{ "1T", TiB },		{ "1TiB", TiB },
+		{ "007", 7 },		{ "4 GiB", 4 * GiB },
+		{ "4   k", 4 * KiB },	{ "16777215TiB", 16777215 * TiB },
+		{ "18446744073709551615", UINT64_MAX },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		uint64_t v = 12345;
+		int rc = vgpu__parse_size(ok[i].s, &v);
+
+		cr_assert_eq(rc, VGPU_PARSE_OK, "\"%s\": %s", ok[i].s,
+			     vgpu__parse_strerror(rc));
+		cr_assert_eq(v, ok[i].v, "\"%s\": %llu", ok[i].s,
+			     (unsigned long long)v);
+	}
+}
+
+struct bad_case {
+	const char *s;
+	int rc;
+};
+
+Test(parse_size, rejects_bad_sizes_with_the_reason)
+{
+	static const struct bad_case bad[] = {
+		{ "", VGPU_PARSE_EMPTY },
+		{ "-1", VGPU_PARSE_NEGATIVE },
+		{ "-4GiB", VGPU_PARSE_NEGATIVE },
+		{ "-", VGPU_PARSE_NOT_NUMBER },
+		{ "abc", VGPU_PARSE_NOT_NUMBER },
+		{ "GiB", VGPU_PARSE_NOT_NUMBER },
+		{ " 4G", VGPU_PARSE_NOT_NUMBER },
+		{ "+4G", VGPU_PARSE_NOT_NUMBER },
+		{ "1.5G", VGPU_PARSE_FRACTION },
+		{ "1,5G", VGPU_PARSE_FRACTION },
+		{ "4G ", VGPU_PARSE_TRAILING },
+		{ "4 ", VGPU_PARSE_TRAILING },
+		{ "4GiB/s", VGPU_PARSE_TRAILING },
+		{ "4%", VGPU_PARSE_TRAILING },
+		{ "4G4", VGPU_PARSE_TRAILING },
+		{ "4\n", VGPU_PARSE_TRAILING },
+		{ "4GB", VGPU_PARSE_UNIT },
+		{ "4MB", VGPU_PARSE_UNIT },
+		{ "4kb", VGPU_PARSE_UNIT },
+		{ "4PiB", VGPU_PARSE_UNIT },
+		{ "4x", VGPU_PARSE_UNIT },
+		{ "0x10", VGPU_PARSE_UNIT },
+		{ "4 bytes", VGPU_PARSE_UNIT },
+		{ "18446744073709551616", VGPU_PARSE_OVERFLOW },
+		{ "99999999999999999999999", VGPU_PARSE_OVERFLOW },
+		{ "16777216TiB", VGPU_PARSE_OVERFLOW },
+		{ "17179869184G", VGPU_PARSE_OVERFLOW },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t v = 777;
+		int rc = vgpu__parse_size(bad[i].s, &v);
+
+		cr_assert_eq(rc, bad[i].rc, "\"%s\": got \"%s\", want \"%s\"",
+			     bad[i].s, vgpu__parse_strerror(rc),
+			     vgpu__parse_strerror(bad[i].rc));
+		cr_assert_eq(v, 777, "\"%s\": output written on error",
+			     bad[i].s);
+	}
+	cr_assert_eq(vgpu__parse_size(NULL, &(uint64_t){ 0 }),
+		     VGPU_PARSE_EMPTY);
+}
+
+/* ---- percent, bool, enum, log level ---------------------------------- */
+
+Test(parse_percent, accepts_0_to_100_with_optional_sign)
+{
+	unsigned v;
+
+	cr_assert_eq(vgpu__parse_percent("0", &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(vgpu__parse_percent("1", &v), 0);
+	cr_assert_eq(v, 1);
+	cr_assert_eq(vgpu__parse_percent("30%", &v), 0);
+	cr_assert_eq(v, 30);
+	cr_assert_eq(vgpu__parse_percent("100", &v), 0);
+	cr_assert_eq(v, 100);
+}
+
+Test(parse_percent, rejects_bad_percentages)
+{
+	static const struct bad_case bad[] = {
+		{ "", VGPU_PARSE_EMPTY },
+		{ "101", VGPU_PARSE_RANGE },
+		{ "1000%", VGPU_PARSE_RANGE },
+		{ "99999999999999999999999", VGPU_PARSE_RANGE },
+		{ "-5", VGPU_PARSE_NEGATIVE },
+		{ "50.5", VGPU_PARSE_FRACTION },
+		{ "50 %", VGPU_PARSE_TRAILING },
+		{ "50%%", VGPU_PARSE_TRAILING },
+		{ "50x", VGPU_PARSE_TRAILING },
+		{ "half", VGPU_PARSE_NOT_NUMBER },
+	};
+	size_t i;
+	unsigned v;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(vgpu__parse_percent(bad[i].s, &v), bad[i].rc,
+			     "\"%s\"", bad[i].s);
+}
+
+Test(parse_bool, accepts_the_usual_words_in_any_case)
+{
+	static const char *const yes[] = {
+		"1", "true", "TRUE", "True", "yes", "YES", "on", "On"
+	};
+	static const char *const no[] = {
+		"0", "false", "FALSE", "no", "No", "off", "OFF"
+	};
+	size_t i;
+	bool b;
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		b = false;
+		cr_assert_eq(vgpu__parse_bool(yes[i], &b), 0, "%s", yes[i]);
+		cr_assert(b, "%s", yes[i]);
+	}
+	for (i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		b = true;
+		cr_assert_eq(vgpu__parse_bool(no[i], &b), 0, "%s", no[i]);
+		cr_assert(!b, "%s", no[i]);
+	}
+}
+
+Test(parse_bool, rejects_everything_else)
+{
+	static const char *const bad[] = {
+		"2", "-1", "truee", "yess", " true", "true ", "t", "y", "01"
+	};
+	size_t i;
+	bool b;
+
+	cr_assert_eq(vgpu__parse_bool("", &b), VGPU_PARSE_EMPTY);
+	cr_assert_eq(vgpu__parse_bool(NULL, &b), VGPU_PARSE_EMPTY);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(vgpu__parse_bool(bad[i], &b),
+			     VGPU_PARSE_UNKNOWN_WORD, "%s", bad[i]);
+}
+
+Test(parse_enum, matches_names_in_any_case)
+{
+	static const char *const names[] = { "off", "managed", "host", NULL };
+	int v = -1;
+
+	cr_assert_eq(vgpu__parse_enum("managed", names, &v), 0);
+	cr_assert_eq(v, 1);
+	cr_assert_eq(vgpu__parse_enum("HOST", names, &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(vgpu__parse_enum("", names, &v), VGPU_PARSE_EMPTY);
+	cr_assert_eq(vgpu__parse_enum("hosts", names, &v),
+		     VGPU_PARSE_UNKNOWN_WORD);
+	cr_assert_eq(vgpu__parse_enum("hos", names, &v),
+		     VGPU_PARSE_UNKNOWN_WORD);
+	cr_assert_eq(v, 2);
+}
+
+Test(parse_log_level, names_and_hami_numbers)
+{
+	static const struct { const char *s; int level; } ok[] = {
+		{ "error", VGPU_LOG_ERROR }, { "WARN", VGPU_LOG_WARN },
+		{ "info", VGPU_LOG_INFO },   { "Debug", VGPU_LOG_DEBUG },
+		{ "0", VGPU_LOG_ERROR },     { "1", VGPU_LOG_WARN },
+		{ "2", VGPU_LOG_INFO },      { "3", VGPU_LOG_INFO },
+		{ "4", VGPU_LOG_DEBUG },
+	};
+	size_t i;
+	int v;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		cr_assert_eq(vgpu__parse_log_level(ok[i].s, &v), 0, "%s",
+			     ok[i].s);
+		cr_assert_eq(v, ok[i].level, "%s", ok[i].s);
+	}
+	cr_assert_eq(vgpu__parse_log_level("5", &v), VGPU_PARSE_RANGE);
+	cr_assert_eq(vgpu__parse_log_level("-1", &v), VGPU_PARSE_NEGATIVE);
+	cr_assert_eq(vgpu__parse_log_level("2x", &v), VGPU_PARSE_TRAILING);
+	cr_assert_eq(vgpu__parse_log_level("warning", &v),
+		     VGPU_PARSE_UNKNOWN_WORD);
+	cr_assert_eq(vgpu__parse_log_level("", &v), VGPU_PARSE_EMPTY);
+}
+
+Test(parse_strerror, every_status_has_its_own_phrase)
+{
+	int a, b;
+
+	for (a = VGPU_PARSE_EMPTY; a <= VGPU_PARSE_BAD_CHAR; a++)
+		for (b = a + 1; b <= VGPU_PARSE_BAD_CHAR; b++)
+			cr_assert_str_neq(vgpu__parse_strerror(a),
+					  vgpu__parse_strerror(b));
+}
+
+/* ---- formatting ------------------------------------------------------ */
+
+Test(format_size, largest_exact_unit_and_back)
+{
+	static const struct size_case c[] = {
+		{ "0", 0 },		{ "1000", 1000 },
+		{ "1KiB", KiB },	{ "1536", 1536 },
+		{ "1536KiB", 1536 * KiB }, { "4GiB", 4 * GiB },
+		{ "3TiB", 3 * TiB },	{ "2049MiB", 2049 * MiB },
+		{ "unlimited", VGPU_UNLIMITED },
+	};
+	char buf[32];
+	size_t i;
+
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint64_t back;
+
+		cr_assert_eq(vgpu__format_size(buf, sizeof(buf), c[i].v),
+			     (int)strlen(c[i].s));
+		cr_assert_str_eq(buf, c[i].s);
+		if (c[i].v == VGPU_UNLIMITED)
+			continue;
+		cr_assert_eq(vgpu__parse_size(buf, &back), 0);
+		cr_assert_eq(back, c[i].v);
+	}
+	cr_assert_eq(vgpu__format_size(buf, 4, 4 * GiB), -1);
+	cr_assert_str_eq(buf, "4Gi");
+}
+
+Test(format_tenant, uid_at_host_cut_to_fit)
+{
+	char buf[VGPU_TENANT_MAX], host[200];
+
+	vgpu__format_tenant(buf, sizeof(buf), 1000, "node7");
+	cr_assert_str_eq(buf, "uid1000@node7");
+	vgpu__format_tenant(buf, sizeof(buf), 0, "");
+	cr_assert_str_eq(buf, "uid0");
+	vgpu__format_tenant(buf, sizeof(buf), 5, "a b\tc");
+	cr_assert_str_eq(buf, "uid5@a_b_c");
+	memset(host, 'h', sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	cr_assert_eq(vgpu__format_tenant(buf, sizeof(buf), 1, host),
+		     VGPU_TENANT_MAX - 1);
+	cr_assert_eq(strlen(buf), VGPU_TENANT_MAX - 1);
+}
+
+/* ---- the table ------------------------------------------------------- */
+
+Test(table, every_option_is_described)
+{
+	unsigned id;
+
+	for (id = 0; id < VGPU_OPT_COUNT; id++) {
+		const struct vgpu_opt_desc *d = vgpu__option_desc(id);
+
+		cr_assert_not_null(d);
+		cr_assert(strncmp(d->name, "VGPU_", 5) == 0, "%s", d->name);
+		cr_assert(d->doc && *d->doc, "%s", d->name);
+		cr_assert(d->expect && *d->expect, "%s", d->name);
+		cr_assert_not_null(d->parse, "%s", d->name);
+		cr_assert_eq(!d->alias, !d->alias_parse, "%s", d->name);
+		cr_assert_eq(!d->alias, !d->alias_expect, "%s", d->name);
+		if (d->per_device)
+			cr_assert(d->kind == VGPU_KIND_SIZE ||
+				  d->kind == VGPU_KIND_PERCENT, "%s", d->name);
+		if (d->kind == VGPU_KIND_ENUM) {
+			cr_assert_not_null(d->values, "%s", d->name);
+			cr_assert_not_null(d->values[d->max], "%s", d->name);
+			cr_assert_null(d->values[d->max + 1], "%s", d->name);
+		}
+		if (d->kind <= VGPU_KIND_BOOL)
+			cr_assert(d->def >= d->min && d->def <= d->max,
+				  "%s", d->name);
+	}
+	cr_assert_null(vgpu__option_desc(VGPU_OPT_COUNT));
+}
+
+#ifdef VGPU_CONFIG_DOC
+/* docs/configuration.md names every option and alias. */
+Test(table, configuration_doc_lists_every_option)
+{
+	static char doc[1 << 16];
+	ssize_t n;
+	unsigned id;
+	int fd = open(VGPU_CONFIG_DOC, O_RDONLY);
+
+	cr_assert_geq(fd, 0, "%s", VGPU_CONFIG_DOC);
+	n = read(fd, doc, sizeof(doc) - 1);
+	close(fd);
+	cr_assert_gt(n, 0);
+	doc[n] = '\0';
+	for (id = 0; id < VGPU_OPT_COUNT; id++) {
+		const struct vgpu_opt_desc *d = vgpu__option_desc(id);
+
+		cr_assert(strstr(doc, d->name), "%s not in the doc", d->name);
+		if (d->alias)
+			cr_assert(strstr(doc, d->alias), "%s not in the doc",
+				  d->alias);
+	}
+}
+#endif
+
+/* ---- loading: defaults and good values ------------------------------- */
+
+Test(load, defaults_without_any_variable)
+{
+	struct vgpu_options o;
+	unsigned id;
+	int dev;
+
+	env_clear();
+	cr_assert_eq(load(&o), 0);
+	cr_assert_str_eq(err, "");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+	cr_assert_eq(o.compute_limit, 100);
+	for (dev = 0; dev < VGPU_MAX_DEVICES; dev++) {
+		cr_assert_eq(o.device_memory_limit[dev], VGPU_UNLIMITED);
+		cr_assert_eq(o.device_compute_limit[dev], 100);
+	}
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_HARD);
+	cr_assert_eq(o.compute_mode, VGPU_MODE_TIME);
+	cr_assert_eq(o.overcommit, VGPU_OVERCOMMIT_OFF);
+	cr_assert_eq(o.host_spill_limit, VGPU_UNLIMITED);
+	cr_assert_str_eq(o.ledger_dir, "/dev/shm/vgpu");
+	cr_assert(strncmp(o.tenant, "uid", 3) == 0, "%s", o.tenant);
+	cr_assert_eq(o.log_level, VGPU_LOG_WARN);
+	cr_assert(!o.verbose);
+	cr_assert_eq(o.on_error, VGPU_ON_ERROR_REFUSE);
+	cr_assert(!o.disable);
+	cr_assert_str_eq(o.real_libcuda, "");
+	for (id = 0; id < VGPU_OPT_COUNT; id++)
+		cr_assert_eq(o.src[id], VGPU_SRC_DEFAULT);
+}
+
+Test(load, default_tenant_is_uid_at_host)
+{
+	struct vgpu_options o;
+	char want[VGPU_TENANT_MAX], host[256] = "";
+
+	gethostname(host, sizeof(host) - 1);
+	vgpu__format_tenant(want, sizeof(want), (unsigned long)getuid(), host);
+	env_clear();
+	cr_assert_eq(load(&o), 0);
+	cr_assert_str_eq(o.tenant, want);
+}
+
+Test(load, memory_limit)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "VGPU_MEMORY_LIMIT", "8GiB");
+	cr_assert_eq(o.memory_limit, 8 * GiB);
+	cr_assert_eq(o.device_memory_limit[0], 8 * GiB);
+	cr_assert_eq(o.device_memory_limit[63], 8 * GiB);
+	cr_assert_eq(o.src[VGPU_OPT_MEMORY_LIMIT], VGPU_SRC_NAME);
+	cr_assert_eq(o.device_src[VGPU_OPT_MEMORY_LIMIT][5], VGPU_SRC_NAME);
+	load_one(&o, "VGPU_MEMORY_LIMIT", "1");
+	cr_assert_eq(o.memory_limit, 1);
+	load_one(&o, "VGPU_MEMORY_LIMIT", "Unlimited");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+}
+
+Test(load, compute_limit)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "VGPU_COMPUTE_LIMIT", "30");
+	cr_assert_eq(o.compute_limit, 30);
+	cr_assert_eq(o.device_compute_limit[7], 30);
+	load_one(&o, "VGPU_COMPUTE_LIMIT", "1%");
+	cr_assert_eq(o.compute_limit, 1);
+	load_one(&o, "VGPU_COMPUTE_LIMIT", "100");
+	cr_assert_eq(o.compute_limit, 100);
+}
+
+Test(load, compute_policy_and_mode)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "VGPU_COMPUTE_POLICY", "elastic");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_ELASTIC);
+	load_one(&o, "VGPU_COMPUTE_POLICY", "HARD");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_HARD);
+	load_one(&o, "VGPU_COMPUTE_POLICY", "off");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_OFF);
+	load_one(&o, "VGPU_COMPUTE_MODE", "spatial");
+	cr_assert_eq(o.compute_mode, VGPU_MODE_SPATIAL);
+	load_one(&o, "VGPU_COMPUTE_MODE", "time");
+	cr_assert_eq(o.compute_mode, VGPU_MODE_TIME);
+}
+
+Test(load, overcommit_and_spill_limit)
+{
+	static const char *const modes[] = { "off", "managed", "host", "auto" };
+	struct vgpu_options o;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		load_one(&o, "VGPU_OVERCOMMIT", modes[i]);
+		cr_assert_eq(o.overcommit, i, "%s", modes[i]);
+	}
+	load_one(&o, "VGPU_HOST_SPILL_LIMIT", "16g");
+	cr_assert_eq(o.host_spill_limit, 16 * GiB);
+	load_one(&o, "VGPU_HOST_SPILL_LIMIT", "0");
+	cr_assert_eq(o.host_spill_limit, 0);
+	load_one(&o, "VGPU_HOST_SPILL_LIMIT", "unlimited");
+	cr_assert_eq(o.host_spill_limit, VGPU_UNLIMITED);
+}
+
+Test(load, ledger_dir_tenant_and_library)
+{
+	struct vgpu_options o;
+	char name[VGPU_TENANT_MAX];
+
+	load_one(&o, "VGPU_LEDGER_DIR", "/run/vgpu ledger");
+	cr_assert_str_eq(o.ledger_dir, "/run/vgpu ledger");
+	load_one(&o, "VGPU_TENANT", "team-a/job:7");
+	cr_assert_str_eq(o.tenant, "team-a/job:7");
+	memset(name, 't', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	load_one(&o, "VGPU_TENANT", name);
+	cr_assert_str_eq(o.tenant, name);
+	load_one(&o, "VGPU_REAL_LIBCUDA", "/usr/lib64/libcuda.so.1");
+	cr_assert_str_eq(o.real_libcuda, "/usr/lib64/libcuda.so.1");
+	load_one(&o, "VGPU_REAL_LIBCUDA", "libcuda.so.1");
+	cr_assert_str_eq(o.real_libcuda, "libcuda.so.1");
+}
+
+Test(load, log_level_verbose_on_error_disable)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "VGPU_LOG_LEVEL", "debug");
+	cr_assert_eq(o.log_level, VGPU_LOG_DEBUG);
+	load_one(&o, "VGPU_LOG_LEVEL", "0");
+	cr_assert_eq(o.log_level, VGPU_LOG_ERROR);
+	load_one(&o, "VGPU_VERBOSE", "1");
+	cr_assert(o.verbose);
+	load_one(&o, "VGPU_VERBOSE", "off");
+	cr_assert(!o.verbose);
+	load_one(&o, "VGPU_ON_ERROR", "warn");
+	cr_assert_eq(o.on_error, VGPU_ON_ERROR_WARN);
+	load_one(&o, "VGPU_ON_ERROR", "refuse");
+	cr_assert_eq(o.on_error, VGPU_ON_ERROR_REFUSE);
+	load_one(&o, "VGPU_DISABLE", "yes");
+	cr_assert(o.disable);
+}
+
+/* ---- HAMi aliases ---------------------------------------------------- */
+
+Test(alias, cuda_device_memory_limit)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "CUDA_DEVICE_MEMORY_LIMIT", "4096m");
+	cr_assert_eq(o.memory_limit, 4 * GiB);
+	cr_assert_eq(o.device_memory_limit[2], 4 * GiB);
+	cr_assert_eq(o.src[VGPU_OPT_MEMORY_LIMIT], VGPU_SRC_ALIAS);
+	load_one(&o, "CUDA_DEVICE_MEMORY_LIMIT", "1073741824");
+	cr_assert_eq(o.memory_limit, GiB);
+	load_one(&o, "CUDA_DEVICE_MEMORY_LIMIT", "2g");
+	cr_assert_eq(o.memory_limit, 2 * GiB);
+	load_one(&o, "CUDA_DEVICE_MEMORY_LIMIT", "0");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+	load_one(&o, "CUDA_DEVICE_MEMORY_LIMIT_1", "12000m");
+	cr_assert_eq(o.device_memory_limit[1], 12000 * MiB);
+	cr_assert_eq(o.device_memory_limit[0], VGPU_UNLIMITED);
+	cr_assert_eq(o.device_src[VGPU_OPT_MEMORY_LIMIT][1],
+		     VGPU_SRC_DEVICE_ALIAS);
+}
+
+Test(alias, cuda_device_sm_limit_zero_is_no_limit)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "CUDA_DEVICE_SM_LIMIT", "40");
+	cr_assert_eq(o.compute_limit, 40);
+	cr_assert_eq(o.src[VGPU_OPT_COMPUTE_LIMIT], VGPU_SRC_ALIAS);
+	load_one(&o, "CUDA_DEVICE_SM_LIMIT", "0");
+	cr_assert_eq(o.compute_limit, 100);
+	env_clear();
+	env_set("CUDA_DEVICE_SM_LIMIT", "50");
+	env_set("CUDA_DEVICE_SM_LIMIT_1", "0");
+	env_set("CUDA_DEVICE_SM_LIMIT_2", "25");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_eq(o.device_compute_limit[0], 50);
+	cr_assert_eq(o.device_compute_limit[1], 100);
+	cr_assert_eq(o.device_compute_limit[2], 25);
+}
+
+Test(alias, gpu_core_utilization_policy)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "GPU_CORE_UTILIZATION_POLICY", "default");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_ELASTIC);
+	load_one(&o, "GPU_CORE_UTILIZATION_POLICY", "FORCE");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_HARD);
+	load_one(&o, "GPU_CORE_UTILIZATION_POLICY", "disable");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_OFF);
+	cr_assert_eq(o.src[VGPU_OPT_COMPUTE_POLICY], VGPU_SRC_ALIAS);
+}
+
+Test(alias, cuda_oversubscribe)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "CUDA_OVERSUBSCRIBE", "true");
+	cr_assert_eq(o.overcommit, VGPU_OVERCOMMIT_AUTO);
+	load_one(&o, "CUDA_OVERSUBSCRIBE", "false");
+	cr_assert_eq(o.overcommit, VGPU_OVERCOMMIT_OFF);
+	cr_assert_eq(o.src[VGPU_OPT_OVERCOMMIT], VGPU_SRC_ALIAS);
+}
+
+Test(alias, shared_cache_file_gives_the_ledger_directory)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+		 "/usr/local/vgpu/abc.cache");
+	cr_assert_str_eq(o.ledger_dir, "/usr/local/vgpu");
+	cr_assert_eq(o.src[VGPU_OPT_LEDGER_DIR], VGPU_SRC_ALIAS);
+	load_one(&o, "CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x.cache");
+	cr_assert_str_eq(o.ledger_dir, "/");
+	load_one(&o, "CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/");
+	cr_assert_str_eq(o.ledger_dir, "/tmp/vgpu");
+}
+
+Test(alias, libcuda_log_level)
+{
+	static const int want[] = {
+		VGPU_LOG_ERROR, VGPU_LOG_WARN, VGPU_LOG_INFO, VGPU_LOG_INFO,
+		VGPU_LOG_DEBUG, VGPU_LOG_DEBUG, VGPU_LOG_DEBUG, VGPU_LOG_DEBUG,
+		VGPU_LOG_DEBUG,
+	};
+	struct vgpu_options o;
+	char s[4];
+	int i;
+
+	for (i = 0; i <= 8; i++) {
+		snprintf(s, sizeof(s), "%d", i);
+		load_one(&o, "LIBCUDA_LOG_LEVEL", s);
+		cr_assert_eq(o.log_level, want[i], "%d", i);
+	}
+	load_one(&o, "LIBCUDA_LOG_LEVEL", "99999999999999999999999");
+	cr_assert_eq(o.log_level, VGPU_LOG_DEBUG);
+	cr_assert_eq(o.src[VGPU_OPT_LOG_LEVEL], VGPU_SRC_ALIAS);
+}
+
+Test(alias, cuda_disable_control)
+{
+	struct vgpu_options o;
+
+	load_one(&o, "CUDA_DISABLE_CONTROL", "true");
+	cr_assert(o.disable);
+	cr_assert_eq(o.src[VGPU_OPT_DISABLE], VGPU_SRC_ALIAS);
+	load_one(&o, "CUDA_DISABLE_CONTROL", "false");
+	cr_assert(!o.disable);
+}
+
+/* ---- precedence and per-device overrides ----------------------------- */
+
+Test(precedence, vgpu_name_wins_over_alias)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GiB");
+	env_set("CUDA_DEVICE_MEMORY_LIMIT", "4096m");
+	env_set("VGPU_COMPUTE_POLICY", "hard");
+	env_set("GPU_CORE_UTILIZATION_POLICY", "disable");
+	env_set("VGPU_LOG_LEVEL", "error");
+	env_set("LIBCUDA_LOG_LEVEL", "4");
+	env_set("VGPU_DISABLE", "0");
+	env_set("CUDA_DISABLE_CONTROL", "true");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_eq(o.memory_limit, 8 * GiB);
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_HARD);
+	cr_assert_eq(o.log_level, VGPU_LOG_ERROR);
+	cr_assert(!o.disable);
+	cr_assert_eq(o.src[VGPU_OPT_MEMORY_LIMIT],
+		     VGPU_SRC_NAME | VGPU_SRC_SHADOWED);
+	cr_assert_eq(o.src[VGPU_OPT_DISABLE],
+		     VGPU_SRC_NAME | VGPU_SRC_SHADOWED);
+}
+
+Test(precedence, per_device_overrides_global)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GiB");
+	env_set("VGPU_MEMORY_LIMIT_1", "2GiB");
+	env_set("VGPU_MEMORY_LIMIT_63", "1GiB");
+	env_set("VGPU_COMPUTE_LIMIT", "50");
+	env_set("VGPU_COMPUTE_LIMIT_3", "20");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_eq(o.device_memory_limit[0], 8 * GiB);
+	cr_assert_eq(o.device_memory_limit[1], 2 * GiB);
+	cr_assert_eq(o.device_memory_limit[2], 8 * GiB);
+	cr_assert_eq(o.device_memory_limit[63], GiB);
+	cr_assert_eq(o.device_compute_limit[3], 20);
+	cr_assert_eq(o.device_compute_limit[4], 50);
+	cr_assert_eq(o.device_src[VGPU_OPT_MEMORY_LIMIT][1],
+		     VGPU_SRC_DEVICE_NAME);
+	cr_assert_eq(o.device_src[VGPU_OPT_MEMORY_LIMIT][2], VGPU_SRC_NAME);
+	cr_assert_eq(vgpu__options_memory_limit(&o, 1), 2 * GiB);
+	cr_assert_eq(vgpu__options_memory_limit(&o, 64), 8 * GiB);
+	cr_assert_eq(vgpu__options_compute_limit(&o, 3), 20);
+	cr_assert_eq(vgpu__options_compute_limit(&o, 1000), 50);
+}
+
+Test(precedence, per_device_alias_beats_global_name)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GiB");
+	env_set("CUDA_DEVICE_MEMORY_LIMIT_0", "4096m");
+	env_set("CUDA_DEVICE_MEMORY_LIMIT_1", "4096m");
+	env_set("VGPU_MEMORY_LIMIT_1", "1GiB");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_eq(o.device_memory_limit[0], 4 * GiB);
+	cr_assert_eq(o.device_memory_limit[1], GiB);
+	cr_assert_eq(o.device_memory_limit[2], 8 * GiB);
+	cr_assert_eq(o.device_src[VGPU_OPT_MEMORY_LIMIT][1],
+		     VGPU_SRC_DEVICE_NAME | VGPU_SRC_SHADOWED);
+}
+
+Test(precedence, per_device_unlimited_exempts_a_device)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GiB");
+	env_set("VGPU_MEMORY_LIMIT_1", "unlimited");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_eq(o.device_memory_limit[0], 8 * GiB);
+	cr_assert_eq(o.device_memory_limit[1], VGPU_UNLIMITED);
+}
+
+Test(precedence, bad_name_falls_back_to_alias)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GB");
+	env_set("CUDA_DEVICE_MEMORY_LIMIT", "4096m");
+	cr_assert_eq(load(&o), 1);
+	cr_assert(strstr(err, "VGPU_MEMORY_LIMIT=\"8GB\""), "%s", err);
+	cr_assert_eq(o.memory_limit, 4 * GiB);
+	cr_assert_eq(o.src[VGPU_OPT_MEMORY_LIMIT], VGPU_SRC_ALIAS);
+}
+
+Test(precedence, shadowed_bad_alias_is_not_reported)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_COMPUTE_LIMIT", "30");
+	env_set("CUDA_DEVICE_SM_LIMIT", "lots");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_eq(o.compute_limit, 30);
+}
+
+/* ---- error messages -------------------------------------------------- */
+
+struct bad_var {
+	const char *name;
+	const char *value;
+	const char *what;
+};
+
+static void expect_all_bad(const struct bad_var *b, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		expect_bad(b[i].name, b[i].value, b[i].what);
+}
+
+Test(errors, sizes)
+{
+	static const struct bad_var bad[] = {
+		{ "VGPU_MEMORY_LIMIT", "", "is empty; expected a size" },
+		{ "VGPU_MEMORY_LIMIT", "lots", "is not a number" },
+		{ "VGPU_MEMORY_LIMIT", "-4GiB", "is negative" },
+		{ "VGPU_MEMORY_LIMIT", "20000000TiB", "is too large" },
+		{ "VGPU_MEMORY_LIMIT", "18446744073709551616", "is too large" },
+		{ "VGPU_MEMORY_LIMIT", "8GB", "has an unknown unit" },
+		{ "VGPU_MEMORY_LIMIT", "8 gigs", "has an unknown unit" },
+		{ "VGPU_MEMORY_LIMIT", "8GiB!", "has trailing characters" },
+		{ "VGPU_MEMORY_LIMIT", "1.5GiB", "is not a whole number" },
+		{ "VGPU_MEMORY_LIMIT", "0", "is out of range; expected a size"
+					   " of at least 1 byte" },
+		{ "VGPU_MEMORY_LIMIT_0", "8GB", "has an unknown unit" },
+		{ "VGPU_MEMORY_LIMIT_63", "-1", "is negative" },
+		{ "VGPU_HOST_SPILL_LIMIT", "", "is empty" },
+		{ "VGPU_HOST_SPILL_LIMIT", "-1", "is negative" },
+		{ "VGPU_HOST_SPILL_LIMIT", "4PiB", "has an unknown unit" },
+		{ "VGPU_HOST_SPILL_LIMIT", "99999999999999999999", "large" },
+		{ "VGPU_HOST_SPILL_LIMIT", "none", "is not a number" },
+	};
+
+	expect_all_bad(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(errors, percentages)
+{
+	static const struct bad_var bad[] = {
+		{ "VGPU_COMPUTE_LIMIT", "", "is empty" },
+		{ "VGPU_COMPUTE_LIMIT", "0", "is out of range; expected a "
+					    "whole percentage from 1 to 100" },
+		{ "VGPU_COMPUTE_LIMIT", "101", "is out of range" },
+		{ "VGPU_COMPUTE_LIMIT", "99999999999999999999999",
+		  "is out of range" },
+		{ "VGPU_COMPUTE_LIMIT", "-30", "is negative" },
+		{ "VGPU_COMPUTE_LIMIT", "30.5", "is not a whole number" },
+		{ "VGPU_COMPUTE_LIMIT", "30 percent", "has trailing" },
+		{ "VGPU_COMPUTE_LIMIT", "half", "is not a number" },
+		{ "VGPU_COMPUTE_LIMIT_5", "0", "is out of range" },
+	};
+
+	expect_all_bad(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(errors, enums_and_bools)
+{
+	static const struct bad_var bad[] = {
+		{ "VGPU_COMPUTE_POLICY", "", "is empty" },
+		{ "VGPU_COMPUTE_POLICY", "soft",
+		  "is not a known value; expected hard, elastic or off" },
+		{ "VGPU_COMPUTE_POLICY", "-1", "expected hard, elastic" },
+		{ "VGPU_COMPUTE_MODE", "space", "expected time or spatial" },
+		{ "VGPU_OVERCOMMIT", "yes", "expected off, managed, host or "
+					    "auto" },
+		{ "VGPU_LOG_LEVEL", "verbose", "expected error, warn, info" },
+		{ "VGPU_LOG_LEVEL", "5", "is out of range" },
+		{ "VGPU_LOG_LEVEL", "-1", "is negative" },
+		{ "VGPU_LOG_LEVEL", "99999999999999999999999", "out of range" },
+		{ "VGPU_VERBOSE", "2", "is not a known value; expected a "
+				       "boolean" },
+		{ "VGPU_VERBOSE", "", "is empty" },
+		{ "VGPU_ON_ERROR", "ignore", "expected refuse or warn" },
+		{ "VGPU_DISABLE", "maybe", "expected a boolean" },
+	};
+
+	expect_all_bad(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(errors, paths_and_tenant)
+{
+	static char long_path[VGPU_PATH_MAX + 8];
+	static const struct bad_var bad[] = {
+		{ "VGPU_LEDGER_DIR", "", "is empty" },
+		{ "VGPU_LEDGER_DIR", "vgpu", "is not an absolute path" },
+		{ "VGPU_LEDGER_DIR", "./ledger", "is not an absolute path" },
+		{ "VGPU_LEDGER_DIR", "/a\nb", "not allowed" },
+		{ "VGPU_TENANT", "", "is empty" },
+		{ "VGPU_TENANT", "team a",
+		  "not allowed here; expected 1 to 63" },
+		{ "VGPU_TENANT", "caf\xc3\xa9", "not allowed" },
+		{ "VGPU_TENANT", "t234567890123456789012345678901234567890"
+				 "123456789012345678901234", "is too long" },
+		{ "VGPU_REAL_LIBCUDA", "", "is empty" },
+		{ "VGPU_REAL_LIBCUDA", "lib/libcuda.so.1", "not an absolute" },
+	};
+
+	expect_all_bad(bad, sizeof(bad) / sizeof(bad[0]));
+	long_path[0] = '/';
+	memset(long_path + 1, 'p', VGPU_PATH_MAX);
+	long_path[VGPU_PATH_MAX] = '\0';
+	expect_bad("VGPU_LEDGER_DIR", long_path, "is too long");
+}
+
+Test(errors, aliases_name_themselves_and_their_own_forms)
+{
+	static const struct bad_var bad[] = {
+		{ "CUDA_DEVICE_MEMORY_LIMIT", "4096mb", "has an unknown unit; "
+		  "expected bytes, or a number with k, m or g" },
+		{ "CUDA_DEVICE_MEMORY_LIMIT", "-1", "is negative" },
+		{ "CUDA_DEVICE_MEMORY_LIMIT", "", "is empty" },
+		{ "CUDA_DEVICE_MEMORY_LIMIT_3", "4096 MB", "unknown unit" },
+		{ "CUDA_DEVICE_MEMORY_LIMIT", "99999999999999999999", "large" },
+		{ "CUDA_DEVICE_SM_LIMIT", "150", "is out of range; expected a "
+		  "whole percentage from 0 to 100 (0 for no limit)" },
+		{ "CUDA_DEVICE_SM_LIMIT_1", "-10", "is negative" },
+		{ "GPU_CORE_UTILIZATION_POLICY", "hard",
+		  "expected default, force or disable" },
+		{ "CUDA_OVERSUBSCRIBE", "host", "expected a boolean" },
+		{ "CUDA_DEVICE_MEMORY_SHARED_CACHE", "cache",
+		  "is not an absolute path; expected an absolute file path" },
+		{ "LIBCUDA_LOG_LEVEL", "debug", "is not a number" },
+		{ "LIBCUDA_LOG_LEVEL", "-1", "is negative" },
+		{ "LIBCUDA_LOG_LEVEL", "3 ", "has trailing" },
+		{ "LIBCUDA_LOG_LEVEL", "99999999999999999999999x", "trailing" },
+		{ "CUDA_DISABLE_CONTROL", "sure", "expected a boolean" },
+	};
+
+	expect_all_bad(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(errors, every_bad_variable_is_reported)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GB");
+	env_set("VGPU_COMPUTE_LIMIT", "0");
+	env_set("VGPU_COMPUTE_LIMIT_2", "200");
+	env_set("VGPU_OVERCOMMIT", "maybe");
+	env_set("VGPU_TENANT", "a b");
+	env_set("VGPU_VERBOSE", "1");
+	cr_assert_eq(load(&o), 5, "%s", err);
+	cr_assert(strstr(err, "VGPU_MEMORY_LIMIT=\"8GB\""));
+	cr_assert(strstr(err, "VGPU_COMPUTE_LIMIT=\"0\""));
+	cr_assert(strstr(err, "VGPU_COMPUTE_LIMIT_2=\"200\""));
+	cr_assert(strstr(err, "VGPU_OVERCOMMIT=\"maybe\""));
+	cr_assert(strstr(err, "VGPU_TENANT=\"a b\""));
+	/* The bad ones keep their defaults; the good one still applies. */
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+	cr_assert_eq(o.device_compute_limit[2], 100);
+	cr_assert_eq(o.overcommit, VGPU_OVERCOMMIT_OFF);
+	cr_assert(o.verbose);
+}
+
+Test(errors, bounded_buffer_ends_in_dots)
+{
+	struct vgpu_options o;
+	char small[48];
+
+	memset(small, 'X', sizeof(small));
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GB");
+	env_set("VGPU_COMPUTE_LIMIT", "0");
+	env_set("VGPU_OVERCOMMIT", "maybe");
+	cr_assert_eq(vgpu__options_load(&o, fake_getenv, small, sizeof(small)),
+		     3);
+	cr_assert_eq(strlen(small), sizeof(small) - 1);
+	cr_assert_str_eq(small + sizeof(small) - 4, "...");
+	cr_assert(strncmp(small, "VGPU_MEMORY_LIMIT=\"8GB\"", 23) == 0);
+	cr_assert_eq(vgpu__options_load(&o, fake_getenv, NULL, 0), 3);
+	cr_assert_eq(vgpu__options_load(&o, fake_getenv, small, 1), 3);
+	cr_assert_eq(small[0], '\0');
+}
+
+Test(errors, long_and_unprintable_values_are_quoted_safely)
+{
+	struct vgpu_options o;
+	char value[200];
+
+	memset(value, '9', sizeof(value) - 1);
+	value[sizeof(value) - 1] = '\0';
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", value);
+	env_set("VGPU_COMPUTE_MODE", "ti\x1bme");
+	cr_assert_eq(load(&o), 2);
+	cr_assert(strstr(err, "9999\"... is too large"), "%s", err);
+	cr_assert(strstr(err, "VGPU_COMPUTE_MODE=\"ti?me\""), "%s", err);
+	cr_assert_lt(strlen(err), 500);
+}
+
+/* ---- unknown names --------------------------------------------------- */
+
+Test(check_names, reports_misspelt_and_out_of_range_names)
+{
+	static const char *const envp[] = {
+		"PATH=/usr/bin",
+		"VGPU_MEMORY_LIMIT=8GiB",
+		"VGPU_MEMORY_LIMIT_63=1GiB",
+		"VGPU_MEMROY_LIMIT=8GiB",
+		"VGPU_MEMORY_LIMIT_64=1GiB",
+		"VGPU_COMPUTE_LIMIT_01=5",
+		"VGPU_COMPUTE_POLICY_1=hard",
+		"VGPU_SIM_MEMORY=80GiB",
+		"CUDA_DEVICE_MEMORY_LIMIT_3=4096m",
+		"CUDA_DEVICE_MEMORY_LIMIT_99=4096m",
+		"CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x.cache",
+		"CUDA_DEVICE_SM_LIMIT=10",
+		"VGPU_",
+		NULL,
+	};
+	char out[1024];
+
+	cr_assert_eq(vgpu__options_check_names(envp, out, sizeof(out)), 5,
+		     "%s", out);
+	cr_assert(strstr(out, "VGPU_MEMROY_LIMIT is not a known option"));
+	cr_assert(strstr(out, "VGPU_MEMORY_LIMIT_64 is not"));
+	cr_assert(strstr(out, "VGPU_COMPUTE_LIMIT_01 is not"));
+	cr_assert(strstr(out, "VGPU_COMPUTE_POLICY_1 is not"));
+	cr_assert(strstr(out, "CUDA_DEVICE_MEMORY_LIMIT_99 is not"));
+	cr_assert_null(strstr(out, "SIM"));
+	cr_assert_null(strstr(out, "=8GiB"));
+}
+
+/* ---- the verbose dump ------------------------------------------------ */
+
+/* Runs the dump into a temporary file and returns its text. */
+static const char *dump(const struct vgpu_options *o)
+{
+	static char text[1 << 16];
+	FILE *f = tmpfile();
+	ssize_t n;
+
+	cr_assert_not_null(f);
+	cr_assert_eq(vgpu__options_dump(o, fileno(f)), 0);
+	cr_assert_eq(lseek(fileno(f), 0, SEEK_SET), 0);
+	n = read(fileno(f), text, sizeof(text) - 1);
+	cr_assert_geq(n, 0);
+	text[n] = '\0';
+	fclose(f);
+	return text;
+}
+
+static int count(const char *text, const char *needle)
+{
+	int n = 0;
+
+	for (; (text = strstr(text, needle)); text++)
+		n++;
+	return n;
+}
+
+Test(dump, every_option_once_with_its_source)
+{
+	struct vgpu_options o;
+	const char *text;
+	char needle[80];
+	unsigned id;
+
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "8GiB");
+	env_set("CUDA_DEVICE_MEMORY_LIMIT", "2g");
+	env_set("CUDA_DEVICE_MEMORY_LIMIT_2", "4096m");
+	env_set("CUDA_DEVICE_SM_LIMIT", "40");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	text = dump(&o);
+	for (id = 0; id < VGPU_OPT_COUNT; id++) {
+		snprintf(needle, sizeof(needle), "vgpu: option %s=",
+			 vgpu__option_desc(id)->name);
+		cr_assert_eq(count(text, needle), 1, "%s in:\n%s", needle,
+			     text);
+	}
+	cr_assert(strstr(text, "vgpu: option VGPU_MEMORY_LIMIT=8GiB (set by "
+			       "VGPU_MEMORY_LIMIT, CUDA_DEVICE_MEMORY_LIMIT "
+			       "ignored)\n"), "%s", text);
+	cr_assert(strstr(text, "vgpu: option VGPU_MEMORY_LIMIT_2=4GiB (set "
+			       "by CUDA_DEVICE_MEMORY_LIMIT_2)\n"), "%s", text);
+	cr_assert(strstr(text, "vgpu: option VGPU_COMPUTE_LIMIT=40 (set by "
+			       "CUDA_DEVICE_SM_LIMIT)\n"), "%s", text);
+	cr_assert(strstr(text, "vgpu: option VGPU_COMPUTE_POLICY=hard "
+			       "(default)\n"), "%s", text);
+	cr_assert(strstr(text, "vgpu: option VGPU_HOST_SPILL_LIMIT=unlimited "
+			       "(default)\n"), "%s", text);
+	cr_assert_eq(count(text, "VGPU_MEMORY_LIMIT_"), 1, "%s", text);
+	cr_assert_eq(count(text, "\n"), VGPU_OPT_COUNT + 1, "%s", text);
+}
+
+/* Feeds every "vgpu: option NAME=VALUE (source)" line back as NAME=VALUE;
+ * empty values (a default that is no valid setting) are left out. */
+static void env_from_dump(const char *text)
+{
+	const char *line, *eq, *paren, *nl, *p;
+	char name[64], value[VGPU_PATH_MAX + 64];
+
+	env_clear();
+	for (line = text; *line; line = nl + 1) {
+		nl = strchr(line, '\n');
+		cr_assert_not_null(nl);
+		cr_assert(strncmp(line, "vgpu: option ", 13) == 0, "%s", line);
+		line += 13;
+		eq = strchr(line, '=');
+		cr_assert(eq && eq < nl, "%s", line);
+		paren = NULL;
+		for (p = eq; (p = strstr(p, " (")) && p < nl; p++)
+			paren = p;
+		cr_assert_not_null(paren, "%s", line);
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - line), line);
+		snprintf(value, sizeof(value), "%.*s",
+			 (int)(paren - eq - 1), eq + 1);
+		if (*value)
+			env_set(name, value);
+	}
+}
+
+Test(dump, reads_back_to_the_same_options)
+{
+	struct vgpu_options a, b;
+	unsigned id;
+
+	env_clear();
+	env_set("CUDA_DEVICE_MEMORY_LIMIT", "12000m");
+	env_set("VGPU_MEMORY_LIMIT_1", "1536");
+	env_set("VGPU_MEMORY_LIMIT_7", "unlimited");
+	env_set("VGPU_COMPUTE_LIMIT", "30%");
+	env_set("CUDA_DEVICE_SM_LIMIT_4", "0");
+	env_set("GPU_CORE_UTILIZATION_POLICY", "default");
+	env_set("VGPU_COMPUTE_MODE", "SPATIAL");
+	env_set("CUDA_OVERSUBSCRIBE", "on");
+	env_set("VGPU_HOST_SPILL_LIMIT", "3T");
+	env_set("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu (x)/a.cache");
+	env_set("VGPU_TENANT", "ns/pod-7");
+	env_set("LIBCUDA_LOG_LEVEL", "2");
+	env_set("VGPU_VERBOSE", "yes");
+	env_set("VGPU_ON_ERROR", "warn");
+	env_set("VGPU_REAL_LIBCUDA", "/opt/nv/libcuda.so.1");
+	cr_assert_eq(load(&a), 0, "%s", err);
+	env_from_dump(dump(&a));
+	cr_assert_eq(load(&b), 0, "%s", err);
+	cr_assert_eq(memcmp(a.device_memory_limit, b.device_memory_limit,
+			    sizeof(a.device_memory_limit)), 0);
+	cr_assert_eq(memcmp(a.device_compute_limit, b.device_compute_limit,
+			    sizeof(a.device_compute_limit)), 0);
+	cr_assert_eq(a.memory_limit, b.memory_limit);
+	cr_assert_eq(a.compute_limit, b.compute_limit);
+	cr_assert_eq(a.compute_policy, VGPU_POLICY_ELASTIC);
+	cr_assert_eq(b.compute_policy, VGPU_POLICY_ELASTIC);
+	cr_assert_eq(b.compute_mode, VGPU_MODE_SPATIAL);
+	cr_assert_eq(b.overcommit, VGPU_OVERCOMMIT_AUTO);
+	cr_assert_eq(b.host_spill_limit, 3 * TiB);
+	cr_assert_str_eq(b.ledger_dir, "/tmp/vgpu (x)");
+	cr_assert_str_eq(b.tenant, "ns/pod-7");
+	cr_assert_eq(b.log_level, VGPU_LOG_INFO);
+	cr_assert(b.verbose);
+	cr_assert_eq(b.on_error, VGPU_ON_ERROR_WARN);
+	cr_assert_str_eq(b.real_libcuda, "/opt/nv/libcuda.so.1");
+	for (id = 0; id < VGPU_OPT_COUNT; id++)
+		cr_assert_neq(b.src[id], VGPU_SRC_ALIAS, "%u", id);
+}
+
+Test(dump, reports_a_failed_write)
+{
+	struct vgpu_options o;
+	int fds[2];
+
+	env_clear();
+	cr_assert_eq(load(&o), 0);
+	cr_assert_eq(vgpu__options_dump(&o, -1), -1);
+	cr_assert_eq(pipe(fds), 0);
+	close(fds[1]);
+	cr_assert_eq(vgpu__options_dump(&o, fds[0]), -1);
+	close(fds[0]);
+}
