@@ -193,13 +193,14 @@ VSIM_EXPORT CUresult cuDriverGetVersion(int *version)
 	return CUDA_SUCCESS;
 }
 
-VSIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
+/* The name (which == 0) or the description of an error code. */
+static CUresult error_text(CUresult error, int which, const char **str)
 {
 	if (!str)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
 		if (errors[i].value == (int)error) {
-			*str = errors[i].name;
+			*str = which == 0 ? errors[i].name : errors[i].text;
 			return CUDA_SUCCESS;
 		}
 	}
@@ -207,18 +208,14 @@ VSIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+VSIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
+{
+	return error_text(error, 0, str);
+}
+
 VSIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
 {
-	if (!str)
-		return CUDA_ERROR_INVALID_VALUE;
-	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
-		if (errors[i].value == (int)error) {
-			*str = errors[i].text;
-			return CUDA_SUCCESS;
-		}
-	}
-	*str = NULL;
-	return CUDA_ERROR_INVALID_VALUE;
+	return error_text(error, 1, str);
 }
 
 VSIM_EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)
