@@ -48,7 +48,9 @@ static CUresult lookup(const char *symbol, void **pfn, int version,
 	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 	size_t i;
 
-	if (!symbol || !pfn || (flags & ~(cuuint64_t)PROC_FLAGS))
+	/* A version newer than this driver is refused, as cuda.h says. */
+	if (!symbol || !pfn || (flags & ~(cuuint64_t)PROC_FLAGS) ||
+	    version > VSIM_DRIVER_VERSION)
 		return CUDA_ERROR_INVALID_VALUE;
 	i = first_of(symbol);
 	if (i < vsim_entries_count && strcmp(vsim_entries[i].name, symbol) == 0) {
