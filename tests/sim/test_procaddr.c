@@ -54,7 +54,20 @@ Test(procaddr, version_selects_abi)
 	cr_assert_eq(v1, sym("cuCtxGetDevice"));
 	cr_assert_eq(v2, sym("cuCtxGetDevice_v2"));
 	cr_assert_eq(found("cuCtxGetDevice", 12080, 0), v1);
-	cr_assert_eq(found("cuCtxGetDevice", 99999, 0), v2);
+}
+
+/* "If the specified CUDA version is greater than the driver version, the
+ * API will return CUDA_ERROR_INVALID_VALUE." The driver is 13.0. */
+Test(procaddr, version_above_driver)
+{
+	void *fn = NULL;
+
+	simtest_init();
+	found("cuMemAlloc", 13000, 0);
+	CU_ASSERT(cuGetProcAddress("cuMemAlloc", &fn, 13010, 0, NULL),
+		  CUDA_ERROR_INVALID_VALUE);
+	CU_ASSERT(cuGetProcAddress("cuCtxGetDevice", &fn, 99999, 0, NULL),
+		  CUDA_ERROR_INVALID_VALUE);
 }
 
 Test(procaddr, mem_alloc_v2)
