@@ -408,7 +408,7 @@ VSIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	pthread_mutex_lock(&d->primary_lock);
 	if (d->primary_refs == 0) {
 		rc = CUDA_ERROR_INVALID_CONTEXT;
-	} else if (--d->primary_refs == 0) {
+	} else if (--d->primary_refs == 0 && d->primary->active) {
 		ctx_teardown(d->primary);
 	}
 	pthread_mutex_unlock(&d->primary_lock);
@@ -426,7 +426,7 @@ VSIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	pthread_mutex_lock(&d->primary_lock);
 	if (d->primary && d->primary->active)
 		ctx_teardown(d->primary);
-	d->primary_refs = 0;
+	/* Retains stand: their owners release them later, as cuda.h allows. */
 	d->primary_flags = 0;
 	pthread_mutex_unlock(&d->primary_lock);
 	return CUDA_SUCCESS;
