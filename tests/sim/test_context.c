@@ -96,6 +96,33 @@ Test(context, primary_reset_frees_memory)
 	cr_assert_eq(free_b, total);
 }
 
+/* "Resetting the primary context does not release it ... it is safe for
+ * other modules to call cuDevicePrimaryCtxRelease() even after resetting
+ * the device." A module's release after the reset must not take down the
+ * context another module retained since. */
+Test(context, primary_reset_keeps_retains)
+{
+	CUcontext a, b;
+	CUdeviceptr p;
+	unsigned flags;
+	int active;
+
+	init_bare();
+	CU_OK(cuDevicePrimaryCtxRetain(&a, 0));      /* module A */
+	CU_OK(cuDevicePrimaryCtxReset(0));
+	CU_OK(cuDevicePrimaryCtxRetain(&b, 0));      /* module B */
+	CU_OK(cuCtxSetCurrent(b));
+	CU_OK(cuMemAlloc(&p, MIB));
+	CU_OK(cuDevicePrimaryCtxRelease(0));         /* A lets go */
+	CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	cr_assert_eq(active, 1, "B's context went with A's release");
+	CU_OK(cuMemsetD8(p, 0, MIB));
+	CU_OK(cuDevicePrimaryCtxRelease(0));         /* B lets go */
+	CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	cr_assert_eq(active, 0);
+	CU_ASSERT(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+}
+
 Test(context, create_makes_current_and_destroy_pops)
 {
 	CUcontext ctx = NULL;
