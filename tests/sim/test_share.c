@@ -278,6 +278,61 @@ static int kernel_runner(void *arg)
 	return cuCtxSynchronize() == CUDA_SUCCESS ? 0 : 13;
 }
 
+/* Starts a kernel of 10 s, says so, and waits to be killed mid-kernel. */
+static int long_kernel(void *arg)
+{
+	int *fds = arg;
+	CUdeviceptr p = 0;
+	float scale = 1.0f;
+	int n = 0;
+	void *params[] = { &p, &scale, &n };
+	CUmodule m;
+	CUfunction f;
+	char c = 'r';
+
+	close(fds[0]);
+	setenv("VGPU_SIM_KERNEL_NS", "10000000000", 1);
+	if (child_init() != 0 ||
+	    cuModuleLoad(&m, SIMTEST_OWN_CUBIN) != CUDA_SUCCESS ||
+	    cuModuleGetFunction(&f, m, "user_scale") != CUDA_SUCCESS ||
+	    cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL) !=
+		    CUDA_SUCCESS)
+		c = 'x';
+	if (write(fds[1], &c, 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+/* A process killed while its kernel holds the device does not keep it. */
+Test(share, killed_process_releases_engine, .timeout = 20)
+{
+	CUfunction f;
+	int fds[2];
+	char c = 0;
+	pid_t pid;
+	uint64_t t0, took;
+
+	setenv("VGPU_SIM_KERNEL_NS", "1000000", 1);
+	simtest_init_shared();
+	f = simtest_own_kernel();
+	cr_assert_eq(pipe(fds), 0);
+	pid = spawn(long_kernel, fds);
+	close(fds[1]);
+	cr_assert_eq(read(fds[0], &c, 1), 1);
+	cr_assert_eq(c, 'r', "the child could not launch");
+	simtest_sleep_ms(50);   /* let its kernel take the device */
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, NULL, 0), pid);
+	t0 = simtest_now_ns();
+	simtest_launch_own(f, NULL);
+	CU_OK(cuCtxSynchronize());
+	took = simtest_now_ns() - t0;
+	/* Far below the dead kernel's 10 s. */
+	cr_assert_lt(took, 5000000000ull, "%llu ms",
+		     (unsigned long long)(took / 1000000));
+}
+
 Test(share, kernels_of_two_processes_do_not_overlap)
 {
 	const uint64_t sum_ns = 2ull * KERNELS * KERNEL_MS * 1000000ull;
