@@ -174,6 +174,42 @@ Test(stream, non_blocking_stream_independent_of_null_stream)
 	CU_OK(cuCtxSynchronize());
 }
 
+static void *open_later(void *arg)
+{
+	simtest_sleep_ms(30);
+	simtest_gate_open(arg);
+	return NULL;
+}
+
+/* A synchronous copy runs on the NULL stream: it waits for earlier work on
+ * blocking streams, not for non-blocking ones. */
+Test(stream, synchronous_copy_and_blocking_streams)
+{
+	struct simtest_gate *held, *nb_held;
+	struct simtest_log log = { 0 };
+	unsigned char buf[64] = { 0 };
+	CUstream blocking, nb;
+	CUdeviceptr d;
+	pthread_t th;
+
+	simtest_init();
+	held = simtest_gate_new();
+	nb_held = simtest_gate_new();
+	CU_OK(cuMemAlloc(&d, sizeof(buf)));
+	CU_OK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+	simtest_gate_queue(nb_held, nb);
+	CU_OK(cuMemcpyHtoD(d, buf, sizeof(buf)));   /* nb is not waited for */
+	CU_OK(cuStreamCreate(&blocking, 0));
+	simtest_gate_queue(held, blocking);
+	simtest_log_queue(&log, blocking, 1);
+	cr_assert_eq(pthread_create(&th, NULL, open_later, held), 0);
+	CU_OK(cuMemcpyDtoH(buf, d, sizeof(buf)));   /* blocking is */
+	cr_assert_eq(simtest_log_count(&log), 1, "copied before earlier work");
+	pthread_join(th, NULL);
+	simtest_gate_open(nb_held);
+	CU_OK(cuCtxSynchronize());
+}
+
 /* Two blocking streams do not wait for each other. */
 Test(stream, blocking_streams_independent)
 {
