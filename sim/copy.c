@@ -169,7 +169,7 @@ static CUresult side_2d(CUmemorytype type, const void *host, CUdeviceptr dev,
 			size_t height, const char **out)
 {
 	const char *base;
-	size_t extent;
+	size_t offset, extent;
 
 	switch (type) {
 	case CU_MEMORYTYPE_HOST:
@@ -186,8 +186,16 @@ static CUresult side_2d(CUmemorytype type, const void *host, CUdeviceptr dev,
 	}
 	if (!base || (height > 1 && pitch < width))
 		return CUDA_ERROR_INVALID_VALUE;
-	base += y * pitch + x;
-	extent = (height - 1) * pitch + width;
+	/* Offsets and extents that overflow would wrap into small ranges
+	 * that pass the check below. */
+	if (__builtin_mul_overflow(y, pitch, &offset) ||
+	    __builtin_add_overflow(offset, x, &offset) ||
+	    __builtin_mul_overflow(height - 1, pitch, &extent) ||
+	    __builtin_add_overflow(extent, width, &extent) ||
+	    (uintptr_t)base > UINTPTR_MAX - offset ||
+	    (uintptr_t)base + offset > UINTPTR_MAX - extent)
+		return CUDA_ERROR_INVALID_VALUE;
+	base += offset;
 	if (check_side(base, extent, type == CU_MEMORYTYPE_DEVICE ?
 					 SIDE_DEVICE : SIDE_ANY) != CUDA_SUCCESS)
 		return CUDA_ERROR_INVALID_VALUE;
