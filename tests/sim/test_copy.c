@@ -271,6 +271,37 @@ Test(copy, memcpy_2d_out_of_range)
 	CU_ASSERT(cuMemcpy2D(NULL), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* Extents whose arithmetic overflows are refused, never wrapped around
+ * into a small range that passes the check. */
+Test(copy, memcpy_2d_overflowing_extent)
+{
+	CUdeviceptr a, b;
+	CUDA_MEMCPY2D c;
+
+	simtest_init();
+	CU_OK(cuMemAlloc(&a, 4096));
+	CU_OK(cuMemAlloc(&b, 4096));
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.srcDevice = a;
+	c.srcPitch = 64;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.dstDevice = b;
+	c.dstPitch = 64;
+	c.WidthInBytes = 64;
+	/* (Height - 1) * 64 + 64 is 2^64: zero, if it wraps. */
+	c.Height = ((size_t)1 << 58) + 1;
+	CU_ASSERT(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
+	c.Height = 1;
+	c.srcY = (size_t)1 << 58;    /* y * pitch wraps to 0 */
+	CU_ASSERT(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
+	c.srcY = 0;
+	c.srcXInBytes = SIZE_MAX - 63;   /* base + x wraps below base */
+	CU_ASSERT(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
+	c.srcXInBytes = 0;
+	CU_OK(cuMemcpy2D(&c));
+}
+
 Test(copy, out_of_range)
 {
 	unsigned char buf[8192];
