@@ -87,24 +87,30 @@ Test(stream, query_not_ready_until_done)
 
 #ifdef SIMTEST_KERNELS
 /* A kernel of 200 ms (the own kernel has no host form) is in flight: the
- * stream is not ready, then is after synchronising. */
+ * stream and an event after the kernel are not ready, then are after
+ * synchronising. */
 Test(stream, query_not_ready_during_kernel)
 {
 	CUfunction f;
 	CUstream s;
+	CUevent e;
 	uint64_t t0;
 
 	setenv("VGPU_SIM_KERNEL_NS", "200000000", 1);
 	simtest_init();
 	f = simtest_own_kernel();
 	CU_OK(cuStreamCreate(&s, 0));
+	CU_OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
 	t0 = simtest_now_ns();
 	simtest_launch_own(f, s);
+	CU_OK(cuEventRecord(e, s));
 	CU_ASSERT(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+	CU_ASSERT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
 	CU_ASSERT(cuStreamQuery(NULL), CUDA_SUCCESS);
 	CU_OK(cuStreamSynchronize(s));
 	cr_assert_geq(simtest_now_ns() - t0, 200000000ull);
 	CU_OK(cuStreamQuery(s));
+	CU_OK(cuEventQuery(e));
 }
 #endif
 
