@@ -113,6 +113,14 @@ bool vsim_mem_lookup(uintptr_t p, size_t len, struct vsim_alloc *out)
 	return found;
 }
 
+/* The parent's allocations are not the child's: forgotten, not unmapped
+ * (the child keeps private copies of the pages, as of any memory). */
+void vsim_mem_fork_child(void)
+{
+	pthread_rwlock_init(&table_lock, NULL);
+	table_len = 0;
+}
+
 CUresult vsim_mem_check_device(CUdeviceptr p, size_t len)
 {
 	struct vsim_alloc a;

@@ -173,6 +173,8 @@ void vsim_mem_free_ctx(struct CUctx_st *ctx);
 bool vsim_mem_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
 /* Checks a device range for a copy: CUDA_ERROR_INVALID_VALUE when unknown. */
 CUresult vsim_mem_check_device(CUdeviceptr p, size_t len);
+/* In a forked child: forget the parent's allocations. */
+void vsim_mem_fork_child(void);
 
 /* ---- stream.c: in-order work queues run by worker threads ----------------- */
 
