@@ -37,6 +37,14 @@ static int exit_status(pid_t pid)
 	return WEXITSTATUS(status);
 }
 
+/* The child exited 0; otherwise its status names the step that failed. */
+static void succeeded(pid_t pid)
+{
+	int st = exit_status(pid);
+
+	cr_assert_eq(st, 0, "the child failed at its step %d", st);
+}
+
 /* In a child: cuInit and device 0's primary context. */
 static int child_init(void)
 {
@@ -87,7 +95,7 @@ Test(share, second_process_sees_first_process_memory)
 
 	simtest_init_shared();
 	CU_OK(cuMemAlloc(&p, 48 * MIB));
-	cr_assert_eq(exit_status(spawn(second_process, NULL)), 0);
+	succeeded(spawn(second_process, NULL));
 	/* The child's memory came back when it exited. */
 	cr_assert_eq(free_now(), 16 * MIB);
 	CU_OK(cuMemFree(p));
@@ -121,7 +129,7 @@ Test(share, exited_process_memory_returns)
 	cr_assert_eq(c, 'r');
 	cr_assert_eq(free_now(), SIMTEST_MEMORY - 32 * MIB);
 	close(to_child[1]);
-	cr_assert_eq(exit_status(pid), 0);
+	succeeded(pid);
 	cr_assert_eq(free_now(), SIMTEST_MEMORY);
 }
 
@@ -207,13 +215,47 @@ static int fresh_child(void *arg)
 	return 0;
 }
 
+/* The parent's allocations are not the child's: the child cannot free
+ * them, and trying does not disturb its own accounting. */
+static int not_my_memory(void *arg)
+{
+	CUdeviceptr parents = *(CUdeviceptr *)arg, mine, base;
+	size_t free_b, total;
+	unsigned type;
+
+	if (child_init() != 0 || cuMemAlloc(&mine, 16 * MIB) != CUDA_SUCCESS)
+		return 10;
+	if (cuMemGetAddressRange(&base, NULL, parents) != CUDA_ERROR_NOT_FOUND)
+		return 11;
+	if (cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+				  parents) != CUDA_ERROR_INVALID_VALUE)
+		return 12;
+	if (cuMemFree(parents) != CUDA_ERROR_INVALID_VALUE)
+		return 13;
+	if (cuMemGetInfo(&free_b, &total) != CUDA_SUCCESS ||
+	    free_b != SIMTEST_MEMORY - 8 * MIB - 16 * MIB)
+		return 14;
+	return 0;
+}
+
+Test(share, forked_child_does_not_own_parent_memory)
+{
+	CUdeviceptr p;
+
+	simtest_init_shared();
+	CU_OK(cuMemAlloc(&p, 8 * MIB));
+	succeeded(spawn(not_my_memory, &p));
+	CU_OK(cuMemFree(p));
+	cr_assert_eq(free_now(), SIMTEST_MEMORY);
+}
+
 Test(share, forked_child_starts_fresh)
 {
 	CUdeviceptr p;
 
 	simtest_init_shared();
 	CU_OK(cuMemAlloc(&p, 8 * MIB));
-	cr_assert_eq(exit_status(spawn(fresh_child, NULL)), 0);
+	succeeded(spawn(fresh_child, NULL));
 	/* The parent is untouched. */
 	CU_OK(cuMemFree(p));
 	cr_assert_eq(free_now(), SIMTEST_MEMORY);
@@ -237,7 +279,7 @@ static int other_size(void *arg)
 Test(share, first_process_sets_capacity)
 {
 	simtest_init_shared();
-	cr_assert_eq(exit_status(spawn(other_size, NULL)), 0);
+	succeeded(spawn(other_size, NULL));
 }
 
 /* ---- one kernel at a time across processes -------------------------------- */
@@ -352,8 +394,8 @@ Test(share, kernels_of_two_processes_do_not_overlap)
 	cr_assert(c[0] == 'r' && c[1] == 'r', "a runner failed to set up");
 	t0 = simtest_now_ns();
 	cr_assert_eq(write(r.go[1], "gg", 2), 2);
-	cr_assert_eq(exit_status(a), 0);
-	cr_assert_eq(exit_status(b), 0);
+	succeeded(a);
+	succeeded(b);
 	wall = simtest_now_ns() - t0;
 	/* Overlapping, they would take about half of this. */
 	cr_assert_geq(wall, sum_ns * 9 / 10, "%llu ms for %llu ms of kernels",
