@@ -1,366 +1,17 @@
-/* options.c - the VGPU_* options: one descriptor table, pure parsers, a
- * loader that takes a getenv-like function, and the verbose dump.
+/* options.c - the VGPU_* options: one descriptor table, the option parsers
+ * built on parse.c, a loader that takes a getenv-like function, and the
+ * accessors. The verbose dump is in options_dump.c.
  *
  * Usable from a library constructor: no allocation, no locks, no stdio.
- * Text is formatted into caller or stack buffers and written with write(2).
+ * Text is formatted into caller or stack buffers.
  * docs/configuration.md describes the same table for users.
  */
 #include "options.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-
-/* ---- characters ------------------------------------------------------ */
-
-static bool is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static bool is_alpha(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-/* Printable ASCII other than space: what a tenant name may hold. */
-static bool is_graph(char c)
-{
-	return c > ' ' && c < 0x7f;
-}
-
-static char to_lower(char c)
-{
-	return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-}
-
-/* Case-insensitive comparison of s[0..n) with the lower-case word w. */
-static bool word_eq_n(const char *s, size_t n, const char *w)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (w[i] == '\0' || to_lower(s[i]) != w[i])
-			return false;
-	return w[n] == '\0';
-}
-
-static bool word_eq(const char *s, const char *w)
-{
-	return word_eq_n(s, strlen(s), w);
-}
-
-/* ---- bounded formatting ---------------------------------------------- */
-
-/* A string being built in a fixed buffer; always NUL-terminated. */
-struct fmtbuf {
-	char *buf;
-	size_t cap;
-	size_t len;
-	bool truncated;
-};
-
-static void fb_init(struct fmtbuf *b, char *buf, size_t cap)
-{
-	b->buf = buf;
-	b->cap = buf ? cap : 0;
-	b->len = 0;
-	b->truncated = false;
-	if (b->cap)
-		buf[0] = '\0';
-}
-
-static void fb_putc(struct fmtbuf *b, char c)
-{
-	if (b->len + 1 >= b->cap) {
-		b->truncated = true;
-		return;
-	}
-	b->buf[b->len++] = c;
-	b->buf[b->len] = '\0';
-}
-
-static void fb_puts(struct fmtbuf *b, const char *s)
-{
-	while (*s)
-		fb_putc(b, *s++);
-}
-
-static void fb_u64(struct fmtbuf *b, uint64_t v)
-{
-	char digits[20];
-	int n = 0;
-
-	do {
-		digits[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		fb_putc(b, digits[--n]);
-}
-
-/* A user's value, quoted, cut at 64 bytes, non-printables shown as '?'. */
-static void fb_quoted(struct fmtbuf *b, const char *s)
-{
-	size_t i;
-
-	fb_putc(b, '"');
-	for (i = 0; s[i] && i < 64; i++)
-		fb_putc(b, (s[i] >= ' ' && s[i] < 0x7f) ? s[i] : '?');
-	fb_putc(b, '"');
-	if (s[i])
-		fb_puts(b, "...");
-}
-
-/* Marks a buffer that ran out of room by ending it with "...". */
-static void fb_finish(struct fmtbuf *b)
-{
-	if (b->truncated && b->cap >= 4)
-		memcpy(b->buf + b->cap - 4, "...", 4);
-}
-
-/* ---- pure parsers ---------------------------------------------------- */
-
-/* Reads a non-negative whole number at *sp, moving *sp past its digits. */
-static int parse_whole(const char **sp, uint64_t *out)
-{
-	const char *s = *sp;
-	uint64_t v = 0;
-
-	if (!s || !*s)
-		return VGPU_PARSE_EMPTY;
-	if (*s == '-')
-		return is_digit(s[1]) ? VGPU_PARSE_NEGATIVE
-				      : VGPU_PARSE_NOT_NUMBER;
-	if (!is_digit(*s))
-		return VGPU_PARSE_NOT_NUMBER;
-	for (; is_digit(*s); s++) {
-		unsigned d = (unsigned)(*s - '0');
-
-		if (v > (UINT64_MAX - d) / 10)
-			return VGPU_PARSE_OVERFLOW;
-		v = v * 10 + d;
-	}
-	if (*s == '.' || *s == ',')
-		return VGPU_PARSE_FRACTION;
-	*sp = s;
-	*out = v;
-	return VGPU_PARSE_OK;
-}
-
-struct size_unit {
-	const char *word;
-	unsigned shift;
-};
-
-static const struct size_unit size_units[] = {
-	{ "", 0 },   { "b", 0 },
-	{ "k", 10 }, { "kib", 10 },
-	{ "m", 20 }, { "mib", 20 },
-	{ "g", 30 }, { "gib", 30 },
-	{ "t", 40 }, { "tib", 40 },
-};
-
-/*
- * A size: a whole number, then optional spaces and a binary unit
- * (B, K/KiB, M/MiB, G/GiB, T/TiB, any case). Decimal units (KB, GB) are
- * refused as ambiguous. Nothing may precede the number or follow the unit.
- */
-int vgpu__parse_size(const char *s, uint64_t *out)
-{
-	const char *num_end, *unit;
-	uint64_t n;
-	size_t i, ulen;
-	int rc;
-
-	rc = parse_whole(&s, &n);
-	if (rc)
-		return rc;
-	num_end = s;
-	while (*s == ' ')
-		s++;
-	unit = s;
-	while (is_alpha(*s))
-		s++;
-	ulen = (size_t)(s - unit);
-	for (i = 0; i < sizeof(size_units) / sizeof(size_units[0]); i++)
-		if (word_eq_n(unit, ulen, size_units[i].word))
-			break;
-	if (i == sizeof(size_units) / sizeof(size_units[0]))
-		return VGPU_PARSE_UNIT;
-	if (*s || (ulen == 0 && unit != num_end))
-		return VGPU_PARSE_TRAILING;
-	if (n > (UINT64_MAX >> size_units[i].shift))
-		return VGPU_PARSE_OVERFLOW;
-	*out = n << size_units[i].shift;
-	return VGPU_PARSE_OK;
-}
-
-/* A whole percentage 0..100, optionally followed by '%'. */
-int vgpu__parse_percent(const char *s, unsigned *out)
-{
-	uint64_t n;
-	int rc;
-
-	rc = parse_whole(&s, &n);
-	if (rc == VGPU_PARSE_OVERFLOW)
-		return VGPU_PARSE_RANGE;
-	if (rc)
-		return rc;
-	if (*s == '%')
-		s++;
-	if (*s)
-		return VGPU_PARSE_TRAILING;
-	if (n > 100)
-		return VGPU_PARSE_RANGE;
-	*out = (unsigned)n;
-	return VGPU_PARSE_OK;
-}
-
-static const char *const bool_true[] = { "1", "true", "yes", "on", NULL };
-static const char *const bool_false[] = { "0", "false", "no", "off", NULL };
-
-/* 1/true/yes/on or 0/false/no/off, any case. */
-int vgpu__parse_bool(const char *s, bool *out)
-{
-	int i;
-
-	if (!s || !*s)
-		return VGPU_PARSE_EMPTY;
-	if (vgpu__parse_enum(s, bool_true, &i) == VGPU_PARSE_OK) {
-		*out = true;
-		return VGPU_PARSE_OK;
-	}
-	if (vgpu__parse_enum(s, bool_false, &i) == VGPU_PARSE_OK) {
-		*out = false;
-		return VGPU_PARSE_OK;
-	}
-	return VGPU_PARSE_UNKNOWN_WORD;
-}
-
-/* The index of s in the NULL-terminated list of lower-case names, any case. */
-int vgpu__parse_enum(const char *s, const char *const *names, int *out)
-{
-	int i;
-
-	if (!s || !*s)
-		return VGPU_PARSE_EMPTY;
-	for (i = 0; names[i]; i++) {
-		if (word_eq(s, names[i])) {
-			*out = i;
-			return VGPU_PARSE_OK;
-		}
-	}
-	return VGPU_PARSE_UNKNOWN_WORD;
-}
-
-static const char *const log_level_names[] = {
-	"error", "warn", "info", "debug", NULL
-};
-
-/* HAMi's numbers: 0 errors, 1 warnings, 2 and 3 information, 4 debug. */
-static const int log_level_numbers[] = {
-	VGPU_LOG_ERROR, VGPU_LOG_WARN, VGPU_LOG_INFO, VGPU_LOG_INFO,
-	VGPU_LOG_DEBUG,
-};
-
-/* error|warn|info|debug (any case), or a number 0..4. */
-int vgpu__parse_log_level(const char *s, int *out)
-{
-	const char *p = s;
-	uint64_t n;
-	int rc;
-
-	if (s && is_digit(*s)) {
-		rc = parse_whole(&p, &n);
-		if (rc == VGPU_PARSE_OVERFLOW)
-			return VGPU_PARSE_RANGE;
-		if (rc)
-			return rc;
-		if (*p)
-			return VGPU_PARSE_TRAILING;
-		if (n > 4)
-			return VGPU_PARSE_RANGE;
-		*out = log_level_numbers[n];
-		return VGPU_PARSE_OK;
-	}
-	if (s && *s == '-')
-		return VGPU_PARSE_NEGATIVE;
-	return vgpu__parse_enum(s, log_level_names, out);
-}
-
-const char *vgpu__parse_strerror(int status)
-{
-	switch (status) {
-	case VGPU_PARSE_OK:		return "is valid";
-	case VGPU_PARSE_EMPTY:		return "is empty";
-	case VGPU_PARSE_NEGATIVE:	return "is negative";
-	case VGPU_PARSE_NOT_NUMBER:	return "is not a number";
-	case VGPU_PARSE_FRACTION:	return "is not a whole number";
-	case VGPU_PARSE_TRAILING:	return "has trailing characters";
-	case VGPU_PARSE_UNIT:		return "has an unknown unit";
-	case VGPU_PARSE_OVERFLOW:	return "is too large";
-	case VGPU_PARSE_RANGE:		return "is out of range";
-	case VGPU_PARSE_UNKNOWN_WORD:	return "is not a known value";
-	case VGPU_PARSE_NOT_ABSOLUTE:	return "is not an absolute path";
-	case VGPU_PARSE_TOO_LONG:	return "is too long";
-	case VGPU_PARSE_BAD_CHAR:
-		return "holds a character not allowed here";
-	}
-	return "is invalid";
-}
-
-/*
- * Writes bytes in the largest binary unit that divides it exactly ("4GiB",
- * "1000"), or "unlimited". Returns the length, or -1 if buf is too small.
- */
-int vgpu__format_size(char *buf, size_t len, uint64_t bytes)
-{
-	static const char *const units[] = { "TiB", "GiB", "MiB", "KiB" };
-	struct fmtbuf b;
-	unsigned i;
-
-	fb_init(&b, buf, len);
-	if (bytes == VGPU_UNLIMITED) {
-		fb_puts(&b, "unlimited");
-	} else if (bytes == 0) {
-		fb_putc(&b, '0');
-	} else {
-		for (i = 0; i < 4; i++) {
-			unsigned shift = 40 - 10 * i;
-
-			if ((bytes & ((UINT64_C(1) << shift) - 1)) == 0)
-				break;
-		}
-		fb_u64(&b, i < 4 ? bytes >> (40 - 10 * i) : bytes);
-		if (i < 4)
-			fb_puts(&b, units[i]);
-	}
-	return b.truncated ? -1 : (int)b.len;
-}
-
-/*
- * The default tenant, "uid<uid>@<host>": one per user on a machine, one per
- * user and pod in Kubernetes (a pod's host name is its own). The host is cut
- * to fit and anything but printable ASCII becomes '_'. Returns the length.
- */
-int vgpu__format_tenant(char *buf, size_t len, unsigned long uid,
-			const char *host)
-{
-	struct fmtbuf b;
-
-	fb_init(&b, buf, len);
-	fb_puts(&b, "uid");
-	fb_u64(&b, uid);
-	if (host && *host) {
-		fb_putc(&b, '@');
-		for (; *host; host++)
-			fb_putc(&b, is_graph(*host) ? *host : '_');
-	}
-	return (int)b.len;
-}
 
 /* ---- option parsers: the value of one variable, by kind -------------- */
 
@@ -369,7 +20,7 @@ static int parse_size_opt(const struct vgpu_opt_desc *d, const char *s,
 {
 	int rc;
 
-	if (s && d->max == VGPU_UNLIMITED && word_eq(s, "unlimited")) {
+	if (s && d->max == VGPU_UNLIMITED && vgpu__word_eq(s, "unlimited")) {
 		v->num = VGPU_UNLIMITED;
 		return VGPU_PARSE_OK;
 	}
@@ -455,17 +106,18 @@ static int parse_hami_log_level(const struct vgpu_opt_desc *d, const char *s,
 	int rc;
 
 	(void)d;
-	rc = parse_whole(&p, &n);
+	rc = vgpu__parse_whole(&p, &n);
 	if (rc == VGPU_PARSE_OVERFLOW) {
 		n = UINT64_MAX;
-		while (is_digit(*p))
+		while (vgpu__is_digit(*p))
 			p++;
 	} else if (rc) {
 		return rc;
 	}
 	if (*p)
 		return VGPU_PARSE_TRAILING;
-	v->num = (uint64_t)(n > 4 ? VGPU_LOG_DEBUG : log_level_numbers[n]);
+	v->num = (uint64_t)(n > 4 ? VGPU_LOG_DEBUG
+				  : vgpu__log_level_numbers[n]);
 	return VGPU_PARSE_OK;
 }
 
@@ -580,7 +232,7 @@ static int parse_tenant(const struct vgpu_opt_desc *d, const char *s,
 	if (!s || !*s)
 		return VGPU_PARSE_EMPTY;
 	for (i = 0; s[i]; i++)
-		if (!is_graph(s[i]))
+		if (!vgpu__is_graph(s[i]))
 			return VGPU_PARSE_BAD_CHAR;
 	if (i >= d->field_size)
 		return VGPU_PARSE_TOO_LONG;
@@ -702,7 +354,7 @@ static const struct vgpu_opt_desc options[VGPU_OPT_COUNT] = {
 	[VGPU_OPT_LOG_LEVEL] = {
 		.name = "VGPU_LOG_LEVEL",
 		.alias = "LIBCUDA_LOG_LEVEL",
-		.kind = VGPU_KIND_ENUM, .values = log_level_names,
+		.kind = VGPU_KIND_ENUM, .values = vgpu__log_level_names,
 		.def = VGPU_LOG_WARN, .max = VGPU_LOG_DEBUG,
 		.expect = "error, warn, info, debug, or 0 to 4",
 		.alias_expect = "a number, 0 (errors) to 4 (debug)",
@@ -775,7 +427,7 @@ const char *vgpu__option_value_name(enum vgpu_opt_id id, int value)
 
 /* Byte offset of the value a variable sets: the global one (dev < 0) or
  * device dev's slot. */
-static size_t value_offset(const struct vgpu_opt_desc *d, int dev)
+size_t vgpu__option_value_offset(const struct vgpu_opt_desc *d, int dev)
 {
 	size_t elem;
 
@@ -811,8 +463,8 @@ static void store(struct vgpu_options *o, const struct vgpu_opt_desc *d,
 	}
 }
 
-static uint64_t load_num(const struct vgpu_options *o,
-			 const struct vgpu_opt_desc *d, size_t off)
+uint64_t vgpu__option_load_num(const struct vgpu_options *o,
+			       const struct vgpu_opt_desc *d, size_t off)
 {
 	const char *p = (const char *)o + off;
 
@@ -865,7 +517,7 @@ void vgpu__options_defaults(struct vgpu_options *o)
 			continue;
 		store(o, d, d->offset, &v);
 		for (dev = 0; d->per_device && dev < VGPU_MAX_DEVICES; dev++)
-			store(o, d, value_offset(d, dev), &v);
+			store(o, d, vgpu__option_value_offset(d, dev), &v);
 	}
 	default_tenant(o->tenant, sizeof(o->tenant));
 }
@@ -873,28 +525,28 @@ void vgpu__options_defaults(struct vgpu_options *o)
 /* name, or name_<dev> when dev >= 0. */
 static void var_name(char *buf, size_t len, const char *name, int dev)
 {
-	struct fmtbuf b;
+	struct vgpu_fmtbuf b;
 
-	fb_init(&b, buf, len);
-	fb_puts(&b, name);
+	vgpu__fb_init(&b, buf, len);
+	vgpu__fb_puts(&b, name);
 	if (dev >= 0) {
-		fb_putc(&b, '_');
-		fb_u64(&b, (uint64_t)dev);
+		vgpu__fb_putc(&b, '_');
+		vgpu__fb_u64(&b, (uint64_t)dev);
 	}
 }
 
 /* NAME="value" is not a number; expected ...\n */
-static void report(struct fmtbuf *eb, const char *var, const char *value,
+static void report(struct vgpu_fmtbuf *eb, const char *var, const char *value,
 		   int status, const char *expect)
 {
-	fb_puts(eb, var);
-	fb_putc(eb, '=');
-	fb_quoted(eb, value);
-	fb_putc(eb, ' ');
-	fb_puts(eb, vgpu__parse_strerror(status));
-	fb_puts(eb, "; expected ");
-	fb_puts(eb, expect);
-	fb_putc(eb, '\n');
+	vgpu__fb_puts(eb, var);
+	vgpu__fb_putc(eb, '=');
+	vgpu__fb_quoted(eb, value);
+	vgpu__fb_putc(eb, ' ');
+	vgpu__fb_puts(eb, vgpu__parse_strerror(status));
+	vgpu__fb_puts(eb, "; expected ");
+	vgpu__fb_puts(eb, expect);
+	vgpu__fb_putc(eb, '\n');
 }
 
 /*
@@ -904,7 +556,7 @@ static void report(struct fmtbuf *eb, const char *var, const char *value,
  * number of bad variables.
  */
 static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
-		    vgpu_getenv_fn get, struct fmtbuf *eb)
+		    vgpu_getenv_fn get, struct vgpu_fmtbuf *eb)
 {
 	const struct vgpu_opt_desc *d = &options[id];
 	uint8_t *src = dev < 0 ? &o->src[id] : &o->device_src[id][dev];
@@ -922,7 +574,7 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 	if (nv) {
 		rc = d->parse(d, nv, &v);
 		if (rc == VGPU_PARSE_OK) {
-			store(o, d, value_offset(d, dev), &v);
+			store(o, d, vgpu__option_value_offset(d, dev), &v);
 			*src = dev < 0 ? VGPU_SRC_NAME : VGPU_SRC_DEVICE_NAME;
 			if (av)
 				*src |= VGPU_SRC_SHADOWED;
@@ -934,7 +586,7 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 	if (av) {
 		rc = d->alias_parse(d, av, &v);
 		if (rc == VGPU_PARSE_OK) {
-			store(o, d, value_offset(d, dev), &v);
+			store(o, d, vgpu__option_value_offset(d, dev), &v);
 			*src = dev < 0 ? VGPU_SRC_ALIAS : VGPU_SRC_DEVICE_ALIAS;
 			return bad;
 		}
@@ -942,8 +594,8 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 		bad++;
 	}
 	if (dev >= 0) {
-		v.num = load_num(o, d, d->offset);
-		store(o, d, value_offset(d, dev), &v);
+		v.num = vgpu__option_load_num(o, d, d->offset);
+		store(o, d, vgpu__option_value_offset(d, dev), &v);
 		*src = o->src[id] & VGPU_SRC_MASK;
 	}
 	return bad;
@@ -958,11 +610,11 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 int vgpu__options_load(struct vgpu_options *out, vgpu_getenv_fn getenv_fn,
 		       char *err, size_t errlen)
 {
-	struct fmtbuf eb;
+	struct vgpu_fmtbuf eb;
 	unsigned id;
 	int bad = 0, dev;
 
-	fb_init(&eb, err, errlen);
+	vgpu__fb_init(&eb, err, errlen);
 	vgpu__options_defaults(out);
 	for (id = 0; id < VGPU_OPT_COUNT; id++) {
 		bad += load_one(out, id, -1, getenv_fn, &eb);
@@ -970,7 +622,7 @@ int vgpu__options_load(struct vgpu_options *out, vgpu_getenv_fn getenv_fn,
 			      dev < VGPU_MAX_DEVICES; dev++)
 			bad += load_one(out, id, dev, getenv_fn, &eb);
 	}
-	fb_finish(&eb);
+	vgpu__fb_finish(&eb);
 	return bad;
 }
 
@@ -994,8 +646,8 @@ unsigned vgpu__options_compute_limit(const struct vgpu_options *o,
 static bool is_device_suffix(const char *s, size_t n)
 {
 	if (n == 1)
-		return is_digit(s[0]);
-	return n == 2 && s[0] >= '1' && s[0] <= '6' && is_digit(s[1]) &&
+		return vgpu__is_digit(s[0]);
+	return n == 2 && s[0] >= '1' && s[0] <= '6' && vgpu__is_digit(s[1]) &&
 	       (s[0] - '0') * 10 + (s[1] - '0') < VGPU_MAX_DEVICES;
 }
 
@@ -1051,10 +703,10 @@ static bool alias_device_like(const char *name, size_t n)
 int vgpu__options_check_names(const char *const *envp, char *err,
 			      size_t errlen)
 {
-	struct fmtbuf eb;
+	struct vgpu_fmtbuf eb;
 	int unknown = 0;
 
-	fb_init(&eb, err, errlen);
+	vgpu__fb_init(&eb, err, errlen);
 	for (; envp && *envp; envp++) {
 		const char *e = *envp, *eq = strchr(e, '=');
 		size_t n = eq ? (size_t)(eq - e) : strlen(e);
@@ -1065,141 +717,11 @@ int vgpu__options_check_names(const char *const *envp, char *err,
 			 : !alias_device_like(e, n) || known_name(e, n, true))
 			continue;
 		for (; e < *envp + n; e++)
-			fb_putc(&eb, *e);
-		fb_puts(&eb, " is not a known option (devices are _0 to _63)"
-			     "; it is ignored\n");
+			vgpu__fb_putc(&eb, *e);
+		vgpu__fb_puts(&eb, " is not a known option"
+				   " (devices are _0 to _63); it is ignored\n");
 		unknown++;
 	}
-	fb_finish(&eb);
+	vgpu__fb_finish(&eb);
 	return unknown;
-}
-
-/* ---- the verbose dump ------------------------------------------------ */
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static void fb_var(struct fmtbuf *b, const char *name, int dev)
-{
-	fb_puts(b, name);
-	if (dev >= 0) {
-		fb_putc(b, '_');
-		fb_u64(b, (uint64_t)dev);
-	}
-}
-
-/* The value in a form the option's own parser accepts. */
-static void fb_value(struct fmtbuf *b, const struct vgpu_options *o,
-		     enum vgpu_opt_id id, int dev)
-{
-	const struct vgpu_opt_desc *d = &options[id];
-	size_t off = value_offset(d, dev);
-	uint64_t num = load_num(o, d, off);
-	const char *word;
-	char size[32];
-
-	switch (d->kind) {
-	case VGPU_KIND_SIZE:
-		vgpu__format_size(size, sizeof(size), num);
-		fb_puts(b, size);
-		break;
-	case VGPU_KIND_PERCENT:
-		fb_u64(b, num);
-		break;
-	case VGPU_KIND_ENUM:
-	case VGPU_KIND_BOOL:
-		word = vgpu__option_value_name(id, (int)num);
-		fb_puts(b, word ? word : "?");
-		break;
-	case VGPU_KIND_PATH:
-	case VGPU_KIND_STRING:
-		fb_puts(b, (const char *)o + off);
-		break;
-	}
-}
-
-/* "default", "set by VGPU_X_3", "set by VGPU_X, ALIAS ignored". */
-static void fb_source(struct fmtbuf *b, const struct vgpu_opt_desc *d,
-		      uint8_t src, int dev)
-{
-	switch (src & VGPU_SRC_MASK) {
-	case VGPU_SRC_NAME:
-	case VGPU_SRC_DEVICE_NAME:
-		fb_puts(b, "set by ");
-		fb_var(b, d->name, dev);
-		break;
-	case VGPU_SRC_ALIAS:
-	case VGPU_SRC_DEVICE_ALIAS:
-		fb_puts(b, "set by ");
-		fb_var(b, d->alias, dev);
-		break;
-	default:
-		fb_puts(b, "default");
-		break;
-	}
-	if ((src & VGPU_SRC_SHADOWED) && d->alias) {
-		fb_puts(b, ", ");
-		fb_var(b, d->alias, dev);
-		fb_puts(b, " ignored");
-	}
-}
-
-/* vgpu: option VGPU_X[_<i>]=value (source)\n */
-static int dump_line(const struct vgpu_options *o, enum vgpu_opt_id id,
-		     int dev, int fd)
-{
-	const struct vgpu_opt_desc *d = &options[id];
-	uint8_t src = dev < 0 ? o->src[id] : o->device_src[id][dev];
-	char line[VGPU_PATH_MAX + 256];
-	struct fmtbuf b;
-
-	fb_init(&b, line, sizeof(line));
-	fb_puts(&b, "vgpu: option ");
-	fb_var(&b, d->name, dev);
-	fb_putc(&b, '=');
-	fb_value(&b, o, id, dev);
-	fb_puts(&b, " (");
-	fb_source(&b, d, src, dev);
-	fb_puts(&b, ")\n");
-	return write_all(fd, line, b.len);
-}
-
-static bool device_overridden(const struct vgpu_options *o,
-			      enum vgpu_opt_id id, int dev)
-{
-	uint8_t src = o->device_src[id][dev] & VGPU_SRC_MASK;
-
-	return src == VGPU_SRC_DEVICE_NAME || src == VGPU_SRC_DEVICE_ALIAS;
-}
-
-/*
- * Writes every effective option once, one line each, with where its value
- * came from; per-device lines only for devices a _<i> variable set.
- * Returns 0, or -1 if a write failed.
- */
-int vgpu__options_dump(const struct vgpu_options *o, int fd)
-{
-	unsigned id;
-	int dev, rc = 0;
-
-	for (id = 0; id < VGPU_OPT_COUNT; id++) {
-		rc |= dump_line(o, id, -1, fd);
-		for (dev = 0; options[id].per_device &&
-			      dev < VGPU_MAX_DEVICES; dev++)
-			if (device_overridden(o, id, dev))
-				rc |= dump_line(o, id, dev, fd);
-	}
-	return rc;
 }

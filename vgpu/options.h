@@ -162,7 +162,17 @@ struct vgpu_opt_desc {
 
 typedef const char *(*vgpu_getenv_fn)(const char *name);
 
-/* options.c: pure parsers. s may be NULL (reported as empty). */
+/* A string being built in a fixed buffer; always NUL-terminated. */
+struct vgpu_fmtbuf {
+	char *buf;
+	size_t cap;
+	size_t len;
+	bool truncated;
+};
+
+/* ---- parse.c: pure parsers and formatters ---------------------------- */
+
+/* s may be NULL (reported as empty). */
 int vgpu__parse_size(const char *s, uint64_t *out);
 int vgpu__parse_percent(const char *s, unsigned *out);
 int vgpu__parse_bool(const char *s, bool *out);
@@ -173,21 +183,40 @@ int vgpu__format_size(char *buf, size_t len, uint64_t bytes);
 int vgpu__format_tenant(char *buf, size_t len, unsigned long uid,
 			const char *host);
 
-/* options.c: the table. */
+/* Helpers shared with options.c and options_dump.c. */
+extern const char *const vgpu__log_level_names[];
+extern const int vgpu__log_level_numbers[];	/* HAMi 0..4 */
+bool vgpu__is_digit(char c);
+bool vgpu__is_graph(char c);
+bool vgpu__word_eq(const char *s, const char *w);
+int vgpu__parse_whole(const char **sp, uint64_t *out);
+void vgpu__fb_init(struct vgpu_fmtbuf *b, char *buf, size_t cap);
+void vgpu__fb_putc(struct vgpu_fmtbuf *b, char c);
+void vgpu__fb_puts(struct vgpu_fmtbuf *b, const char *s);
+void vgpu__fb_u64(struct vgpu_fmtbuf *b, uint64_t v);
+void vgpu__fb_quoted(struct vgpu_fmtbuf *b, const char *s);
+void vgpu__fb_finish(struct vgpu_fmtbuf *b);
+
+/* ---- options.c: the table, loading, accessors ------------------------ */
+
 const struct vgpu_opt_desc *vgpu__option_desc(enum vgpu_opt_id id);
 const char *vgpu__option_value_name(enum vgpu_opt_id id, int value);
-
-/* options.c: loading and reporting. */
+size_t vgpu__option_value_offset(const struct vgpu_opt_desc *d, int dev);
+uint64_t vgpu__option_load_num(const struct vgpu_options *o,
+			       const struct vgpu_opt_desc *d, size_t off);
 const char *vgpu__options_env(const char *name);
 void vgpu__options_defaults(struct vgpu_options *o);
 int vgpu__options_load(struct vgpu_options *out, vgpu_getenv_fn getenv_fn,
 		       char *err, size_t errlen);
 int vgpu__options_check_names(const char *const *envp, char *err,
 			      size_t errlen);
-int vgpu__options_dump(const struct vgpu_options *o, int fd);
 uint64_t vgpu__options_memory_limit(const struct vgpu_options *o,
 				    unsigned dev);
 unsigned vgpu__options_compute_limit(const struct vgpu_options *o,
 				     unsigned dev);
+
+/* ---- options_dump.c: the verbose dump -------------------------------- */
+
+int vgpu__options_dump(const struct vgpu_options *o, int fd);
 
 #endif /* VGPU_OPTIONS_H */
