@@ -201,19 +201,6 @@ VSIM_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
-VSIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
-{
-	struct CUctx_st *ctx;
-	CUresult rc = vsim_ctx_get(&ctx);
-
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	if (!device)
-		return CUDA_ERROR_INVALID_VALUE;
-	*device = ctx->device;
-	return CUDA_SUCCESS;
-}
-
 /* ctx NULL: the current context. */
 static CUresult ctx_or_current(CUcontext ctx, struct CUctx_st **out)
 {
@@ -242,19 +229,22 @@ VSIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
-VSIM_EXPORT CUresult cuCtxSynchronize(void)
-{
-	struct CUctx_st *ctx;
-	CUresult rc = vsim_ctx_get(&ctx);
-
-	return rc != CUDA_SUCCESS ? rc : vsim_ctx_drain(ctx);
-}
-
 VSIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
 	CUresult rc = ctx_or_current(ctx, &ctx);
 
 	return rc != CUDA_SUCCESS ? rc : vsim_ctx_drain(ctx);
+}
+
+/* The pre-13.0 forms: the _v2 forms on the current context. */
+VSIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+	return cuCtxGetDevice_v2(device, NULL);
+}
+
+VSIM_EXPORT CUresult cuCtxSynchronize(void)
+{
+	return cuCtxSynchronize_v2(NULL);
 }
 
 VSIM_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
