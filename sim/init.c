@@ -113,20 +113,26 @@ CUresult vsim_check_device(CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
+/* A stable UUID per (name, ordinal): FNV-1a spread over 16 bytes. */
+void vsim_device_uuid_make(const char *name, int ordinal, CUuuid *out)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (const char *p = name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	h = (h ^ (uint64_t)ordinal) * 0x100000001b3ull;
+	for (int b = 0; b < 16; b++) {
+		h = (h ^ (uint64_t)b) * 0x100000001b3ull;
+		out->bytes[b] = (char)(h >> 24);
+	}
+}
+
 static void setup_device(int i)
 {
 	struct vsim_device *d = &vsim_g.dev[i];
-	uint64_t h = 0xcbf29ce484222325ull;
 
 	d->ordinal = i;
-	/* A stable UUID per (name, ordinal): FNV-1a spread over 16 bytes. */
-	for (const char *p = vsim_g.cfg.name; *p; p++)
-		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-	h = (h ^ (uint64_t)i) * 0x100000001b3ull;
-	for (int b = 0; b < 16; b++) {
-		h = (h ^ (uint64_t)b) * 0x100000001b3ull;
-		d->uuid.bytes[b] = (char)(h >> 24);
-	}
+	vsim_device_uuid_make(vsim_g.cfg.name, i, &d->uuid);
 	snprintf(d->pci_bus_id, sizeof(d->pci_bus_id), "00000000:%02X:00.0",
 		 0x10 + i);
 	pthread_mutex_init(&d->primary_lock, NULL);

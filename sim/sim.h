@@ -79,6 +79,10 @@ CUresult vsim_state_reserve(int ordinal, uint64_t bytes);
 void vsim_state_release(int ordinal, uint64_t bytes);
 uint64_t vsim_state_used(int ordinal);      /* all processes */
 uint64_t vsim_state_capacity(int ordinal);
+/* Capacity and usage of device `ordinal` in state directory dir, read
+ * without attaching (NVML); `fallback` capacity when nobody set it up. */
+CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
+			 uint64_t *capacity, uint64_t *used);
 /* The execution engine: one kernel at a time per device, all processes,
  * first come first served. */
 void vsim_engine_acquire(int ordinal);
@@ -112,6 +116,8 @@ CUresult vsim_check_device(CUdevice dev);
 /* Counts a call of this kind and tells whether fault injection fails it. */
 bool vsim_fail_now(enum vsim_fail_kind kind);
 uint64_t vsim_now_ns(void);
+/* The UUID of device `ordinal` of a simulator named `name` (VGPU_SIM_NAME). */
+void vsim_device_uuid_make(const char *name, int ordinal, CUuuid *out);
 /* The device's UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
 void vsim_device_uuid_string(int dev, char *out, size_t len);
 /* Waits until CLOCK_MONOTONIC reaches deadline_ns, precisely (sleep, then spin). */

@@ -355,6 +355,45 @@ uint64_t vsim_state_capacity(int ordinal)
 	return sh ? sh->capacity : vsim_g.cfg.memory;
 }
 
+/* Reads a device's capacity and the memory of every live process without
+ * claiming a slot (NVML). A device with no state file, or one not yet set
+ * up, reads as `fallback` bytes with none in use. */
+CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
+			 uint64_t *capacity, uint64_t *used)
+{
+	struct dev_state d = { .fd = -1, .slot = -1 };
+	char path[4200];
+	struct stat st;
+	void *map;
+
+	*capacity = fallback;
+	*used = 0;
+	snprintf(path, sizeof(path), "%s/dev%d.state", dir, ordinal);
+	d.fd = open(path, O_RDWR | O_CLOEXEC);
+	if (d.fd < 0)
+		return errno == ENOENT ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+	flock(d.fd, LOCK_SH);	/* a first attacher initialises under LOCK_EX */
+	if (fstat(d.fd, &st) != 0 || (size_t)st.st_size != sizeof(*d.sh))
+		goto out_close;
+	map = mmap(NULL, sizeof(*d.sh), PROT_READ | PROT_WRITE, MAP_SHARED,
+		   d.fd, 0);
+	if (map == MAP_FAILED)
+		goto out_close;
+	d.sh = map;
+	if (d.sh->magic == STATE_MAGIC && d.sh->version == STATE_VERSION &&
+	    d.sh->size == sizeof(*d.sh)) {
+		state_lock(d.sh);
+		reclaim_dead(&d);
+		*capacity = d.sh->capacity;
+		*used = d.sh->used;
+		state_unlock(d.sh);
+	}
+	munmap(map, sizeof(*d.sh));
+out_close:
+	close(d.fd);	/* drops the shared flock too */
+	return CUDA_SUCCESS;
+}
+
 static long futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / 1000000000ull),
