@@ -1,14 +1,239 @@
 /* vgpu.h - libvgpu's public header.
  *
- * What tools and outside readers may depend on. So far: the version. The
- * ledger's ABI and the stats layout join it with the shim.
+ * What tools and outside readers may depend on: the version and the ledger's
+ * ABI (the layout of the shared file <dir>/<gpu-uuid>.v<N>.ledger, one per
+ * physical GPU). docs/ledger-abi.md describes every field, the locking and
+ * the version policy. The stats layout joins it with the shim.
+ *
+ * Only fixed-width types, host byte order, natural alignment; every size and
+ * offset is pinned below by a _Static_assert, so a reader in another language
+ * can use the numbers as they are. Fields marked "under the tenant lock" may
+ * be read at any time with a plain aligned 8-byte load (never torn); a set
+ * of several fields read that way is not a consistent snapshot.
  */
 #ifndef VGPU_H
 #define VGPU_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #define VGPU_VERSION_MAJOR 0
 #define VGPU_VERSION_MINOR 1
 #define VGPU_VERSION_PATCH 0
 #define VGPU_VERSION_STRING "0.1.0"
+
+/* ---- the ledger ---------------------------------------------------------- */
+
+/* The layout version: in the file name and the header. A layout change
+ * bumps it, so a new version uses a new file and never meets an old one. */
+#define VGPU_LEDGER_VERSION	1
+#define VGPU_LEDGER_MAGIC	UINT64_C(0x4744454C55504756)	/* "VGPULEDG" */
+#define VGPU_LEDGER_SUFFIX	".ledger"
+
+#define VGPU_LEDGER_MAX_TENANTS	128
+#define VGPU_LEDGER_MAX_SLOTS	1024
+#define VGPU_LEDGER_NAME_MAX	64	/* tenant name bytes, with the NUL */
+#define VGPU_LEDGER_UUID_MAX	64	/* GPU UUID bytes, with the NUL */
+#define VGPU_LEDGER_KIND_SLOTS	16	/* per-kind arrays: room for new kinds */
+
+#define VGPU_LEDGER_HEADER_SIZE	512
+#define VGPU_LEDGER_TENANT_SIZE	512
+#define VGPU_LEDGER_SLOT_SIZE	256
+#define VGPU_LEDGER_TENANTS_OFFSET 4096
+#define VGPU_LEDGER_SLOTS_OFFSET \
+	(VGPU_LEDGER_TENANTS_OFFSET + \
+	 VGPU_LEDGER_MAX_TENANTS * VGPU_LEDGER_TENANT_SIZE)
+#define VGPU_LEDGER_FILE_SIZE \
+	(VGPU_LEDGER_SLOTS_OFFSET + VGPU_LEDGER_MAX_SLOTS * VGPU_LEDGER_SLOT_SIZE)
+
+#define VGPU_LEDGER_UNLIMITED	UINT64_MAX	/* a limit that never refuses */
+
+/* Usage kinds: X(NAME, name, value). Every kind but SPILLED is device
+ * memory and counts against the tenant's memory limit; SPILLED is host
+ * memory standing in for device memory (overcommit), with its own limit. */
+#define VGPU_USAGE_KIND_MAP(X) \
+	X(BUFFER, buffer, 0)		/* cuMemAlloc, pitch, async */ \
+	X(ARRAY, array, 1)		/* arrays, mipmapped arrays */ \
+	X(POOL, pool, 2)		/* what memory pools hold */ \
+	X(VMM, vmm, 3)			/* cuMemCreate on the device */ \
+	X(GRAPH, graph, 4)		/* graph memory nodes */ \
+	X(MULTICAST, multicast, 5)	/* multicast objects */ \
+	X(CONTEXT, context, 6)		/* context and module overhead */ \
+	X(MANAGED, managed, 7)		/* cuMemAllocManaged */ \
+	X(SPILLED, spilled, 8)		/* host memory, not device */
+
+enum vgpu_usage_kind {
+#define VGPU_USAGE_ENUM_(NAME, name, value) VGPU_USAGE_##NAME = value,
+	VGPU_USAGE_KIND_MAP(VGPU_USAGE_ENUM_)
+#undef VGPU_USAGE_ENUM_
+	VGPU_USAGE_COUNT = 9
+};
+
+#define VGPU_USAGE_IS_DEVICE(kind) ((kind) != VGPU_USAGE_SPILLED)
+
+enum vgpu_ledger_tenant_state {
+	VGPU_TENANT_FREE = 0,		/* record unused */
+	VGPU_TENANT_ACTIVE = 1,
+};
+
+enum vgpu_ledger_slot_state {
+	VGPU_SLOT_FREE = 0,		/* record unused */
+	VGPU_SLOT_ACTIVE = 1,		/* owned; alive while its byte is locked */
+};
+
+/* At offset 0 of the file. Written once by the creator, read-only after,
+ * except `joins`. */
+struct vgpu_ledger_header {
+	uint64_t magic;			/* VGPU_LEDGER_MAGIC: "VGPULEDG" */
+	uint32_t layout_version;	/* VGPU_LEDGER_VERSION */
+	uint32_t header_size;		/* VGPU_LEDGER_HEADER_SIZE */
+	uint64_t file_size;		/* VGPU_LEDGER_FILE_SIZE */
+	uint64_t physical_bytes;	/* the GPU's memory */
+	uint64_t created_ns;		/* CLOCK_REALTIME at creation */
+	uint32_t max_tenants;		/* VGPU_LEDGER_MAX_TENANTS */
+	uint32_t max_slots;		/* VGPU_LEDGER_MAX_SLOTS */
+	uint32_t tenant_size;		/* VGPU_LEDGER_TENANT_SIZE */
+	uint32_t slot_size;		/* VGPU_LEDGER_SLOT_SIZE */
+	uint32_t tenants_offset;	/* VGPU_LEDGER_TENANTS_OFFSET */
+	uint32_t slots_offset;		/* VGPU_LEDGER_SLOTS_OFFSET */
+	uint32_t kind_count;		/* VGPU_USAGE_COUNT when created */
+	uint32_t kind_slots;		/* VGPU_LEDGER_KIND_SLOTS */
+	uint64_t joins;			/* processes joined so far (a counter) */
+	char gpu_uuid[VGPU_LEDGER_UUID_MAX];	/* NUL-terminated */
+	uint64_t reserved[46];		/* zero */
+};
+
+/* The compute throttle's per-tenant state (a later issue; zero until then). */
+struct vgpu_ledger_compute {
+	uint32_t share_pct;		/* 0: no compute limit; 1..100 */
+	uint32_t policy;		/* the throttle's policy (hard, elastic) */
+	uint32_t lock;			/* the throttle's own lock word */
+	uint32_t flags;
+	int64_t tokens_ns;		/* token bucket: GPU time available */
+	uint64_t refill_ns;		/* CLOCK_MONOTONIC of the last refill */
+	uint64_t gpu_time_ns;		/* GPU time used, total */
+	uint64_t wait_ns;		/* time launches waited, total */
+	uint64_t reserved[2];
+};
+
+/* One tenant (VGPU_TENANT): a container, a user, a job. */
+struct vgpu_ledger_tenant {
+	uint32_t lock;			/* internal lock word, 0 when free */
+	uint32_t state;			/* enum vgpu_ledger_tenant_state */
+	uint64_t mem_limit;		/* device bytes; VGPU_LEDGER_UNLIMITED */
+	uint64_t used;			/* device kinds' sum (under the lock) */
+	uint64_t spill_limit;		/* host bytes for SPILLED */
+	uint64_t limit_set_ns;		/* CLOCK_REALTIME of the last set */
+	int32_t limit_set_pid;		/* pid (own namespace) that set it */
+	uint32_t limit_changes;		/* times a joiner changed the limit */
+	uint64_t reserved0[2];
+	char name[VGPU_LEDGER_NAME_MAX];	/* NUL-terminated */
+	uint64_t usage[VGPU_LEDGER_KIND_SLOTS];	/* bytes per kind (lock) */
+	struct vgpu_ledger_compute compute;
+	uint64_t reserved[24];
+};
+
+/* One process's share of one GPU. */
+struct vgpu_ledger_slot {
+	uint32_t state;			/* enum vgpu_ledger_slot_state */
+	uint32_t tenant;		/* index into the tenants */
+	uint32_t generation;		/* bumped at each claim */
+	int32_t pid;			/* getpid() of the owner */
+	int32_t host_pid;		/* pid on the host; 0: not known */
+	uint32_t flags;			/* zero */
+	uint64_t start_ns;		/* CLOCK_REALTIME at join */
+	uint64_t allocs;		/* successful reservations */
+	uint64_t frees;			/* releases */
+	uint64_t failures;		/* reservations refused over a limit */
+	uint64_t reserved0;
+	uint64_t usage[VGPU_LEDGER_KIND_SLOTS];	/* bytes per kind (lock) */
+	uint64_t launches;		/* reserved for the launch counters */
+	uint64_t launches_throttled;
+	uint64_t launch_wait_ns;
+	uint64_t launch_reserved;
+	uint64_t reserved[4];
+};
+
+/* ---- the layout, pinned -------------------------------------------------- */
+
+#define VGPU_LEDGER_PIN_(type, field, off, size) \
+	_Static_assert(offsetof(type, field) == (off), \
+		       #type "." #field " offset"); \
+	_Static_assert(sizeof(((type *)0)->field) == (size), \
+		       #type "." #field " size")
+
+_Static_assert(sizeof(struct vgpu_ledger_header) == VGPU_LEDGER_HEADER_SIZE,
+	       "header size");
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, magic, 0, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, layout_version, 8, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, header_size, 12, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, file_size, 16, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, physical_bytes, 24, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, created_ns, 32, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, max_tenants, 40, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, max_slots, 44, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, tenant_size, 48, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, slot_size, 52, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, tenants_offset, 56, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, slots_offset, 60, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, kind_count, 64, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, kind_slots, 68, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, joins, 72, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, gpu_uuid, 80, 64);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, reserved, 144, 368);
+
+_Static_assert(sizeof(struct vgpu_ledger_compute) == 64, "compute size");
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, share_pct, 0, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, policy, 4, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, lock, 8, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, flags, 12, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, tokens_ns, 16, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, refill_ns, 24, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, gpu_time_ns, 32, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, wait_ns, 40, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, reserved, 48, 16);
+
+_Static_assert(sizeof(struct vgpu_ledger_tenant) == VGPU_LEDGER_TENANT_SIZE,
+	       "tenant size");
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lock, 0, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, state, 4, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, mem_limit, 8, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, used, 16, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, spill_limit, 24, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_set_ns, 32, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_set_pid, 40, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_changes, 44, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 48, 16);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, name, 64, 64);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, usage, 128, 128);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, compute, 256, 64);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 320, 192);
+
+_Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
+	       "slot size");
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, state, 0, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, tenant, 4, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, generation, 8, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, pid, 12, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, host_pid, 16, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, flags, 20, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, start_ns, 24, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, allocs, 32, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, frees, 40, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, failures, 48, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, reserved0, 56, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, usage, 64, 128);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launches, 192, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launches_throttled, 200, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launch_wait_ns, 208, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launch_reserved, 216, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, reserved, 224, 32);
+
+_Static_assert(VGPU_LEDGER_HEADER_SIZE <= VGPU_LEDGER_TENANTS_OFFSET,
+	       "header fits before the tenants");
+_Static_assert(VGPU_LEDGER_SLOTS_OFFSET == 69632, "slots offset");
+_Static_assert(VGPU_LEDGER_FILE_SIZE == 331776, "file size");
+_Static_assert(VGPU_USAGE_COUNT <= VGPU_LEDGER_KIND_SLOTS, "kinds fit");
+_Static_assert(VGPU_USAGE_SPILLED == VGPU_USAGE_COUNT - 1, "kinds dense");
 
 #endif
