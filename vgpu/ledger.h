@@ -1,0 +1,157 @@
+/* ledger.h - the ledger: the shared accounting file of one physical GPU.
+ *
+ * Internal to the core (vgpu/). The layout is public (include/vgpu.h,
+ * docs/ledger-abi.md); this is the API the shim uses to keep it. Pure
+ * accounting: no driver calls. The shim's protocol for every allocation is
+ * reserve -> driver call -> release if the driver call failed; every free is
+ * driver call -> release.
+ *
+ * Threads: a struct vgpu_ledger and its slots may be used by any number of
+ * threads at once. reserve/release never allocate, never make a system call
+ * unless contended or refused, and never wait more than about a second.
+ *
+ * Errors: functions that can fail return 0 or a negative VGPU_LEDGER_E*
+ * code, and those that take an err buffer write a one-line message there
+ * (always NUL-terminated when errlen > 0).
+ */
+#ifndef VGPU_LEDGER_H
+#define VGPU_LEDGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vgpu.h"
+
+/* X(NAME, value, description) */
+#define VGPU_LEDGER_ERRNO_MAP(X) \
+	X(EOVERLIMIT, -1, "over the tenant's memory limit") \
+	X(ETIMEDOUT, -2, "a ledger lock was not acquired within a second") \
+	X(EINVAL, -3, "invalid argument") \
+	X(ESYS, -4, "a system call failed") \
+	X(EBADFILE, -5, "not a usable ledger file") \
+	X(EFULL, -6, "the ledger has no free record") \
+	X(ENOMEM, -7, "out of memory")
+
+enum vgpu_ledger_error {
+#define VGPU_LEDGER_ERR_ENUM_(NAME, value, text) VGPU_LEDGER_##NAME = value,
+	VGPU_LEDGER_ERRNO_MAP(VGPU_LEDGER_ERR_ENUM_)
+#undef VGPU_LEDGER_ERR_ENUM_
+};
+
+/* join's positive return: joined, but the tenant's limit was changed from
+ * a different value set by a process still alive; err holds the warning. */
+#define VGPU_LEDGER_LIMIT_CHANGED 1
+
+#define VGPU_LEDGER_LOCK_TIMEOUT_NS	1000000000ull	/* every bounded wait */
+
+struct vgpu_ledger;	/* one mapped ledger file of one physical GPU */
+struct vgpu_slot;	/* this process's slot in it */
+
+/* ---- ledger.c: the file ------------------------------------------------- */
+
+/* A short description of a VGPU_LEDGER_E* code ("unknown error" if none). */
+const char *vgpu_ledger_strerror(int code);
+
+/* Opens the ledger of GPU `gpu_uuid` in `dir`: the file
+ * <dir>/<gpu_uuid>.v<VGPU_LEDGER_VERSION>.ledger. Creates `dir` (and its
+ * missing parents, mode 0755) if missing, the last component mode 01777 so
+ * that every user and container can create and share ledgers in it. Creates
+ * the file if missing, mode 0666, completely built under a temporary name
+ * and then link()ed into place, so nobody ever sees a half-made file; a
+ * process that loses the race attaches to the winner's file. An existing
+ * file is attached after checking its type, size, magic, layout version,
+ * layout constants and GPU UUID; physical_bytes is recorded only at creation.
+ * gpu_uuid: 1..63 characters of [A-Za-z0-9_-]. Returns 0 with *out set, or
+ * VGPU_LEDGER_EINVAL, _ESYS (err names the call, the path and errno's text),
+ * _EBADFILE (err names the path, what was found and what was expected) or
+ * _ENOMEM. Never waits. */
+int vgpu_ledger_open(const char *dir, const char *gpu_uuid,
+		     uint64_t physical_bytes, struct vgpu_ledger **out,
+		     char *err, size_t errlen);
+
+/* Leaves every slot still joined through `l`, unmaps and closes the file.
+ * NULL is ignored. */
+void vgpu_ledger_close(struct vgpu_ledger *l);
+
+/* In a child after fork(), before anything else touches `l`: forgets `l`
+ * and its slots without writing to the file (the parent still owns them),
+ * closes the inherited descriptor (which does not release the parent's
+ * locks) and frees the memory. The child then opens and joins afresh. */
+void vgpu_ledger_forget_after_fork(struct vgpu_ledger *l);
+
+/* The file's path and its header (read-only for callers). */
+const char *vgpu_ledger_path(const struct vgpu_ledger *l);
+const struct vgpu_ledger_header *vgpu_ledger_header(const struct vgpu_ledger *l);
+
+/* The pid of this process on the host (the first NSpid field of
+ * /proc/self/status) when it differs from getpid(); 0 when it is the same
+ * or not known. Reads a file: call it once, at start-up. */
+int32_t vgpu_host_pid(void);
+
+/* ---- ledger_join.c: tenants and slots ---------------------------------- */
+
+/* Joins tenant `tenant` (1..63 bytes, no control characters): finds its
+ * record or creates it (reusing the record of a tenant with no live process
+ * and no usage when all are taken), sets its memory limit to `mem_limit`
+ * (VGPU_LEDGER_UNLIMITED: none; the most recent joiner's limit applies to
+ * the whole tenant, see docs/ledger-abi.md) and claims a free process slot,
+ * or one whose owner died (its usage reclaimed first). pid is getpid(),
+ * host_pid vgpu_host_pid(). Waits at most about a second for the file's
+ * join lock. Returns 0 with *out set; VGPU_LEDGER_LIMIT_CHANGED with *out
+ * set and a warning in err; VGPU_LEDGER_EFULL when no tenant record or no
+ * slot is free (err says which and how many are in use), _ETIMEDOUT,
+ * _EINVAL, _ESYS or _ENOMEM. */
+int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
+		     uint64_t mem_limit, int32_t pid, int32_t host_pid,
+		     struct vgpu_slot **out, char *err, size_t errlen);
+
+/* Gives the slot's usage back to its tenant, frees the slot and `s`.
+ * If the tenant lock cannot be had within a second, the slot is released
+ * as if its owner had died and the next reclaim returns its usage. */
+void vgpu_ledger_leave(struct vgpu_slot *s);
+
+/* Reclaims the slots of dead processes in the whole file (any tenant):
+ * returns how many were reclaimed. Makes one system call per live slot. */
+int vgpu_ledger_reclaim(struct vgpu_ledger *l);
+
+/* The host memory `s`'s tenant may use for VGPU_USAGE_SPILLED
+ * (default: unlimited). Returns 0 or VGPU_LEDGER_ETIMEDOUT. */
+int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes);
+
+/* ---- ledger_ops.c: reserve and release --------------------------------- */
+
+/* Atomically checks that `bytes` of `kind` fit under the tenant's limit
+ * (the memory limit for device kinds, the spill limit for SPILLED) and
+ * charges them to the tenant and the slot. O(1), no system call when
+ * uncontended. When refused, reclaims the tenant's dead slots (a system
+ * call per slot of the tenant) and tries once more. Returns 0,
+ * VGPU_LEDGER_EOVERLIMIT (counted in the slot's failures),
+ * VGPU_LEDGER_ETIMEDOUT or VGPU_LEDGER_EINVAL (bad kind). bytes == 0
+ * always succeeds. */
+int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes);
+
+/* Charges `bytes` of `kind` without checking the limit: for memory the
+ * driver already handed out beyond what reserve admitted. Returns 0,
+ * VGPU_LEDGER_ETIMEDOUT or VGPU_LEDGER_EINVAL. */
+int vgpu_ledger_charge(struct vgpu_slot *s, int kind, uint64_t bytes);
+
+/* Gives back `bytes` of `kind`: at most what the slot holds of that kind,
+ * so the counters never underflow. O(1), no system call when uncontended.
+ * If the tenant lock cannot be had within a second, the release is kept in
+ * the process and applied at the slot's next reserve or release. */
+void vgpu_ledger_release(struct vgpu_slot *s, int kind, uint64_t bytes);
+
+/* Views (lock-free reads; each value is consistent, not the set). */
+uint64_t vgpu_ledger_tenant_used(const struct vgpu_slot *s);	/* device */
+uint64_t vgpu_ledger_tenant_limit(const struct vgpu_slot *s);
+uint64_t vgpu_ledger_tenant_usage(const struct vgpu_slot *s, int kind);
+uint64_t vgpu_ledger_slot_usage(const struct vgpu_slot *s, int kind);
+const struct vgpu_ledger_slot *vgpu_ledger_slot_record(const struct vgpu_slot *s);
+const struct vgpu_ledger_tenant *vgpu_ledger_tenant_record(const struct vgpu_slot *s);
+
+/* For tests only: take and drop the slot's tenant lock directly (a test
+ * child dies holding it). vgpu__ledger_lock returns 0 or _ETIMEDOUT. */
+int vgpu__ledger_lock(struct vgpu_slot *s);
+void vgpu__ledger_unlock(struct vgpu_slot *s);
+
+#endif

@@ -1,0 +1,218 @@
+/* ledger_lock.c - the ledger's locks: the join lock and the slot locks
+ * (open-file-description locks, released by the kernel when their owner
+ * dies, whatever its pid namespace), and the tenant lock word (a futex word
+ * naming its owner's slot, taken from a dead owner after a liveness test of
+ * that slot's OFD lock).
+ *
+ * Every wait is bounded by VGPU_LEDGER_LOCK_TIMEOUT_NS, and nothing sleeps
+ * while holding a tenant lock.
+ */
+#include "ledger_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPINS			64
+#define SLEEP_MAX_NS		2000000u	/* one futex wait at most */
+#define LIVENESS_AFTER_NS	1000000u	/* wait this long, then test */
+
+/* ---- OFD locks ------------------------------------------------------------- */
+
+static int ofd_lock(int fd, short type, off_t start, int cmd, struct flock *fl)
+{
+	*fl = (struct flock){ .l_type = type, .l_whence = SEEK_SET,
+			      .l_start = start, .l_len = 1 };
+	return fcntl(fd, cmd, fl);
+}
+
+static off_t slot_byte(uint32_t index)
+{
+	return (off_t)VGPU_LEDGER_SLOTS_OFFSET +
+	       (off_t)index * VGPU_LEDGER_SLOT_SIZE;
+}
+
+static void sleep_ns(long ns)
+{
+	struct timespec ts = { 0, ns };
+
+	nanosleep(&ts, NULL);
+}
+
+int vgpu__join_lock(struct vgpu_ledger *l)
+{
+	uint64_t deadline = vgpu__now_ns(CLOCK_MONOTONIC) +
+			    VGPU_LEDGER_LOCK_TIMEOUT_NS;
+	struct flock fl;
+	long pause = 20000;
+
+	while (ofd_lock(l->fd, F_WRLCK, 0, F_OFD_SETLK, &fl) != 0) {
+		if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+			return VGPU_LEDGER_ESYS;
+		if (vgpu__now_ns(CLOCK_MONOTONIC) > deadline)
+			return VGPU_LEDGER_ETIMEDOUT;
+		sleep_ns(pause);
+		if (pause < 1000000)
+			pause *= 2;
+	}
+	return 0;
+}
+
+void vgpu__join_unlock(struct vgpu_ledger *l)
+{
+	struct flock fl;
+
+	ofd_lock(l->fd, F_UNLCK, 0, F_OFD_SETLK, &fl);
+}
+
+bool vgpu__slot_owned(const struct vgpu_ledger *l, uint32_t index)
+{
+	return __atomic_load_n(&l->owned[index / 64], __ATOMIC_ACQUIRE) &
+	       (UINT64_C(1) << (index % 64));
+}
+
+bool vgpu__slot_trylock(struct vgpu_ledger *l, uint32_t index)
+{
+	uint64_t bit = UINT64_C(1) << (index % 64);
+	struct flock fl;
+
+	/* The bit excludes this process's other threads: to the kernel, all
+	 * of them are one owner, and all would be granted the lock. */
+	if (__atomic_fetch_or(&l->owned[index / 64], bit, __ATOMIC_ACQ_REL) &
+	    bit)
+		return false;
+	if (ofd_lock(l->fd, F_WRLCK, slot_byte(index), F_OFD_SETLK, &fl) == 0)
+		return true;
+	__atomic_fetch_and(&l->owned[index / 64], ~bit, __ATOMIC_RELEASE);
+	return false;
+}
+
+void vgpu__slot_unlock(struct vgpu_ledger *l, uint32_t index)
+{
+	uint64_t bit = UINT64_C(1) << (index % 64);
+	struct flock fl;
+
+	__atomic_fetch_and(&l->owned[index / 64], ~bit, __ATOMIC_RELEASE);
+	ofd_lock(l->fd, F_UNLCK, slot_byte(index), F_OFD_SETLK, &fl);
+}
+
+/* Whether the owner named by lock word `word` is dead: its slot has moved
+ * to another generation since (claimed again, or being reclaimed), or no
+ * process holds the slot's OFD lock. Slots this process holds, in the same
+ * generation, are alive. */
+static bool owner_dead(struct vgpu_ledger *l, uint32_t word)
+{
+	uint32_t idx = (word & VGPU__OWNER_IDX_MASK) - 1;
+	uint32_t gen = (word >> VGPU__OWNER_IDX_BITS) & VGPU__OWNER_GEN_MASK;
+	struct flock fl;
+
+	if (idx >= VGPU_LEDGER_MAX_SLOTS)
+		return true;			/* garbage: nobody owns it */
+	if ((__atomic_load_n(&l->slots[idx].generation, __ATOMIC_ACQUIRE) &
+	     VGPU__OWNER_GEN_MASK) != gen)
+		return true;
+	if (vgpu__slot_owned(l, idx))
+		return false;
+	if (ofd_lock(l->fd, F_WRLCK, slot_byte(idx), F_OFD_GETLK, &fl) != 0)
+		return false;			/* cannot tell: wait on */
+	return fl.l_type == F_UNLCK;
+}
+
+/* ---- the tenant lock ---------------------------------------------------------- */
+
+static void futex_wait(uint32_t *word, uint32_t val, uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u),
+			       (long)(ns % 1000000000u) };
+
+	syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+void vgpu__tenant_wake(struct vgpu_ledger_tenant *ten)
+{
+	syscall(SYS_futex, &ten->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Spins a little, then sleeps on the word in short waits; each time the
+ * same owner has held it for LIVENESS_AFTER_NS, tests whether that owner is
+ * alive, and takes the lock from a dead one (then repairs the totals). Once
+ * it has waited, it takes the lock with the waiters bit set, so that its
+ * unlock wakes whoever may still sleep. */
+int vgpu__tenant_lock_slow(struct vgpu_ledger *l, uint32_t t, uint32_t owner)
+{
+	uint32_t *w = &l->tenants[t].lock;
+	uint64_t start = 0, seen_since = 0, now;
+	uint32_t v, seen = 0;
+	int i;
+
+	for (i = 0; i < SPINS; i++) {
+		v = 0;
+		if (__atomic_compare_exchange_n(w, &v, owner, false,
+				__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return 0;
+		__builtin_ia32_pause();
+	}
+	for (;;) {
+		v = __atomic_load_n(w, __ATOMIC_RELAXED);
+		if (v == 0) {
+			if (__atomic_compare_exchange_n(w, &v,
+					owner | VGPU__LOCK_WAITERS, false,
+					__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+				return 0;
+			continue;
+		}
+		now = vgpu__now_ns(CLOCK_MONOTONIC);
+		if (!start)
+			start = now;
+		if ((v & ~VGPU__LOCK_WAITERS) != seen) {
+			seen = v & ~VGPU__LOCK_WAITERS;
+			seen_since = now;
+		}
+		if (now - seen_since >= LIVENESS_AFTER_NS && owner_dead(l, v)) {
+			if (__atomic_compare_exchange_n(w, &v,
+					owner | VGPU__LOCK_WAITERS, false,
+					__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+				vgpu__tenant_recompute(l, t);
+				return 0;
+			}
+			continue;
+		}
+		if (now - start >= VGPU_LEDGER_LOCK_TIMEOUT_NS)
+			return VGPU_LEDGER_ETIMEDOUT;
+		if (!(v & VGPU__LOCK_WAITERS) &&
+		    !__atomic_compare_exchange_n(w, &v, v | VGPU__LOCK_WAITERS,
+				false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			continue;
+		futex_wait(w, v | VGPU__LOCK_WAITERS, SLEEP_MAX_NS / 4);
+	}
+}
+
+/* The dead owner may have stopped anywhere in a few instructions that
+ * change a slot's usage and the tenant's totals: the slots are the truth. */
+void vgpu__tenant_recompute(struct vgpu_ledger *l, uint32_t t)
+{
+	uint64_t sum[VGPU_USAGE_COUNT] = { 0 }, used = 0;
+	struct vgpu_ledger_tenant *ten = &l->tenants[t];
+	uint32_t i;
+	int k;
+
+	for (i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		struct vgpu_ledger_slot *r = &l->slots[i];
+
+		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) !=
+			    VGPU_SLOT_ACTIVE ||
+		    __atomic_load_n(&r->tenant, __ATOMIC_RELAXED) != t)
+			continue;
+		for (k = 0; k < VGPU_USAGE_COUNT; k++)
+			sum[k] += vgpu__ld(&r->usage[k]);
+	}
+	for (k = 0; k < VGPU_USAGE_COUNT; k++) {
+		vgpu__st(&ten->usage[k], sum[k]);
+		if (VGPU_USAGE_IS_DEVICE(k))
+			used += sum[k];
+	}
+	vgpu__st(&ten->used, used);
+}
