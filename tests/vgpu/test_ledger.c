@@ -1,0 +1,392 @@
+/* test_ledger.c - the ledger in one process: creating and attaching,
+ * reserve and release at and past the limit, tenants and their limits,
+ * slots, the views, leaving and fork. Files that are not ledgers are in
+ * test_ledger_file.c, races and crashes in test_ledger_race.c. */
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "ledger_test.h"
+
+TestSuite(ledger, .init = ledger_dir_make, .fini = ledger_dir_remove);
+
+static void expect_zero(struct vgpu_slot *s)
+{
+	int k;
+
+	cr_expect_eq(vgpu_ledger_tenant_used(s), 0);
+	for (k = 0; k < VGPU_USAGE_COUNT; k++) {
+		cr_expect_eq(vgpu_ledger_tenant_usage(s, k), 0, "kind %d", k);
+		cr_expect_eq(vgpu_ledger_slot_usage(s, k), 0, "kind %d", k);
+	}
+}
+
+Test(ledger, creates_the_file_named_by_uuid_and_version)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	const struct vgpu_ledger_header *h = vgpu_ledger_header(l);
+	char want[512];
+	struct stat st;
+
+	snprintf(want, sizeof(want), "%s/%s.v%d.ledger", test_dir, UUID,
+		 VGPU_LEDGER_VERSION);
+	cr_assert_str_eq(vgpu_ledger_path(l), want);
+	cr_assert_eq(stat(want, &st), 0);
+	cr_expect_eq(st.st_size, VGPU_LEDGER_FILE_SIZE);
+	cr_expect_eq(st.st_mode & 0777, 0666);
+	cr_expect_eq(memcmp(h, "VGPULEDG", 8), 0);
+	cr_expect_eq(h->layout_version, VGPU_LEDGER_VERSION);
+	cr_expect_eq(h->physical_bytes, 80 * GiB);
+	cr_expect_str_eq(h->gpu_uuid, UUID);
+	cr_expect_gt(h->created_ns, 0);
+	cr_expect_eq(h->max_slots, VGPU_LEDGER_MAX_SLOTS);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, creates_a_missing_directory_shared_by_all)
+{
+	struct vgpu_ledger *l;
+	char dir[512], err[1024];
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s/a/b", test_dir);
+	cr_assert_eq(vgpu_ledger_open(dir, UUID, GiB, &l, err, sizeof(err)),
+		     0, "%s", err);
+	cr_assert_eq(stat(dir, &st), 0);
+	cr_expect_eq(st.st_mode & 07777, 01777);
+	vgpu_ledger_close(l);
+	snprintf(err, sizeof(err), "%s/%s.v%d.ledger", dir, UUID,
+		 VGPU_LEDGER_VERSION);
+	unlink(err);
+	rmdir(dir);
+	snprintf(dir, sizeof(dir), "%s/a", test_dir);
+	rmdir(dir);
+}
+
+Test(ledger, a_second_open_attaches_to_the_same_records)
+{
+	struct vgpu_ledger *a = ledger_open_ok(), *b = ledger_open_ok();
+	struct vgpu_slot *sa = ledger_join_ok(a, "team", GiB);
+	struct vgpu_slot *sb = ledger_join_ok(b, "team", GiB);
+
+	cr_assert_eq(vgpu_ledger_reserve(sa, VGPU_USAGE_BUFFER, 100 * MiB), 0);
+	cr_expect_eq(vgpu_ledger_tenant_used(sb), 100 * MiB);
+	cr_expect_eq(vgpu_ledger_header(b)->created_ns,
+		     vgpu_ledger_header(a)->created_ns);
+	cr_expect_neq(vgpu_ledger_slot_record(sa), vgpu_ledger_slot_record(sb));
+	vgpu_ledger_release(sa, VGPU_USAGE_BUFFER, 100 * MiB);
+	expect_zero(sb);
+	vgpu_ledger_close(a);
+	vgpu_ledger_close(b);
+}
+
+Test(ledger, rejects_bad_uuids_and_tenant_names)
+{
+	struct vgpu_ledger *l;
+	struct vgpu_slot *s;
+	char err[256], longname[80];
+
+	cr_expect_eq(vgpu_ledger_open(test_dir, "", 0, &l, err, sizeof(err)),
+		     VGPU_LEDGER_EINVAL);
+	cr_expect_eq(vgpu_ledger_open(test_dir, "../x", 0, &l, err,
+				      sizeof(err)), VGPU_LEDGER_EINVAL);
+	cr_expect(strstr(err, "'../x'"), "%s", err);
+	cr_expect_null(l);
+	l = ledger_open_ok();
+	memset(longname, 'n', 64);
+	longname[64] = '\0';
+	cr_expect_eq(vgpu_ledger_join(l, longname, GiB, 1, 0, &s, err,
+				      sizeof(err)), VGPU_LEDGER_EINVAL);
+	cr_expect_eq(vgpu_ledger_join(l, "", GiB, 1, 0, &s, err, sizeof(err)),
+		     VGPU_LEDGER_EINVAL);
+	cr_expect_eq(vgpu_ledger_join(l, "a\nb", GiB, 1, 0, &s, err,
+				      sizeof(err)), VGPU_LEDGER_EINVAL);
+	cr_expect_null(s);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, reserve_at_the_limit_succeeds_and_past_it_fails)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", GiB);
+
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, GiB - 1), 0);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_ARRAY, 1), 0);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), GiB);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_POOL, 1),
+		     VGPU_LEDGER_EOVERLIMIT);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_VMM, UINT64_MAX),
+		     VGPU_LEDGER_EOVERLIMIT);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->failures, 2);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->allocs, 2);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), GiB);
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, GiB - 1);
+	vgpu_ledger_release(s, VGPU_USAGE_ARRAY, 1);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->frees, 2);
+	expect_zero(s);
+	vgpu_ledger_leave(s);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, every_device_kind_counts_and_spilled_does_not)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", 9 * MiB);
+	int k;
+
+	for (k = 0; k < VGPU_USAGE_COUNT; k++)
+		cr_assert_eq(vgpu_ledger_reserve(s, k, MiB), 0, "kind %d", k);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), 8 * MiB);
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_SPILLED, 100 * GiB), 0);
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 2 * MiB),
+		     VGPU_LEDGER_EOVERLIMIT);
+	cr_expect_eq(vgpu_ledger_tenant_usage(s, VGPU_USAGE_SPILLED),
+		     100 * GiB + MiB);
+	cr_assert_eq(vgpu_ledger_set_spill_limit(s, 101 * GiB), 0);
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_SPILLED, GiB),
+		     VGPU_LEDGER_EOVERLIMIT);
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_SPILLED, GiB - MiB), 0);
+	for (k = 0; k < VGPU_USAGE_COUNT; k++)
+		vgpu_ledger_release(s, k, vgpu_ledger_slot_usage(s, k));
+	expect_zero(s);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, bad_kinds_and_zero_bytes)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", GiB);
+
+	cr_expect_eq(vgpu_ledger_reserve(s, -1, 1), VGPU_LEDGER_EINVAL);
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_COUNT, 1),
+		     VGPU_LEDGER_EINVAL);
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 0), 0);
+	vgpu_ledger_release(s, VGPU_USAGE_COUNT, 1);
+	vgpu_ledger_release(s, -5, 1);
+	expect_zero(s);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->allocs, 0);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, release_never_underflows)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = ledger_join_ok(l, "team", GiB);
+	struct vgpu_slot *b = ledger_join_ok(l, "team", GiB);
+
+	vgpu_ledger_release(a, VGPU_USAGE_BUFFER, MiB);
+	expect_zero(a);
+	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, 10 * MiB), 0);
+	cr_assert_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 10 * MiB), 0);
+	/* b gives back more than it holds: only its own 10 MiB go. */
+	vgpu_ledger_release(b, VGPU_USAGE_BUFFER, 15 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_used(a), 10 * MiB);
+	cr_expect_eq(vgpu_ledger_slot_usage(b, VGPU_USAGE_BUFFER), 0);
+	vgpu_ledger_release(a, VGPU_USAGE_BUFFER, UINT64_MAX);
+	expect_zero(a);
+	expect_zero(b);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, tenants_are_separate)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = ledger_join_ok(l, "alpha", GiB);
+	struct vgpu_slot *b = ledger_join_ok(l, "beta", GiB);
+
+	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, GiB), 0);
+	cr_assert_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, GiB), 0);
+	cr_expect_eq(vgpu_ledger_tenant_used(a), GiB);
+	cr_expect_str_eq(vgpu_ledger_tenant_record(b)->name, "beta");
+	vgpu_ledger_leave(a);
+	cr_expect_eq(vgpu_ledger_tenant_used(b), GiB);
+	vgpu_ledger_leave(b);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, the_most_recent_joiners_limit_applies_with_a_warning)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = ledger_join_ok(l, "team", GiB), *b, *c;
+	char err[512];
+
+	cr_assert_eq(vgpu_ledger_join(l, "team", 2 * GiB, 4242, 0, &b, err,
+				      sizeof(err)), VGPU_LEDGER_LIMIT_CHANGED);
+	cr_expect(strstr(err, "tenant 'team': memory limit changed from "
+		  "1073741824 to 2147483648 bytes by pid 4242"), "%s", err);
+	cr_expect_eq(vgpu_ledger_tenant_limit(a), 2 * GiB);
+	cr_expect_eq(vgpu_ledger_tenant_record(a)->limit_changes, 1);
+	cr_assert_eq(vgpu_ledger_join(l, "team", 2 * GiB, 4243, 0, &c, err,
+				      sizeof(err)), 0);
+	cr_expect_str_eq(err, "");
+	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, 2 * GiB), 0);
+	vgpu_ledger_leave(a);
+	vgpu_ledger_leave(b);
+	vgpu_ledger_leave(c);
+	/* Nobody left: a new limit is no change to anyone. */
+	c = ledger_join_ok(l, "team", 512 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_limit(c), 512 * MiB);
+	expect_zero(c);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, a_lower_limit_keeps_what_is_held_and_refuses_more)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = ledger_join_ok(l, "team", GiB), *b;
+
+	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, 800 * MiB), 0);
+	b = ledger_join_ok(l, "team", 512 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_used(b), 800 * MiB);
+	cr_expect_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 1),
+		     VGPU_LEDGER_EOVERLIMIT);
+	vgpu_ledger_release(a, VGPU_USAGE_BUFFER, 400 * MiB);
+	cr_expect_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 112 * MiB), 0);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, leave_returns_the_slots_usage)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = ledger_join_ok(l, "team", GiB);
+	struct vgpu_slot *b = ledger_join_ok(l, "team", GiB);
+	const struct vgpu_ledger_slot *ra = vgpu_ledger_slot_record(a);
+
+	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, 300 * MiB), 0);
+	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_SPILLED, 5 * MiB), 0);
+	cr_assert_eq(vgpu_ledger_reserve(b, VGPU_USAGE_CONTEXT, 10 * MiB), 0);
+	cr_expect_eq(ra->state, VGPU_SLOT_ACTIVE);
+	cr_expect_eq(ra->pid, getpid());
+	vgpu_ledger_leave(a);
+	cr_expect_eq(ra->state, VGPU_SLOT_FREE);
+	cr_expect_eq(vgpu_ledger_tenant_used(b), 10 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_usage(b, VGPU_USAGE_SPILLED), 0);
+	vgpu_ledger_leave(b);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, slots_are_reused_and_full_is_a_clear_error)
+{
+	static struct vgpu_slot *s[VGPU_LEDGER_MAX_SLOTS];
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *x;
+	char err[512];
+	int i;
+
+	for (i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++)
+		s[i] = ledger_join_ok(l, "team", GiB);
+	cr_assert_eq(vgpu_ledger_join(l, "team", GiB, 1, 0, &x, err,
+				      sizeof(err)), VGPU_LEDGER_EFULL);
+	cr_expect(strstr(err, "all 1024 process slots are in use"), "%s", err);
+	cr_expect(strstr(err, vgpu_ledger_path(l)), "%s", err);
+	vgpu_ledger_leave(s[7]);
+	x = ledger_join_ok(l, "team", GiB);
+	cr_expect_eq(vgpu_ledger_slot_record(x),
+		     &((const struct vgpu_ledger_slot *)((const char *)
+		       vgpu_ledger_header(l) + VGPU_LEDGER_SLOTS_OFFSET))[7]);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, tenant_records_of_idle_tenants_are_reused)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s[VGPU_LEDGER_MAX_TENANTS], *x;
+	char name[32], err[512];
+	int i;
+
+	for (i = 0; i < VGPU_LEDGER_MAX_TENANTS; i++) {
+		snprintf(name, sizeof(name), "tenant-%d", i);
+		s[i] = ledger_join_ok(l, name, GiB);
+	}
+	cr_assert_eq(vgpu_ledger_join(l, "one-more", GiB, 1, 0, &x, err,
+				      sizeof(err)), VGPU_LEDGER_EFULL);
+	cr_expect(strstr(err, "all 128 tenant records are in use"), "%s", err);
+	cr_assert_eq(vgpu_ledger_reserve(s[3], VGPU_USAGE_BUFFER, MiB), 0);
+	vgpu_ledger_leave(s[3]);	/* its usage goes: idle */
+	x = ledger_join_ok(l, "one-more", 2 * GiB);
+	cr_expect_str_eq(vgpu_ledger_tenant_record(x)->name, "one-more");
+	cr_expect_eq(vgpu_ledger_tenant_limit(x), 2 * GiB);
+	expect_zero(x);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, a_forked_child_forgets_and_joins_afresh)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", GiB);
+	int status;
+	pid_t pid;
+
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 600 * MiB), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct vgpu_ledger *cl;
+		struct vgpu_slot *cs;
+		char err[256];
+		int ok;
+
+		vgpu_ledger_forget_after_fork(l);
+		if (vgpu_ledger_open(test_dir, UUID, 0, &cl, err, sizeof(err))
+		    || vgpu_ledger_join(cl, "team", GiB, getpid(), 0, &cs, err,
+					sizeof(err)) < 0)
+			_exit(10);
+		/* The parent's slot is alive: its 600 MiB are not reclaimed. */
+		ok = vgpu_ledger_reserve(cs, VGPU_USAGE_BUFFER, 600 * MiB) ==
+			     VGPU_LEDGER_EOVERLIMIT &&
+		     vgpu_ledger_reserve(cs, VGPU_USAGE_BUFFER, 400 * MiB) == 0;
+		vgpu_ledger_close(cl);
+		_exit(ok ? 0 : 11);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "child status %#x", status);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), 600 * MiB);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->state, VGPU_SLOT_ACTIVE);
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, 600 * MiB);
+	expect_zero(s);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, a_dead_processes_slot_is_reclaimed_on_refusal)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", GiB);
+	int status;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct vgpu_ledger *cl;
+		struct vgpu_slot *cs;
+		char err[256];
+
+		vgpu_ledger_forget_after_fork(l);
+		if (vgpu_ledger_open(test_dir, UUID, 0, &cl, err, sizeof(err))
+		    || vgpu_ledger_join(cl, "team", GiB, getpid(), 0, &cs, err,
+					sizeof(err)) < 0 ||
+		    vgpu_ledger_reserve(cs, VGPU_USAGE_BUFFER, 700 * MiB))
+			_exit(10);
+		_exit(0);	/* dies without leaving */
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert_eq(status, 0);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), 700 * MiB);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, GiB), 0);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), GiB);
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, GiB);
+	expect_zero(s);
+	vgpu_ledger_close(l);
+}
+
+Test(ledger, host_pid_is_zero_or_another_pid)
+{
+	int32_t h = vgpu_host_pid();
+
+	cr_expect(h == 0 || (h > 0 && h != getpid()), "%d", h);
+}
+
+Test(ledger, strerror_names_every_code)
+{
+	cr_expect_str_eq(vgpu_ledger_strerror(VGPU_LEDGER_EOVERLIMIT),
+			 "over the tenant's memory limit");
+	cr_expect_str_eq(vgpu_ledger_strerror(0), "success");
+	cr_expect_str_eq(vgpu_ledger_strerror(-99), "unknown error");
+}
