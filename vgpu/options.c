@@ -320,6 +320,17 @@ static const struct vgpu_opt_desc options[VGPU_OPT_COUNT] = {
 		.parse = parse_enum_opt,
 		.alias_parse = parse_hami_oversubscribe,
 	},
+	[VGPU_OPT_CONTEXT_OVERHEAD] = {
+		.name = "VGPU_CONTEXT_OVERHEAD",
+		.kind = VGPU_KIND_SIZE,
+		.def = UINT64_C(256) << 20, .min = 0, .max = UINT64_C(1) << 40,
+		.unit = "bytes",
+		.expect = "a size up to 1TiB: " SIZE_FORMS,
+		.doc = "device memory charged to the slice for each context "
+		       "the process creates on a GPU",
+		.offset = FIELD(context_overhead),
+		.parse = parse_size_opt,
+	},
 	[VGPU_OPT_HOST_SPILL_LIMIT] = {
 		.name = "VGPU_HOST_SPILL_LIMIT",
 		.kind = VGPU_KIND_SIZE,

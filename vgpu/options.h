@@ -24,6 +24,7 @@ enum vgpu_opt_id {
 	VGPU_OPT_COMPUTE_MODE,
 	VGPU_OPT_OVERCOMMIT,
 	VGPU_OPT_HOST_SPILL_LIMIT,
+	VGPU_OPT_CONTEXT_OVERHEAD,
 	VGPU_OPT_LEDGER_DIR,
 	VGPU_OPT_TENANT,
 	VGPU_OPT_LOG_LEVEL,
@@ -91,6 +92,7 @@ struct vgpu_options {
 	int compute_mode;		/* enum vgpu_compute_mode */
 	int overcommit;			/* enum vgpu_overcommit */
 	uint64_t host_spill_limit;	/* bytes or VGPU_UNLIMITED */
+	uint64_t context_overhead;	/* bytes charged per context */
 	char ledger_dir[VGPU_PATH_MAX];
 	char tenant[VGPU_TENANT_MAX];
 	int log_level;			/* enum vgpu_log_level */
