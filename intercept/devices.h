@@ -1,0 +1,62 @@
+/* devices.h - each CUDA device's place in the ledger, and the accounting
+ * calls the hooks make. */
+#ifndef VGPU_DEVICES_H
+#define VGPU_DEVICES_H
+
+#include "shim.h"
+#include "ledger.h"
+
+enum { VGPU_DEV_NEW, VGPU_DEV_READY, VGPU_DEV_FAILED };
+
+struct vgpu_dev {
+	int state;		/* VGPU_DEV_*, atomic */
+	int ordinal;
+	struct vgpu_ledger *ledger;
+	struct vgpu_slot *slot;	/* NULL: not accounted (disabled, warn) */
+	uint64_t physical;	/* the GPU's memory, from the driver */
+	char uuid[VGPU_LEDGER_UUID_MAX];
+	int primary_refs;	/* primary context retains, atomic */
+};
+
+/* The device's state, attached on first use; NULL if d is not a device.
+ * A FAILED device was refused: its hooks answer CUDA_ERROR_INVALID_DEVICE. */
+struct vgpu_dev *vgpu__dev_attach(CUdevice d);
+/* An attached, ready device or NULL; never attaches. */
+struct vgpu_dev *vgpu__dev_peek(int ordinal);
+struct vgpu_dev *vgpu__dev_by_uuid(const char *uuid);
+void vgpu__dev_fork_child(void);
+
+/* The current context's device, attached; NULL when there is no current
+ * context (the hook then leaves everything to the driver). */
+static inline struct vgpu_dev *vgpu__dev_current(void)
+{
+	CUdevice d;
+
+	if (!vgpu__real.cuCtxGetDevice ||
+	    vgpu__real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+		return NULL;
+	return vgpu__dev_attach(d);
+}
+
+/* Charges bytes of kind to dv's tenant: CUDA_SUCCESS, or
+ * CUDA_ERROR_OUT_OF_MEMORY past the limit, CUDA_ERROR_INVALID_DEVICE for a
+ * refused device. */
+static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
+				    uint64_t bytes)
+{
+	if (dv->state != VGPU_DEV_READY)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!dv->slot)
+		return CUDA_SUCCESS;
+	return vgpu_ledger_reserve(dv->slot, kind, bytes) == 0
+		       ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static inline void vgpu__uncharge(struct vgpu_dev *dv, int kind,
+				  uint64_t bytes)
+{
+	if (dv && dv->slot)
+		vgpu_ledger_release(dv->slot, kind, bytes);
+}
+
+#endif

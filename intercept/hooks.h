@@ -1,0 +1,76 @@
+/* hooks.h - the shim's view of the driver: the hooked entry points'
+ * prototypes and the typed table of the real driver's functions, both
+ * generated from hooks.def.
+ */
+#ifndef VGPU_HOOKS_H
+#define VGPU_HOOKS_H
+
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* cuda.h maps these to their newest ABI; hooks.def names each ABI itself. */
+#undef cuGetProcAddress
+
+#define VGPU_EXPORT __attribute__((visibility("default")))
+
+#define VGPU_HOOK(name, version, symbol, per_thread, ret, params) \
+	VGPU_EXPORT ret symbol params;
+#include "hooks.def"
+#undef VGPU_HOOK
+
+/* The real driver's functions, one field per hooked symbol. Filled once by
+ * vgpu__real_load(); a symbol the driver lacks is NULL. */
+struct vgpu_real {
+#define VGPU_HOOK(name, version, symbol, per_thread, ret, params) \
+	ret (*symbol) params;
+#include "hooks.def"
+#undef VGPU_HOOK
+	CUresult (*cuCtxGetDevice)(CUdevice *dev);
+	CUresult (*cuDeviceGetUuid_v2)(CUuuid *uuid, CUdevice dev);
+	CUresult (*cuDeviceGetCount)(int *count);
+	CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *base, size_t *size,
+					    CUdeviceptr dptr);
+	CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool,
+					  CUmemPool_attribute attr, void *value);
+	CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *pool,
+					      CUdevice dev);
+	CUresult (*cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
+	CUresult (*cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
+	CUresult (*cuCtxPushCurrent_v2)(CUcontext ctx);
+	CUresult (*cuCtxPopCurrent_v2)(CUcontext *pctx);
+	CUresult (*cuDeviceGetGraphMemAttribute)(CUdevice device,
+						 CUgraphMem_attribute attr,
+						 void *value);
+	CUresult (*cuArrayGetDescriptor_v2)(CUDA_ARRAY_DESCRIPTOR *d,
+					    CUarray a);
+};
+
+extern struct vgpu_real vgpu__real;
+
+/* One row of the cuGetProcAddress table. */
+struct vgpu_hook_entry {
+	const char *name;
+	const char *symbol;
+	int version;
+	int per_thread;
+	void *hook;		/* the shim's function */
+	void **real;		/* its field in vgpu__real */
+};
+
+extern const struct vgpu_hook_entry vgpu__hook_entries[];
+extern const size_t vgpu__hook_count;
+
+/* Loads the real driver and fills vgpu__real and the forwarders' table.
+ * Idempotent, thread-safe; returns false when no driver could be loaded. */
+bool vgpu__real_load(void);
+
+/* Where the real driver was loaded from ("" if it was not). */
+const char *vgpu__real_path(void);
+
+/* The forwarders' table (forwarders.S), with names (fwd_names.c). */
+extern void *vgpu__fwd_table[];
+extern const char *const vgpu__fwd_names[];
+extern const size_t vgpu__fwd_count;
+
+#endif

@@ -1,0 +1,194 @@
+/* mem.c - the memory hooks: every path that consumes device memory is
+ * charged to the tenant before the driver is asked, and given back when the
+ * driver refused or the memory is freed.
+ *
+ * The protocol: reserve in the ledger (refused: CUDA_ERROR_OUT_OF_MEMORY,
+ * the driver is not called), call the driver, release if it failed,
+ * remember what was charged (track.c) so the free gives back exactly that.
+ * A free of something the shim never charged goes to the driver untouched.
+ */
+#include "devices.h"
+#include "track.h"
+
+#include <string.h>
+
+static void remember(int table, uint64_t key, struct vgpu_dev *dv, int kind,
+		     uint64_t bytes, unsigned aux)
+{
+	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dv->ordinal,
+				  aux };
+
+	if (!vgpu__track_insert(table, key, &t)) {
+		/* Never forgotten silently: the charge stays until exit. */
+		vgpu_log(VGPU_LOG_WARN, "the allocation table is full: %llu "
+			 "bytes stay charged after their free",
+			 (unsigned long long)bytes);
+	}
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	CUresult r;
+
+	if (!vgpu__real.cuMemAlloc_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!dv || !dptr || bytesize == 0)
+		return vgpu__real.cuMemAlloc_v2(dptr, bytesize);
+	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, bytesize)) != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuMemAlloc_v2(dptr, bytesize);
+	if (r != CUDA_SUCCESS) {
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
+		return r;
+	}
+	if (dv->slot)
+		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, bytesize,
+			 0);
+	return r;
+}
+
+/* The pitch is not known before the call: charge the width rounded to 512
+ * bytes first, then whatever the real pitch adds (refused: freed, OOM). */
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
+			    size_t WidthInBytes, size_t Height,
+			    unsigned int ElementSizeBytes)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	uint64_t guess, real;
+	CUresult r;
+
+	if (!vgpu__real.cuMemAllocPitch_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!dv || !dptr || !pPitch || WidthInBytes == 0 || Height == 0 ||
+	    WidthInBytes > (SIZE_MAX - 511) / Height)
+		return vgpu__real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes,
+						     Height, ElementSizeBytes);
+	guess = (uint64_t)((WidthInBytes + 511) & ~(size_t)511) * Height;
+	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, guess)) != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height,
+					  ElementSizeBytes);
+	if (r != CUDA_SUCCESS) {
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, guess);
+		return r;
+	}
+	real = (uint64_t)*pPitch * Height;
+	if (real > guess &&
+	    vgpu__charge(dv, VGPU_USAGE_BUFFER, real - guess) != CUDA_SUCCESS) {
+		vgpu__real.cuMemFree_v2(*dptr);
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, guess);
+		*dptr = 0;
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (real < guess)
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, guess - real);
+	if (dv->slot)
+		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, real, 0);
+	return r;
+}
+
+/* Managed memory is charged in full as device memory: the driver may make
+ * all of it resident on the device (docs/memory.md). */
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
+			   unsigned int flags)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	CUresult r;
+
+	if (!vgpu__real.cuMemAllocManaged)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!dv || !dptr || bytesize == 0)
+		return vgpu__real.cuMemAllocManaged(dptr, bytesize, flags);
+	if ((r = vgpu__charge(dv, VGPU_USAGE_MANAGED, bytesize)) != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuMemAllocManaged(dptr, bytesize, flags);
+	if (r != CUDA_SUCCESS) {
+		vgpu__uncharge(dv, VGPU_USAGE_MANAGED, bytesize);
+		return r;
+	}
+	if (dv->slot)
+		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_MANAGED, bytesize,
+			 0);
+	return r;
+}
+
+void vgpu__pool_settle(int index);
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	struct vgpu_tracked t;
+	CUresult r;
+
+	if (!vgpu__real.cuMemFree_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t))
+		return vgpu__real.cuMemFree_v2(dptr);
+	r = vgpu__real.cuMemFree_v2(dptr);
+	if (r != CUDA_SUCCESS) {
+		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
+		return r;
+	}
+	if (t.kind == VGPU_USAGE_POOL)
+		vgpu__pool_settle((int)t.aux);
+	else
+		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind, t.bytes);
+	return r;
+}
+
+/* ---- views ------------------------------------------------------------- */
+
+void vgpu__pools_settle_device(int ordinal);
+
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	uint64_t limit, used, f;
+	CUresult r;
+
+	if (!vgpu__real.cuMemGetInfo_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemGetInfo_v2(free, total);
+	if (r != CUDA_SUCCESS || !dv || !dv->slot || !free || !total)
+		return r;
+	vgpu__pools_settle_device(dv->ordinal);
+	limit = vgpu_ledger_tenant_limit(dv->slot);
+	if (limit >= *total)
+		return r;
+	used = vgpu_ledger_tenant_used(dv->slot);
+	f = used < limit ? limit - used : 0;
+	*total = (size_t)limit;
+	if (f < *free)
+		*free = (size_t)f;
+	return r;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	CUresult r;
+	uint64_t limit;
+
+	if (!vgpu__real.cuDeviceTotalMem_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuDeviceTotalMem_v2(bytes, dev);
+	if (r != CUDA_SUCCESS || !bytes || vgpu__disabled())
+		return r;
+	/* The slice as configured: no ledger needed to answer. */
+	limit = vgpu__options_memory_limit(vgpu__options(), (unsigned)dev);
+	if (limit < *bytes)
+		*bytes = (size_t)limit;
+	return r;
+}
+
+/* ---- the process ------------------------------------------------------- */
+
+void vgpu__pools_fork_child(void);
+
+void vgpu__mem_fork_child(void)
+{
+	vgpu__track_forget();
+	vgpu__pools_fork_child();
+	vgpu__dev_fork_child();
+}

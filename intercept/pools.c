@@ -1,0 +1,263 @@
+/* pools.c - stream-ordered allocation: what a pool really holds is charged.
+ *
+ * A pool keeps memory reserved after its allocations are freed (up to its
+ * release threshold, until a synchronisation or a trim), so the charge of a
+ * pool is its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, read after every
+ * allocation, free and trim through the shim ("settling" the pool) and when
+ * the views are read. An allocation is admitted by reserving its size
+ * first; the pool's growth is charged when it is settled, and the
+ * reservation given back after that, so the ledger never shows less than
+ * the pool holds. The pool may overshoot the slice by its rounding (the
+ * driver's granularity), never by a whole allocation.
+ */
+#include "devices.h"
+#include "track.h"
+
+#include <pthread.h>
+
+#define MAX_POOLS 2048
+
+struct pool {
+	uint64_t handle;	/* CUmemoryPool; 0: free entry */
+	int dev;
+	uint64_t charged;	/* bytes charged for it, atomic */
+};
+
+static struct pool pools[MAX_POOLS];
+static int npools;		/* entries in use or once used, atomic */
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The index of pool p of device dev, registered now if new; -1 if full. */
+static int pool_index(CUmemoryPool p, int dev)
+{
+	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE), i;
+
+	for (i = 0; i < n; i++)
+		if (__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE) ==
+		    (uint64_t)(uintptr_t)p)
+			return i;
+	pthread_mutex_lock(&pools_lock);
+	for (i = 0; i < npools; i++)
+		if (pools[i].handle == (uint64_t)(uintptr_t)p)
+			break;
+	if (i == npools) {
+		for (i = 0; i < npools && pools[i].handle; i++)
+			;
+		if (i < MAX_POOLS) {
+			pools[i].dev = dev;
+			pools[i].charged = 0;
+			__atomic_store_n(&pools[i].handle,
+					 (uint64_t)(uintptr_t)p,
+					 __ATOMIC_RELEASE);
+			if (i == npools)
+				__atomic_store_n(&npools, i + 1,
+						 __ATOMIC_RELEASE);
+		} else {
+			i = -1;
+		}
+	}
+	pthread_mutex_unlock(&pools_lock);
+	return i;
+}
+
+/* Charges pool i for what it holds now. */
+void vgpu__pool_settle(int i)
+{
+	struct pool *pl;
+	struct vgpu_dev *dv;
+	cuuint64_t held = 0;
+	uint64_t old;
+
+	if (i < 0 || i >= MAX_POOLS || !vgpu__real.cuMemPoolGetAttribute)
+		return;
+	pl = &pools[i];
+	uint64_t h = __atomic_load_n(&pl->handle, __ATOMIC_ACQUIRE);
+	dv = vgpu__dev_peek(pl->dev);
+	if (!h || !dv || !dv->slot)
+		return;
+	if (vgpu__real.cuMemPoolGetAttribute((CUmemoryPool)(uintptr_t)h,
+					     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+					     &held) != CUDA_SUCCESS)
+		return;
+	old = __atomic_exchange_n(&pl->charged, (uint64_t)held,
+				  __ATOMIC_ACQ_REL);
+	if (held > old)
+		vgpu_ledger_charge(dv->slot, VGPU_USAGE_POOL, held - old);
+	else if (held < old)
+		vgpu_ledger_release(dv->slot, VGPU_USAGE_POOL, old - held);
+}
+
+void vgpu__pools_settle_device(int ordinal)
+{
+	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
+
+	for (int i = 0; i < n; i++)
+		if (pools[i].dev == ordinal)
+			vgpu__pool_settle(i);
+}
+
+static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
+			   CUmemoryPool pool, CUstream hStream, int per_thread,
+			   bool explicit_pool)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	CUresult r;
+	int i = -1;
+
+	if (dv && dv->slot && dptr && bytesize > 0) {
+		if (!explicit_pool &&
+		    (!vgpu__real.cuDeviceGetMemPool ||
+		     vgpu__real.cuDeviceGetMemPool(&pool, dv->ordinal) !=
+			     CUDA_SUCCESS))
+			pool = NULL;
+		if (pool)
+			i = pool_index(pool, dv->ordinal);
+	}
+	if (i >= 0) {
+		r = vgpu__charge(dv, VGPU_USAGE_POOL, bytesize);
+		if (r != CUDA_SUCCESS)
+			return r;
+	} else if (dv && dv->state == VGPU_DEV_FAILED) {
+		return CUDA_ERROR_INVALID_DEVICE;
+	}
+	if (explicit_pool)
+		r = per_thread
+		    ? vgpu__real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize,
+							      pool, hStream)
+		    : vgpu__real.cuMemAllocFromPoolAsync(dptr, bytesize, pool,
+							 hStream);
+	else
+		r = per_thread
+		    ? vgpu__real.cuMemAllocAsync_ptsz(dptr, bytesize, hStream)
+		    : vgpu__real.cuMemAllocAsync(dptr, bytesize, hStream);
+	if (i < 0)
+		return r;
+	vgpu__pool_settle(i);
+	vgpu__uncharge(dv, VGPU_USAGE_POOL, bytesize);
+	if (r == CUDA_SUCCESS) {
+		struct vgpu_tracked t = { bytesize, VGPU_USAGE_POOL,
+					  (unsigned)dv->ordinal, (unsigned)i };
+		vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t);
+	}
+	return r;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	if (!vgpu__real.cuMemAllocAsync)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return alloc_from(dptr, bytesize, NULL, hStream, 0, false);
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+			      CUstream hStream)
+{
+	if (!vgpu__real.cuMemAllocAsync_ptsz)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return alloc_from(dptr, bytesize, NULL, hStream, 1, false);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
+				 CUmemoryPool pool, CUstream hStream)
+{
+	if (!vgpu__real.cuMemAllocFromPoolAsync)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return alloc_from(dptr, bytesize, pool, hStream, 0, true);
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+				      CUmemoryPool pool, CUstream hStream)
+{
+	if (!vgpu__real.cuMemAllocFromPoolAsync_ptsz)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return alloc_from(dptr, bytesize, pool, hStream, 1, true);
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int per_thread)
+{
+	struct vgpu_tracked t;
+	bool known = vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t);
+	CUresult r = per_thread ? vgpu__real.cuMemFreeAsync_ptsz(dptr, hStream)
+				: vgpu__real.cuMemFreeAsync(dptr, hStream);
+
+	if (!known)
+		return r;
+	if (r != CUDA_SUCCESS) {
+		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
+		return r;
+	}
+	if (t.kind == VGPU_USAGE_POOL)
+		vgpu__pool_settle((int)t.aux);
+	else	/* cuMemAlloc memory freed in stream order */
+		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind,
+			       t.bytes);
+	return r;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	if (!vgpu__real.cuMemFreeAsync)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return free_async(dptr, hStream, 0);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	if (!vgpu__real.cuMemFreeAsync_ptsz)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return free_async(dptr, hStream, 1);
+}
+
+static int find_pool(CUmemoryPool p)
+{
+	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
+
+	for (int i = 0; i < n; i++)
+		if (__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE) ==
+		    (uint64_t)(uintptr_t)p)
+			return i;
+	return -1;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuMemPoolTrimTo)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemPoolTrimTo(pool, minBytesToKeep);
+	if (r == CUDA_SUCCESS)
+		vgpu__pool_settle(find_pool(pool));
+	return r;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	int i = find_pool(pool);
+	CUresult r;
+
+	if (!vgpu__real.cuMemPoolDestroy)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemPoolDestroy(pool);
+	if (r != CUDA_SUCCESS || i < 0)
+		return r;
+	/* The driver frees the pool's memory when its allocations are freed;
+	 * what it held is given back now. */
+	pthread_mutex_lock(&pools_lock);
+	uint64_t old = __atomic_exchange_n(&pools[i].charged, 0,
+					   __ATOMIC_ACQ_REL);
+	vgpu__uncharge(vgpu__dev_peek(pools[i].dev), VGPU_USAGE_POOL, old);
+	__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&pools_lock);
+	return r;
+}
+
+void vgpu__pools_fork_child(void)
+{
+	pthread_mutex_init(&pools_lock, NULL);
+	for (int i = 0; i < MAX_POOLS; i++) {
+		pools[i].handle = 0;
+		pools[i].charged = 0;
+	}
+	npools = 0;
+}

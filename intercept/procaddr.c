@@ -1,0 +1,94 @@
+/* procaddr.c - cuGetProcAddress and cuGetProcAddress_v2.
+ *
+ * The real driver answers first, so whether a (name, version, flags)
+ * exists, and which ABI it is, is always the driver's own decision. Where
+ * its answer is a function the shim hooks, the caller gets the hook of
+ * exactly that function; everything else is the driver's pointer. A
+ * driver that answers with a pointer other than its exported symbol is
+ * handled by mapping (name, version, flags) through hooks.def the way the
+ * driver documents it: the highest version not above the one asked for,
+ * the per-thread variant where flags ask for it.
+ */
+#include "shim.h"
+
+#include <string.h>
+
+/* Index of the first hook entry called name, or vgpu__hook_count. */
+static size_t first_of(const char *name)
+{
+	size_t lo = 0, hi = vgpu__hook_count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(vgpu__hook_entries[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static const struct vgpu_hook_entry *by_version(size_t i, const char *name,
+						 int version, int per_thread)
+{
+	const struct vgpu_hook_entry *found = NULL;
+
+	for (; i < vgpu__hook_count &&
+	       strcmp(vgpu__hook_entries[i].name, name) == 0; i++)
+		if (vgpu__hook_entries[i].per_thread == per_thread &&
+		    vgpu__hook_entries[i].version <= version)
+			found = &vgpu__hook_entries[i];
+	return found;
+}
+
+/* The hook to hand out in place of the driver's fn, or fn itself. */
+static void *hook_for(const char *symbol, void *fn, int version,
+		      cuuint64_t flags)
+{
+	const struct vgpu_hook_entry *e = NULL;
+	size_t i = first_of(symbol);
+
+	for (size_t j = i; j < vgpu__hook_count &&
+	     strcmp(vgpu__hook_entries[j].name, symbol) == 0; j++)
+		if (*vgpu__hook_entries[j].real == fn)
+			return vgpu__hook_entries[j].hook;
+	if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+		e = by_version(i, symbol, version, 1);
+	if (!e)
+		e = by_version(i, symbol, version, 0);
+	if (e && *e->real) {
+		vgpu_log(VGPU_LOG_DEBUG, "cuGetProcAddress(%s, %d, %llu): the "
+			 "driver's pointer is not its %s; handing out the hook",
+			 symbol, version, (unsigned long long)flags, e->symbol);
+		return e->hook;
+	}
+	return fn;
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+			     cuuint64_t flags,
+			     CUdriverProcAddressQueryResult *symbolStatus)
+{
+	CUresult r;
+
+	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags,
+					   symbolStatus);
+	if (r == CUDA_SUCCESS && pfn && *pfn)
+		*pfn = hook_for(symbol, *pfn, cudaVersion, flags);
+	return r;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+			  cuuint64_t flags)
+{
+	CUresult r;
+
+	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+	if (r == CUDA_SUCCESS && pfn && *pfn)
+		*pfn = hook_for(symbol, *pfn, cudaVersion, flags);
+	return r;
+}

@@ -1,0 +1,35 @@
+/* shim.h - the shim's process-wide state, shared by the files of intercept/.
+ */
+#ifndef VGPU_SHIM_H
+#define VGPU_SHIM_H
+
+#include "hooks.h"
+#include "log.h"
+#include "options.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The options, loaded from the environment on first use (and once more in
+ * a forked child? no: a child inherits them, as it inherits its parent's
+ * environment). Never NULL. */
+const struct vgpu_options *vgpu__options(void);
+
+/* Whether a bad option refuses the device (VGPU_ON_ERROR=refuse). Loads the
+ * options and reports what was wrong, once. */
+bool vgpu__refused(void);
+
+/* Whether limits are off (VGPU_DISABLE / CUDA_DISABLE_CONTROL). */
+bool vgpu__disabled(void);
+
+/* The real dlopen, and a call of it that bypasses the shim's name mapping. */
+extern void *(*vgpu__real_dlopen)(const char *, int);
+void *vgpu__dlopen_real(const char *path, int flags);
+const char *vgpu__dlopen_name(const char *name);
+
+/* ---- mem.c ---- */
+
+/* Called once per process by cuInit's hook, and in a forked child. */
+void vgpu__mem_fork_child(void);
+
+#endif

@@ -1,0 +1,152 @@
+/* track.c - see track.h.
+ *
+ * Each table is 2^bits entries of {key, value}. A key is claimed by a
+ * compare-and-swap from EMPTY or TOMB; a removal swaps it to TOMB. Lookups
+ * stop at EMPTY. Keys are unique while live (the driver never hands out a
+ * pointer or handle twice), so insert may take the first TOMB it meets.
+ * A free removes its key before calling the driver and puts it back if the
+ * driver refused, so an address the driver reuses at once never meets a
+ * stale entry.
+ */
+#include "track.h"
+#include "log.h"
+#include "options.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define EMPTY	UINT64_C(0)
+#define TOMB	UINT64_C(1)
+#define MAX_PROBE 4096
+
+struct entry {
+	uint64_t key;
+	uint64_t val;
+};
+
+struct table {
+	struct entry *e;
+	unsigned bits;
+	uint64_t live;
+};
+
+static struct table tables[VGPU_TRACK_TABLES] = {
+	[VGPU_TRACK_PTR] = { NULL, 20, 0 },	/* 16 MiB of address space */
+	[VGPU_TRACK_HANDLE] = { NULL, 16, 0 },
+};
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool ready;
+
+static void map_tables(void)
+{
+	for (int i = 0; i < VGPU_TRACK_TABLES; i++) {
+		size_t len = sizeof(struct entry) << tables[i].bits;
+		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (p == MAP_FAILED) {
+			vgpu_log(VGPU_LOG_ERROR, "cannot map the allocation "
+				 "table (%zu bytes)", len);
+			return;
+		}
+		tables[i].e = p;
+	}
+	ready = true;
+}
+
+bool vgpu__track_init(void)
+{
+	pthread_once(&once, map_tables);
+	return ready;
+}
+
+static inline uint64_t pack(const struct vgpu_tracked *t)
+{
+	return t->bytes | (uint64_t)(t->kind & 31) << 42 |
+	       (uint64_t)(t->dev & 63) << 47 | (uint64_t)(t->aux & 2047) << 53;
+}
+
+static inline void unpack(uint64_t v, struct vgpu_tracked *t)
+{
+	t->bytes = v & VGPU_TRACK_MAX_BYTES;
+	t->kind = (unsigned)(v >> 42) & 31;
+	t->dev = (unsigned)(v >> 47) & 63;
+	t->aux = (unsigned)(v >> 53) & 2047;
+}
+
+static inline size_t slot_of(const struct table *tb, uint64_t key)
+{
+	return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - tb->bits));
+}
+
+bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t)
+{
+	struct table *tb = &tables[table];
+	size_t mask = ((size_t)1 << tb->bits) - 1;
+	size_t i = slot_of(tb, key);
+
+	if (!ready || key <= TOMB || t->bytes > VGPU_TRACK_MAX_BYTES ||
+	    t->kind > 31 || t->dev > 63 || t->aux > 2047)
+		return false;
+	for (unsigned n = 0; n < MAX_PROBE; n++, i = (i + 1) & mask) {
+		struct entry *e = &tb->e[i];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+
+		if ((k == EMPTY || k == TOMB) &&
+		    __atomic_compare_exchange_n(&e->key, &k, key, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&e->val, pack(t), __ATOMIC_RELEASE);
+			__atomic_add_fetch(&tb->live, 1, __ATOMIC_RELAXED);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t)
+{
+	struct table *tb = &tables[table];
+	size_t mask = ((size_t)1 << tb->bits) - 1;
+	size_t i = slot_of(tb, key);
+
+	if (!ready || key <= TOMB)
+		return false;
+	for (unsigned n = 0; n < MAX_PROBE; n++, i = (i + 1) & mask) {
+		struct entry *e = &tb->e[i];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+
+		if (k == EMPTY)
+			return false;
+		if (k != key)
+			continue;
+		uint64_t v = __atomic_load_n(&e->val, __ATOMIC_ACQUIRE);
+		if (!__atomic_compare_exchange_n(&e->key, &k, TOMB, false,
+						 __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE))
+			return false;	/* another thread freed it first */
+		unpack(v, t);
+		__atomic_sub_fetch(&tb->live, 1, __ATOMIC_RELAXED);
+		return true;
+	}
+	return false;
+}
+
+void vgpu__track_forget(void)
+{
+	for (int i = 0; i < VGPU_TRACK_TABLES; i++) {
+		if (!tables[i].e)
+			continue;
+		size_t len = sizeof(struct entry) << tables[i].bits;
+		/* Gives the pages back: the child starts from zeroes. */
+		madvise(tables[i].e, len, MADV_DONTNEED);
+		tables[i].live = 0;
+	}
+}
+
+uint64_t vgpu__track_count(int table)
+{
+	return __atomic_load_n(&tables[table].live, __ATOMIC_RELAXED);
+}

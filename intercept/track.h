@@ -1,0 +1,42 @@
+/* track.h - what the shim counted, keyed by pointer or handle.
+ *
+ * A table of live allocations the shim charged to the ledger, so that a
+ * free gives back exactly what was charged, and a free of something the
+ * shim never saw still reaches the driver without touching the ledger.
+ * Lock-free open addressing: insert and remove are a few atomic operations,
+ * no lock, no allocation (the table is mapped once, on first use).
+ */
+#ifndef VGPU_TRACK_H
+#define VGPU_TRACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What one entry remembers, packed in 64 bits. */
+struct vgpu_tracked {
+	uint64_t bytes;		/* < 2^42 */
+	unsigned kind;		/* VGPU_USAGE_*, < 32 */
+	unsigned dev;		/* CUDA ordinal, < 64 */
+	unsigned aux;		/* per kind (a pool's index), < 2048 */
+};
+
+enum vgpu_track_table {
+	VGPU_TRACK_PTR,		/* device pointers */
+	VGPU_TRACK_HANDLE,	/* arrays, VMM and multicast handles, contexts */
+	VGPU_TRACK_TABLES
+};
+
+#define VGPU_TRACK_MAX_BYTES	((UINT64_C(1) << 42) - 1)
+
+/* Maps the tables; false (with a message) if that failed. Idempotent. */
+bool vgpu__track_init(void);
+/* false: no room (the table is full) or key 0/1 or bytes too large. */
+bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t);
+/* Removes key; false if it was not there. */
+bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t);
+/* In a forked child: forgets every entry (the parent's, not the child's). */
+void vgpu__track_forget(void);
+/* Live entries (for tests and views). */
+uint64_t vgpu__track_count(int table);
+
+#endif
