@@ -217,6 +217,10 @@ static int attach(struct vgpu_ledger *l, const char *uuid, char *err,
 	int rc;
 
 	l->fd = open(l->path, O_RDWR | O_CLOEXEC);
+	if (l->fd < 0 && errno == EISDIR)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
+			"ledger '%s' is a directory, expected a ledger file",
+			l->path);
 	if (l->fd < 0)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 			"cannot open ledger '%s': %s", l->path,
