@@ -1,0 +1,121 @@
+/* test_ledger_abi.c - the ledger's layout pinned against literal numbers,
+ * as a reader in another language sees it: a change to any size or offset
+ * fails here, and must come with a new VGPU_LEDGER_VERSION and an update
+ * of docs/ledger-abi.md. */
+#include <stddef.h>
+
+#include <criterion/criterion.h>
+
+#include "vgpu.h"
+
+#define PIN(type, field, off, size) do { \
+	cr_expect_eq(offsetof(struct type, field), (off), \
+		     #type "." #field " offset"); \
+	cr_expect_eq(sizeof(((struct type *)0)->field), (size), \
+		     #type "." #field " size"); \
+} while (0)
+
+Test(ledger_abi, constants)
+{
+	cr_expect_eq(VGPU_LEDGER_VERSION, 1);
+	cr_expect_eq(VGPU_LEDGER_MAGIC, 0x4744454C55504756ull);
+	cr_expect_eq(VGPU_LEDGER_MAX_TENANTS, 128);
+	cr_expect_eq(VGPU_LEDGER_MAX_SLOTS, 1024);
+	cr_expect_eq(VGPU_LEDGER_KIND_SLOTS, 16);
+	cr_expect_eq(VGPU_LEDGER_TENANTS_OFFSET, 4096);
+	cr_expect_eq(VGPU_LEDGER_SLOTS_OFFSET, 69632);
+	cr_expect_eq(VGPU_LEDGER_FILE_SIZE, 331776);
+	cr_expect_eq(VGPU_LEDGER_UNLIMITED, UINT64_MAX);
+}
+
+Test(ledger_abi, usage_kinds)
+{
+	cr_expect_eq(VGPU_USAGE_BUFFER, 0);
+	cr_expect_eq(VGPU_USAGE_ARRAY, 1);
+	cr_expect_eq(VGPU_USAGE_POOL, 2);
+	cr_expect_eq(VGPU_USAGE_VMM, 3);
+	cr_expect_eq(VGPU_USAGE_GRAPH, 4);
+	cr_expect_eq(VGPU_USAGE_MULTICAST, 5);
+	cr_expect_eq(VGPU_USAGE_CONTEXT, 6);
+	cr_expect_eq(VGPU_USAGE_MANAGED, 7);
+	cr_expect_eq(VGPU_USAGE_SPILLED, 8);
+	cr_expect_eq(VGPU_USAGE_COUNT, 9);
+	cr_expect_eq(VGPU_TENANT_ACTIVE, 1);
+	cr_expect_eq(VGPU_SLOT_ACTIVE, 1);
+}
+
+Test(ledger_abi, header)
+{
+	cr_expect_eq(sizeof(struct vgpu_ledger_header), 512);
+	PIN(vgpu_ledger_header, magic, 0, 8);
+	PIN(vgpu_ledger_header, layout_version, 8, 4);
+	PIN(vgpu_ledger_header, header_size, 12, 4);
+	PIN(vgpu_ledger_header, file_size, 16, 8);
+	PIN(vgpu_ledger_header, physical_bytes, 24, 8);
+	PIN(vgpu_ledger_header, created_ns, 32, 8);
+	PIN(vgpu_ledger_header, max_tenants, 40, 4);
+	PIN(vgpu_ledger_header, max_slots, 44, 4);
+	PIN(vgpu_ledger_header, tenant_size, 48, 4);
+	PIN(vgpu_ledger_header, slot_size, 52, 4);
+	PIN(vgpu_ledger_header, tenants_offset, 56, 4);
+	PIN(vgpu_ledger_header, slots_offset, 60, 4);
+	PIN(vgpu_ledger_header, kind_count, 64, 4);
+	PIN(vgpu_ledger_header, kind_slots, 68, 4);
+	PIN(vgpu_ledger_header, joins, 72, 8);
+	PIN(vgpu_ledger_header, gpu_uuid, 80, 64);
+	PIN(vgpu_ledger_header, reserved, 144, 368);
+}
+
+Test(ledger_abi, tenant)
+{
+	cr_expect_eq(sizeof(struct vgpu_ledger_tenant), 512);
+	PIN(vgpu_ledger_tenant, lock, 0, 4);
+	PIN(vgpu_ledger_tenant, state, 4, 4);
+	PIN(vgpu_ledger_tenant, mem_limit, 8, 8);
+	PIN(vgpu_ledger_tenant, used, 16, 8);
+	PIN(vgpu_ledger_tenant, spill_limit, 24, 8);
+	PIN(vgpu_ledger_tenant, limit_set_ns, 32, 8);
+	PIN(vgpu_ledger_tenant, limit_set_pid, 40, 4);
+	PIN(vgpu_ledger_tenant, limit_changes, 44, 4);
+	PIN(vgpu_ledger_tenant, reserved0, 48, 16);
+	PIN(vgpu_ledger_tenant, name, 64, 64);
+	PIN(vgpu_ledger_tenant, usage, 128, 128);
+	PIN(vgpu_ledger_tenant, compute, 256, 64);
+	PIN(vgpu_ledger_tenant, reserved, 320, 192);
+}
+
+Test(ledger_abi, compute)
+{
+	cr_expect_eq(sizeof(struct vgpu_ledger_compute), 64);
+	PIN(vgpu_ledger_compute, share_pct, 0, 4);
+	PIN(vgpu_ledger_compute, policy, 4, 4);
+	PIN(vgpu_ledger_compute, lock, 8, 4);
+	PIN(vgpu_ledger_compute, flags, 12, 4);
+	PIN(vgpu_ledger_compute, tokens_ns, 16, 8);
+	PIN(vgpu_ledger_compute, refill_ns, 24, 8);
+	PIN(vgpu_ledger_compute, gpu_time_ns, 32, 8);
+	PIN(vgpu_ledger_compute, wait_ns, 40, 8);
+	PIN(vgpu_ledger_compute, reserved, 48, 16);
+}
+
+Test(ledger_abi, slot)
+{
+	cr_expect_eq(sizeof(struct vgpu_ledger_slot), 256);
+	PIN(vgpu_ledger_slot, state, 0, 4);
+	PIN(vgpu_ledger_slot, tenant, 4, 4);
+	PIN(vgpu_ledger_slot, generation, 8, 4);
+	PIN(vgpu_ledger_slot, pid, 12, 4);
+	PIN(vgpu_ledger_slot, host_pid, 16, 4);
+	PIN(vgpu_ledger_slot, flags, 20, 4);
+	PIN(vgpu_ledger_slot, start_ns, 24, 8);
+	PIN(vgpu_ledger_slot, allocs, 32, 8);
+	PIN(vgpu_ledger_slot, frees, 40, 8);
+	PIN(vgpu_ledger_slot, failures, 48, 8);
+	PIN(vgpu_ledger_slot, reserved0, 56, 8);
+	PIN(vgpu_ledger_slot, usage, 64, 128);
+	PIN(vgpu_ledger_slot, launches, 192, 8);
+	PIN(vgpu_ledger_slot, launches_throttled, 200, 8);
+	PIN(vgpu_ledger_slot, launch_wait_ns, 208, 8);
+	PIN(vgpu_ledger_slot, launch_reserved, 216, 8);
+	PIN(vgpu_ledger_slot, reserved, 224, 32);
+}
