@@ -88,6 +88,16 @@ const struct vgpu_ledger_header *vgpu_ledger_header(const struct vgpu_ledger *l)
  * or not known. Reads a file: call it once, at start-up. */
 int32_t vgpu_host_pid(void);
 
+/* ---- ledger_peek.c: a read-only view ----------------------------------- */
+
+/* Reads tenant `tenant`'s device usage and limit from the ledger of GPU
+ * `gpu_uuid` in `dir` without joining or writing anything. Returns 0,
+ * VGPU_LEDGER_ESYS (no such file), _EBADFILE (not a ledger of this
+ * version) or _EINVAL (no such tenant). */
+int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
+			    const char *tenant, uint64_t *used,
+			    uint64_t *limit);
+
 /* ---- ledger_join.c: tenants and slots ---------------------------------- */
 
 /* Joins tenant `tenant` (1..63 bytes, no control characters): finds its
