@@ -91,9 +91,41 @@ struct launch_args {
 	void **params, **extra;
 };
 
-static CUresult launch(const struct launch_args *a, bool ptsz)
+CUresult vsim_launch_prepare(CUfunction fh, struct CUctx_st *ctx,
+			     const unsigned grid[3], const unsigned block[3],
+			     unsigned shared, void **params, void **extra,
+			     struct vsim_launch **out)
 {
 	struct CUfunc_st *f;
+	struct vsim_launch *l;
+	CUresult rc = vsim_func_resolve_in(fh, ctx, &f);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (f->module->ctx != ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = check_dims(f, grid, block, shared);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	l = calloc(1, sizeof(*l) + f->desc->param_bytes);
+	if (!l)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	l->func = f;
+	memcpy(l->grid, grid, sizeof(l->grid));
+	memcpy(l->block, block, sizeof(l->block));
+	l->shared_bytes = shared;
+	l->params_size = f->desc->param_bytes;
+	rc = pack_params(l, params, extra);
+	if (rc != CUDA_SUCCESS) {
+		free(l);
+		return rc;
+	}
+	*out = l;
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch(const struct launch_args *a, bool ptsz)
+{
 	struct CUstream_st *s;
 	struct vsim_launch *l;
 	struct vsim_op *op;
@@ -101,33 +133,18 @@ static CUresult launch(const struct launch_args *a, bool ptsz)
 
 	/* A CUkernel runs in the stream's context, whatever is current. */
 	if (rc == CUDA_SUCCESS)
-		rc = vsim_func_resolve_in(a->f, s->ctx, &f);
+		rc = vsim_launch_prepare(a->f, s->ctx, a->grid, a->block,
+					 a->shared, a->params, a->extra, &l);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (f->module->ctx != s->ctx)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = check_dims(f, a->grid, a->block, a->shared);
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	if (vsim_fail_now(VSIM_FAIL_LAUNCH))
+	if (vsim_fail_now(VSIM_FAIL_LAUNCH)) {
+		free(l);
 		return CUDA_ERROR_LAUNCH_FAILED;
-	l = calloc(1, sizeof(*l) + f->desc->param_bytes);
-	op = vsim_op_new(VSIM_OP_KERNEL);
-	if (!l || !op) {
-		free(l);
-		free(op);
-		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	l->func = f;
-	memcpy(l->grid, a->grid, sizeof(l->grid));
-	memcpy(l->block, a->block, sizeof(l->block));
-	l->shared_bytes = a->shared;
-	l->params_size = f->desc->param_bytes;
-	rc = pack_params(l, a->params, a->extra);
-	if (rc != CUDA_SUCCESS) {
+	op = vsim_op_new(VSIM_OP_KERNEL);
+	if (!op) {
 		free(l);
-		free(op);
-		return rc;
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	op->u.kernel.launch = l;
 	return vsim_stream_submit(s, op, NULL);

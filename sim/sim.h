@@ -335,6 +335,12 @@ struct vsim_launch {
 	unsigned char params[];       /* packed as the kernel's layout says */
 };
 
+/* Builds a launch of f in ctx, checked and with its parameters packed (the
+ * caller frees it), without queueing it: graph kernel nodes. */
+CUresult vsim_launch_prepare(CUfunction f, struct CUctx_st *ctx,
+			     const unsigned grid[3], const unsigned block[3],
+			     unsigned shared, void **params, void **extra,
+			     struct vsim_launch **out);
 /* Runs a kernel on the stream's worker: holds the device's engine. */
 void vsim_launch_run(int device, const struct vsim_launch *l);
 
