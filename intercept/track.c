@@ -76,9 +76,14 @@ static inline void unpack(uint64_t v, struct vgpu_tracked *t)
 	t->aux = (unsigned)(v >> 53) & 2047;
 }
 
+/* Keeps neighbours together: device pointers handed out one after another
+ * land in neighbouring entries (a cache line holds four), where a
+ * multiplicative hash would send each to a cold line of the table. Pointers
+ * inside one 4 KiB page share a start and probe on linearly. */
 static inline size_t slot_of(const struct table *tb, uint64_t key)
 {
-	return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - tb->bits));
+	return (size_t)((key >> 12) ^ (key >> 36)) &
+	       (((size_t)1 << tb->bits) - 1);
 }
 
 bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t)

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The shim's benchmarks, with and without libvgpu.so, in one run.
+
+usage: run-bench.py BUILD_DIR [--quick]
+
+Prints a Markdown table of medians: what the shim adds to an unthrottled
+cuLaunchKernel and to a cuMemAlloc_v2+cuMemFree_v2 pair (on a driver that
+does nothing, so the difference is the shim alone, with 1, 16 and 256
+processes registered on the GPU, and on the simulated GPU), and the time
+from start to the first allocation of 64 and 256 processes started at once.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run_calls(bench, lib, env):
+    out = subprocess.run([bench, "calls", lib], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    vals = dict(line.split() for line in out.splitlines())
+    return float(vals["launch"]), float(vals["pair"])
+
+
+def hold(bench, shim, env, n):
+    procs = []
+    for _ in range(n):
+        p = subprocess.Popen([bench, "hold", shim], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        procs.append(p)
+    for p in procs:
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit("run-bench.py: a holding process failed")
+    return procs
+
+
+def release(procs):
+    for p in procs:
+        p.stdin.close()
+    for p in procs:
+        p.wait(timeout=30)
+
+
+def startup(bench, lib, env, n, timeout=60):
+    t0 = time.time_ns()
+    procs = [subprocess.Popen([bench, "first-alloc", lib, str(t0)], env=env,
+                              stdout=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    times, hung, failed = [], 0, 0
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+            if p.returncode == 0:
+                times.append(int(out.strip()) / 1e6)
+            else:
+                failed += 1
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            hung += 1
+    times.sort()
+    return times, hung, failed
+
+
+def pct(v, q):
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+def main():
+    build = os.path.abspath(sys.argv[1])
+    quick = "--quick" in sys.argv
+    bench = os.path.join(build, "tests", "bench", "bench_shim")
+    shim = os.path.join(build, "intercept", "libvgpu.so")
+    null = os.path.join(build, "tests", "bench", "libnulldrv.so")
+    sim = os.path.join(build, "sim", "libcuda.so.1")
+    tmp = tempfile.mkdtemp(prefix="vgpu-bench-")
+    env = dict(os.environ)
+    env.update(VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
+               VGPU_SIM_STATE_DIR=os.path.join(tmp, "sim"),
+               VGPU_TENANT="bench", VGPU_CONTEXT_OVERHEAD="0",
+               VGPU_MEMORY_LIMIT="64GiB")
+    env.pop("LD_PRELOAD", None)
+    null_env = dict(env, VGPU_REAL_LIBCUDA=null)
+    sim_env = dict(env, VGPU_REAL_LIBCUDA=sim)
+
+    rows = []
+    base_launch, base_pair = run_calls(bench, null, null_env)
+    for n in (1, 16, 256):
+        holders = hold(bench, shim, null_env, n - 1) if n > 1 else []
+        launch, pair = run_calls(bench, shim, null_env)
+        release(holders)
+        if n == 1:
+            rows.append(("cuLaunchKernel, null driver", base_launch, launch))
+        rows.append(("cuMemAlloc+cuMemFree, null driver, %d process%s "
+                     "registered" % (n, "es" if n > 1 else ""),
+                     base_pair, pair))
+    if os.path.exists(sim):
+        s_launch, s_pair = run_calls(bench, sim, sim_env)
+        v_launch, v_pair = run_calls(bench, shim, sim_env)
+        rows.append(("cuLaunchKernel, simulator", s_launch, v_launch))
+        rows.append(("cuMemAlloc+cuMemFree, simulator", s_pair, v_pair))
+
+    print("| call (median ns, batches of 10,000) | without shim | "
+          "with shim | added |")
+    print("|---|---:|---:|---:|")
+    for name, a, b in rows:
+        print("| %s | %.1f | %.1f | %+.1f |" % (name, a, b, b - a))
+    print()
+
+    if not os.path.exists(sim):
+        return
+    print("| processes started at once (simulator) | without shim: median "
+          "/ p99 / max ms | with shim: median / p99 / max ms | hung |")
+    print("|---|---|---|---:|")
+    for n in ((64,) if quick else (64, 256)):
+        a, hung_a, fail_a = startup(bench, sim, sim_env, n)
+        b, hung_b, fail_b = startup(bench, shim, sim_env, n)
+        if fail_a or fail_b:
+            print("run-bench.py: %d/%d processes failed" % (fail_a, fail_b),
+                  file=sys.stderr)
+        print("| %d | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | %d |" % (
+            n, statistics.median(a), pct(a, .99), a[-1],
+            statistics.median(b), pct(b, .99), b[-1], hung_a + hung_b))
+
+
+if __name__ == "__main__":
+    main()
