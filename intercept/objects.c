@@ -304,6 +304,40 @@ static uint64_t overhead(void)
 	return vgpu__options()->context_overhead;
 }
 
+/* Destroying a context frees what was allocated in it, without a free
+ * call the shim could see: afterwards, every pointer charged on the device
+ * that the driver no longer knows is given back (and the pools settled).
+ * Arrays and other handles are not probed (a destroyed handle must not be
+ * passed to the driver); they stay charged until the process ends. */
+static bool ptr_gone(uint64_t key, const struct vgpu_tracked *t)
+{
+	CUdeviceptr base;
+	size_t size;
+	CUresult r;
+
+	(void)t;
+	if (!vgpu__real.cuMemGetAddressRange_v2)
+		return false;
+	r = vgpu__real.cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)key);
+	return r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE;
+}
+
+static void ptr_drop(const struct vgpu_tracked *t)
+{
+	if (t->kind != VGPU_USAGE_POOL)
+		vgpu__uncharge(vgpu__dev_peek((int)t->dev), (int)t->kind,
+			       t->bytes);
+}
+
+void vgpu__pools_settle_device(int ordinal);
+
+static void sweep_device(int ordinal)
+{
+	vgpu__track_sweep(VGPU_TRACK_PTR, (unsigned)ordinal, ptr_gone,
+			  ptr_drop);
+	vgpu__pools_settle_device(ordinal);
+}
+
 #define CTX_CREATE(dev, call)						\
 	do {								\
 		struct vgpu_dev *dv_ = vgpu__dev_attach(dev);		\
@@ -359,9 +393,18 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+	struct vgpu_tracked t;
+	uint64_t key = (uint64_t)(uintptr_t)ctx;
+	bool known;
+	CUresult r;
+
 	if (!vgpu__real.cuCtxDestroy_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	DESTROY(ctx, vgpu__real.cuCtxDestroy_v2(ctx));
+	known = vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
+	r = forget_handle(key, vgpu__real.cuCtxDestroy_v2(ctx), &t, known);
+	if (r == CUDA_SUCCESS && known)
+		sweep_device((int)t.dev);
+	return r;
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -408,7 +451,24 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 						     __ATOMIC_ACQ_REL,
 						     __ATOMIC_ACQUIRE))
 		;
-	if (n == 1)
+	if (n == 1) {
 		vgpu__uncharge(dv, VGPU_USAGE_CONTEXT, overhead());
+		sweep_device(dv->ordinal);
+	}
+	return r;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	struct vgpu_dev *dv = vgpu__dev_peek(dev);
+	CUresult r;
+
+	if (!vgpu__real.cuDevicePrimaryCtxReset_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuDevicePrimaryCtxReset_v2(dev);
+	/* The context and its allocations are gone; its retains stay (it is
+	 * created again on next use), and so does its charge. */
+	if (r == CUDA_SUCCESS && dv && dv->slot)
+		sweep_device(dv->ordinal);
 	return r;
 }

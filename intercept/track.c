@@ -139,6 +139,34 @@ bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t)
 	return false;
 }
 
+void vgpu__track_sweep(int table, unsigned dev,
+		       bool (*gone)(uint64_t key, const struct vgpu_tracked *t),
+		       void (*drop)(const struct vgpu_tracked *t))
+{
+	struct table *tb = &tables[table];
+	size_t n = (size_t)1 << tb->bits;
+
+	if (!ready)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct entry *e = &tb->e[i];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+		struct vgpu_tracked t;
+
+		if (k <= TOMB)
+			continue;
+		unpack(__atomic_load_n(&e->val, __ATOMIC_ACQUIRE), &t);
+		if (t.dev != dev || !gone(k, &t))
+			continue;
+		if (__atomic_compare_exchange_n(&e->key, &k, TOMB, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_sub_fetch(&tb->live, 1, __ATOMIC_RELAXED);
+			drop(&t);
+		}
+	}
+}
+
 void vgpu__track_forget(void)
 {
 	for (int i = 0; i < VGPU_TRACK_TABLES; i++) {

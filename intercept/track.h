@@ -34,6 +34,12 @@ bool vgpu__track_init(void);
 bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t);
 /* Removes key; false if it was not there. */
 bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t);
+/* For each live entry of table on device dev, calls gone(key, entry, arg);
+ * an entry for which it returns true is removed and handed to drop(). Walks
+ * the whole table: for rare events (a context destroyed), not hot paths. */
+void vgpu__track_sweep(int table, unsigned dev,
+		       bool (*gone)(uint64_t key, const struct vgpu_tracked *t),
+		       void (*drop)(const struct vgpu_tracked *t));
 /* In a forked child: forgets every entry (the parent's, not the child's). */
 void vgpu__track_forget(void);
 /* Live entries (for tests and views). */
