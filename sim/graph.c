@@ -909,3 +909,12 @@ VSIM_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device,
 	pthread_mutex_unlock(&graph_lock);
 	return rc;
 }
+
+/* In a forked child: the parent's executable graphs and pool are not the
+ * child's (their memory stays reserved by the parent's slot). */
+void vsim_graph_fork_child(void)
+{
+	pthread_mutex_init(&graph_lock, NULL);
+	execs = NULL;
+	memset(pools, 0, sizeof(pools));
+}

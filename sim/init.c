@@ -145,6 +145,7 @@ static void fork_child(void)
 	vsim_state_forget();
 	vsim_ctx_fork_child();
 	vsim_mem_fork_child();
+	vsim_graph_fork_child();
 	memset(&vsim_g, 0, sizeof(vsim_g));
 	pthread_mutex_init(&init_lock, NULL);
 }

@@ -344,4 +344,9 @@ CUresult vsim_launch_prepare(CUfunction f, struct CUctx_st *ctx,
 /* Runs a kernel on the stream's worker: holds the device's engine. */
 void vsim_launch_run(int device, const struct vsim_launch *l);
 
+/* ---- graph.c ---------------------------------------------------------------- */
+
+/* In a forked child: forget the parent's executable graphs and graph pool. */
+void vsim_graph_fork_child(void);
+
 #endif
