@@ -69,13 +69,17 @@ static void *try_path(const char *path)
 	return h;
 }
 
+/* The file name searched for: libcuda.so.1, or VGPU_REAL_LIBCUDA's bare
+ * name. */
+static const char *wanted = "libcuda.so.1";
+
 static void *try_dir(const char *dir, size_t len)
 {
 	char path[VGPU_PATH_MAX];
 
-	if (len == 0 || len > sizeof(path) - 16)
+	if (len == 0 || len + strlen(wanted) + 2 > sizeof(path))
 		return NULL;
-	snprintf(path, sizeof(path), "%.*s/libcuda.so.1", (int)len, dir);
+	snprintf(path, sizeof(path), "%.*s/%s", (int)len, dir, wanted);
 	return try_path(path);
 }
 
@@ -127,7 +131,7 @@ static void *try_cache(void)
 			continue;
 		const char *k = hdr + key, *v = hdr + value;
 		size_t room = (size_t)st.st_size - (size_t)(v - base);
-		if (strcmp(k, "libcuda.so.1") == 0 &&
+		if (strcmp(k, wanted) == 0 &&
 		    strnlen(v, room) < room)
 			h = try_path(v);
 	}
@@ -146,7 +150,9 @@ static void *find_driver(const char *forced)
 	const char *p;
 	void *h;
 
-	if (forced[0]) {
+	if (forced[0] && !strchr(forced, '/')) {
+		wanted = forced;	/* a bare name: searched for below */
+	} else if (forced[0]) {
 		h = try_path(forced);
 		if (!h)
 			vgpu_log(VGPU_LOG_ERROR,
@@ -168,9 +174,9 @@ static void *find_driver(const char *forced)
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
 		if ((h = try_dir(dirs[i], strlen(dirs[i]))))
 			return h;
-	vgpu_log(VGPU_LOG_ERROR, "no CUDA driver (libcuda.so.1) found in "
+	vgpu_log(VGPU_LOG_ERROR, "no CUDA driver (%s) found in "
 		 "LD_LIBRARY_PATH, /etc/ld.so.cache or the usual directories; "
-		 "set VGPU_REAL_LIBCUDA to its path");
+		 "set VGPU_REAL_LIBCUDA to its path", wanted);
 	return NULL;
 }
 
