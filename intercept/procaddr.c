@@ -65,6 +65,25 @@ static void *hook_for(const char *symbol, void *fn, int version,
 	return fn;
 }
 
+/* At debug level, one line per request: what was asked and who answers. */
+static void trace(const char *symbol, void **pfn, int version,
+		  cuuint64_t flags, CUresult r)
+{
+	const char *who = "driver";
+
+	if (vgpu_log_level() < VGPU_LOG_DEBUG)
+		return;
+	if (r != CUDA_SUCCESS || !pfn || !*pfn)
+		who = "not found";
+	else
+		for (size_t i = 0; i < vgpu__hook_count; i++)
+			if (vgpu__hook_entries[i].hook == *pfn)
+				who = "hook";
+	vgpu_log(VGPU_LOG_DEBUG, "cuGetProcAddress %s %d %llu -> %s",
+		 symbol ? symbol : "(null)", version,
+		 (unsigned long long)flags, who);
+}
+
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
 			     cuuint64_t flags,
 			     CUdriverProcAddressQueryResult *symbolStatus)
@@ -77,6 +96,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
 					   symbolStatus);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
 		*pfn = hook_for(symbol, *pfn, cudaVersion, flags);
+	trace(symbol, pfn, cudaVersion, flags, r);
 	return r;
 }
 
@@ -90,5 +110,6 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 	r = vgpu__real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
 		*pfn = hook_for(symbol, *pfn, cudaVersion, flags);
+	trace(symbol, pfn, cudaVersion, flags, r);
 	return r;
 }
