@@ -233,7 +233,11 @@ VSIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
 	CUresult rc = ctx_or_current(ctx, &ctx);
 
-	return rc != CUDA_SUCCESS ? rc : vsim_ctx_drain(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = vsim_ctx_drain(ctx);
+	vsim_pool_sync_release(ctx->device);
+	return rc;
 }
 
 /* The pre-13.0 forms: the _v2 forms on the current context. */

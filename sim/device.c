@@ -2,7 +2,8 @@
  *
  * The simulated device presents itself as a compute capability 9.0 part with
  * VGPU_SIM_SM_COUNT multiprocessors and VGPU_SIM_MEMORY bytes. Features the
- * simulator does not implement yet (VMM, pools, managed memory) read as 0.
+ * simulator does not implement read as 0. Under CUDA_VISIBLE_DEVICES an
+ * ordinal's UUID and PCI bus id are those of its physical device.
  */
 #include "sim.h"
 
@@ -64,6 +65,16 @@ static const int attr_values[CU_DEVICE_ATTRIBUTE_MAX] = {
 	[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] = 232448,
 	[CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR] = 32,
 	[CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID] = -1,
+	/* pool.c, vmm.c, managed.c, multicast.c */
+	[CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = 1,
+	[CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS] = 1,
+	[CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 1,
+	[CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 1,
+	[CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 1,
+	[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1,
+	[CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED] = 1,
+	[CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED] = 1,
+	[CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED] = 1,
 };
 
 static const char *uuid_hex(const CUuuid *u, char *buf)
@@ -156,7 +167,7 @@ VSIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
 		*pi = vsim_g.cfg.sm_count;
 		break;
 	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-		*pi = 0x10 + dev;
+		*pi = 0x10 + vsim_g.dev[dev].physical;
 		break;
 	default:
 		*pi = attr_values[attrib];

@@ -152,6 +152,7 @@ VSIM_EXPORT CUresult cuEventSynchronize(CUevent e)
 	pthread_mutex_unlock(&e->lock);
 	if (s)
 		vsim_stream_wait_seq(s, seq);
+	vsim_pool_sync_release(e->ctx->device);
 	return CUDA_SUCCESS;
 }
 

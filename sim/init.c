@@ -127,15 +127,35 @@ void vsim_device_uuid_make(const char *name, int ordinal, CUuuid *out)
 	}
 }
 
-static void setup_device(int i)
+/* Ordinal i is physical device phys (CUDA_VISIBLE_DEVICES). */
+static void setup_device(int i, int phys)
 {
 	struct vsim_device *d = &vsim_g.dev[i];
 
 	d->ordinal = i;
-	vsim_device_uuid_make(vsim_g.cfg.name, i, &d->uuid);
+	d->physical = phys;
+	vsim_device_uuid_make(vsim_g.cfg.name, phys, &d->uuid);
 	snprintf(d->pci_bus_id, sizeof(d->pci_bus_id), "00000000:%02X:00.0",
-		 0x10 + i);
+		 0x10 + phys);
 	pthread_mutex_init(&d->primary_lock, NULL);
+}
+
+/* The physical devices visible, in ordinal order; returns their count. */
+static int visible_devices(int *phys)
+{
+	char uuids[VSIM_MAX_DEVICES][VSIM_UUID_STRLEN];
+	const char *spec = getenv("CUDA_VISIBLE_DEVICES");
+	int n = vsim_g.cfg.devices;
+
+	for (int i = 0; i < n; i++) {
+		CUuuid u;
+		vsim_device_uuid_make(vsim_g.cfg.name, i, &u);
+		vsim_uuid_format(&u, uuids[i]);
+		phys[i] = i;
+	}
+	if (!spec)
+		return n;
+	return vsim_visible_parse(spec, n, uuids, phys, VSIM_MAX_DEVICES);
 }
 
 static void fork_child(void)
@@ -146,6 +166,9 @@ static void fork_child(void)
 	vsim_ctx_fork_child();
 	vsim_mem_fork_child();
 	vsim_graph_fork_child();
+	vsim_pool_fork_child();
+	vsim_vmm_fork_child();
+	vsim_managed_fork_child();
 	memset(&vsim_g, 0, sizeof(vsim_g));
 	pthread_mutex_init(&init_lock, NULL);
 }
@@ -158,8 +181,13 @@ static CUresult init_once(void)
 		vsim_log("%s", err);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	int phys[VSIM_MAX_DEVICES];
+
+	vsim_g.cfg.devices = visible_devices(phys);
+	if (vsim_g.cfg.devices == 0)
+		return CUDA_ERROR_NO_DEVICE;
 	for (int i = 0; i < vsim_g.cfg.devices; i++) {
-		setup_device(i);
+		setup_device(i, phys[i]);
 		if (vsim_state_attach(i) != CUDA_SUCCESS)
 			return CUDA_ERROR_OPERATING_SYSTEM;
 	}

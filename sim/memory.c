@@ -110,7 +110,22 @@ bool vsim_mem_lookup(uintptr_t p, size_t len, struct vsim_alloc *out)
 		found = true;
 	}
 	pthread_rwlock_unlock(&table_lock);
-	return found;
+	return found || vsim_vmm_lookup(p, len, out);
+}
+
+int vsim_mem_register(const struct vsim_alloc *a)
+{
+	return table_insert(a);
+}
+
+bool vsim_mem_unregister(uintptr_t base, struct vsim_alloc *out)
+{
+	struct vsim_alloc a;
+
+	if (!vsim_mem_lookup(base, 1, &a) || a.base != base ||
+	    (a.flags & VSIM_ALLOC_MAPPED))
+		return false;
+	return table_remove(base, a.kind, out) == 0;
 }
 
 /* The parent's allocations are not the child's: forgotten, not unmapped
@@ -132,6 +147,10 @@ CUresult vsim_mem_check_device(CUdeviceptr p, size_t len)
 
 static void release_alloc(const struct vsim_alloc *a)
 {
+	if (a->flags & VSIM_ALLOC_POOL) {
+		vsim_pool_block_free(a);
+		return;
+	}
 	if (a->kind == VSIM_MEM_DEVICE)
 		vsim_state_release(a->device, a->mapped);
 	if (!(a->flags & VSIM_ALLOC_REGISTERED))
@@ -144,7 +163,8 @@ void vsim_mem_free_ctx(struct CUctx_st *ctx)
 
 	pthread_rwlock_wrlock(&table_lock);
 	while (i < table_len) {
-		if (table[i].ctx != ctx) {
+		/* Pool memory belongs to its pool, not to a context. */
+		if (table[i].ctx != ctx || (table[i].flags & VSIM_ALLOC_POOL)) {
 			i++;
 			continue;
 		}
@@ -157,8 +177,8 @@ void vsim_mem_free_ctx(struct CUctx_st *ctx)
 }
 
 /* Maps and records an allocation; device memory is reserved first. */
-static CUresult mem_alloc(struct CUctx_st *ctx, size_t size,
-			  enum vsim_mem_kind kind, unsigned flags, uintptr_t *out)
+CUresult vsim_mem_alloc(struct CUctx_st *ctx, size_t size,
+			enum vsim_mem_kind kind, unsigned flags, uintptr_t *out)
 {
 	struct vsim_alloc a = {
 		.size = size, .mapped = page_round(size), .kind = kind,
@@ -205,7 +225,7 @@ VSIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		return rc;
 	if (!dptr || bytesize == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = mem_alloc(ctx, bytesize, VSIM_MEM_DEVICE, 0, &p);
+	rc = vsim_mem_alloc(ctx, bytesize, VSIM_MEM_DEVICE, 0, &p);
 	if (rc == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr)p;
 	return rc;
@@ -230,7 +250,7 @@ VSIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
 	row = (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
 	if (height > SIZE_MAX / row)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = mem_alloc(ctx, row * height, VSIM_MEM_DEVICE, 0, &p);
+	rc = vsim_mem_alloc(ctx, row * height, VSIM_MEM_DEVICE, 0, &p);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	*dptr = (CUdeviceptr)p;
@@ -248,7 +268,7 @@ VSIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	if (dptr == 0)
 		return CUDA_SUCCESS;
 	if (!vsim_mem_lookup((uintptr_t)dptr, 1, &a) || a.base != dptr ||
-	    a.kind != VSIM_MEM_DEVICE)
+	    a.kind != VSIM_MEM_DEVICE || (a.flags & VSIM_ALLOC_MAPPED))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* As on a GPU, freeing waits for work that may still use the memory;
 	 * here it also keeps host forms of kernels off unmapped pages. */
@@ -309,7 +329,7 @@ VSIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize,
 				 CU_MEMHOSTALLOC_DEVICEMAP |
 				 CU_MEMHOSTALLOC_WRITECOMBINED)))
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = mem_alloc(ctx, bytesize, VSIM_MEM_HOST, flags, &p);
+	rc = vsim_mem_alloc(ctx, bytesize, VSIM_MEM_HOST, flags, &p);
 	if (rc == CUDA_SUCCESS)
 		*pp = (void *)p;
 	return rc;
@@ -328,7 +348,8 @@ VSIM_EXPORT CUresult cuMemFreeHost(void *p)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (!vsim_mem_lookup((uintptr_t)p, 1, &a) || a.base != (uintptr_t)p ||
-	    a.kind != VSIM_MEM_HOST || (a.flags & VSIM_ALLOC_REGISTERED))
+	    a.kind != VSIM_MEM_HOST ||
+	    (a.flags & (VSIM_ALLOC_REGISTERED | VSIM_ALLOC_MAPPED)))
 		return CUDA_ERROR_INVALID_VALUE;
 	vsim_ctx_drain(a.ctx);
 	if (table_remove(a.base, VSIM_MEM_HOST, &a) != 0)
@@ -423,12 +444,14 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr,
 		PUT(CUdeviceptr, p);
 		break;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-		if (a->kind != VSIM_MEM_HOST)
+		if (a->kind != VSIM_MEM_HOST && !(a->flags & VSIM_ALLOC_MANAGED))
 			return CUDA_ERROR_INVALID_VALUE;
 		PUT(void *, p);
 		break;
-	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		PUT(bool, (a->flags & VSIM_ALLOC_MANAGED) != 0);
+		break;
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
 	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
 	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:

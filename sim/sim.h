@@ -31,6 +31,8 @@ enum vsim_magic {
 	VSIM_MAGIC_FUNC = 0x46554e31u,
 	VSIM_MAGIC_LIBRARY = 0x4c494231u,
 	VSIM_MAGIC_KERNEL = 0x4b524e31u,
+	VSIM_MAGIC_MEMPOOL = 0x504f4f31u,
+	VSIM_MAGIC_MEMHANDLE = 0x4d484e31u,
 	VSIM_MAGIC_DEAD = 0xdeaddeadu,
 };
 
@@ -88,10 +90,25 @@ CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
 void vsim_engine_acquire(int ordinal);
 void vsim_engine_release(int ordinal);
 
+/* ---- visible.c: CUDA_VISIBLE_DEVICES ------------------------------------- */
+
+#define VSIM_UUID_STRLEN 41   /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
+
+/* Formats u as the driver prints UUIDs: "GPU-xxxxxxxx-xxxx-...". */
+void vsim_uuid_format(const CUuuid *u, char out[VSIM_UUID_STRLEN]);
+/* Parses a CUDA_VISIBLE_DEVICES value: the physical devices it makes
+ * visible, in order, into out (at most max). Entries are indices or UUIDs
+ * ("GPU-..." in full or a unique prefix); an entry that names no device, or
+ * one named already, ends the list. uuids[i] is physical device i's string.
+ * Returns the number of devices. Pure. */
+int vsim_visible_parse(const char *spec, int nphys,
+		       char (*uuids)[VSIM_UUID_STRLEN], int *out, int max);
+
 /* ---- init.c: global state, cuInit, fork handling -------------------------- */
 
 struct vsim_device {
 	int ordinal;
+	int physical;          /* the simulated device under CUDA_VISIBLE_DEVICES */
 	CUuuid uuid;
 	char pci_bus_id[32];
 	struct CUctx_st *primary;
@@ -161,6 +178,12 @@ enum vsim_mem_kind { VSIM_MEM_DEVICE, VSIM_MEM_HOST };
 
 /* In vsim_alloc.flags: user memory registered with cuMemHostRegister. */
 #define VSIM_ALLOC_REGISTERED 0x80000000u
+/* A block of a memory pool's chunk (pool.c); owner is the chunk. */
+#define VSIM_ALLOC_POOL 0x40000000u
+/* cuMemAllocManaged memory (managed.c); the low bits keep the attach flags. */
+#define VSIM_ALLOC_MANAGED 0x20000000u
+/* A mapped range of the VMM API (vmm.c), never in the allocation table. */
+#define VSIM_ALLOC_MAPPED 0x10000000u
 
 struct vsim_alloc {
 	uintptr_t base;
@@ -171,6 +194,7 @@ struct vsim_alloc {
 	struct CUctx_st *ctx;
 	unsigned long long id;
 	unsigned flags;       /* cuMemHostAlloc flags */
+	void *owner;          /* what holds the memory (VSIM_ALLOC_POOL) */
 };
 
 /* Finds the allocation containing [p, p+len); copies it into *out. */
@@ -181,6 +205,69 @@ bool vsim_mem_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
 CUresult vsim_mem_check_device(CUdeviceptr p, size_t len);
 /* In a forked child: forget the parent's allocations. */
 void vsim_mem_fork_child(void);
+/* Maps and records an allocation of ctx; device memory is reserved first. */
+CUresult vsim_mem_alloc(struct CUctx_st *ctx, size_t size,
+			enum vsim_mem_kind kind, unsigned flags, uintptr_t *out);
+/* Records memory mapped elsewhere (a pool block); 0, or -1 out of memory. */
+int vsim_mem_register(const struct vsim_alloc *a);
+/* Removes the record starting exactly at base; false when there is none. */
+bool vsim_mem_unregister(uintptr_t base, struct vsim_alloc *out);
+
+/* ---- pool.c: memory pools and stream-ordered allocation ------------------ */
+
+/* Returns a pool block, already out of the allocation table, to its pool. */
+void vsim_pool_block_free(const struct vsim_alloc *a);
+/* A stream, event or context synchronisation on device: its pools release
+ * reserved memory above their release thresholds. */
+void vsim_pool_sync_release(int device);
+void vsim_pool_fork_child(void);
+
+/* ---- vmm.c: the virtual memory management API ----------------------------- */
+
+/* A generic allocation handle: memory from cuMemCreate, or a multicast
+ * object. The CUmemGenericAllocationHandle is its address. */
+struct vsim_mcast;
+struct vsim_handle {
+	uint32_t magic;              /* VSIM_MAGIC_MEMHANDLE */
+	int fd;                      /* memfd backing the memory */
+	size_t size;
+	CUmemAllocationProp prop;
+	int counted_device;          /* capacity reserved there, or -1 */
+	int user_refs;               /* create, retain - release */
+	int map_refs;                /* mappings and multicast bindings */
+	struct vsim_mcast *mc;       /* multicast.c's part, or NULL */
+	unsigned long long id;
+};
+
+/* The VMM lock guards handles, reservations and mappings (multicast.c
+ * takes it too). Never held while a kernel runs. */
+void vsim_vmm_lock(void);
+void vsim_vmm_unlock(void);
+/* A handle the caller still references, or NULL; caller holds the lock. */
+struct vsim_handle *vsim_handle_find(CUmemGenericAllocationHandle v);
+/* A new handle of size bytes backed by a fresh memfd (one user reference);
+ * caller holds the lock. */
+CUresult vsim_handle_new(size_t size, struct vsim_handle **out);
+/* Drops a mapping or binding reference; caller holds the lock. */
+void vsim_handle_unmap_ref(struct vsim_handle *h);
+/* The handle and offset mapped at p; caller holds the lock. */
+bool vsim_vmm_resolve(uintptr_t p, struct vsim_handle **h, size_t *offset);
+/* Finds an accessible mapped range holding [p, p+len) (several adjacent
+ * mappings may make it up); fills out as vsim_mem_lookup does. */
+bool vsim_vmm_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
+void vsim_vmm_fork_child(void);
+
+/* ---- managed.c ------------------------------------------------------------ */
+
+void vsim_managed_fork_child(void);
+
+/* ---- multicast.c ---------------------------------------------------------- */
+
+/* A multicast handle's last reference is gone: return its reservations and
+ * bindings; caller holds the VMM lock. */
+void vsim_mcast_destroy(struct vsim_handle *h);
+/* Every device of the team has been added (it may be mapped and bound). */
+bool vsim_mcast_complete(const struct vsim_handle *h);
 
 /* ---- stream.c: in-order work queues run by worker threads ----------------- */
 

@@ -159,7 +159,7 @@ static int open_file(struct dev_state *d, int ordinal)
 	if (make_dir(vsim_g.cfg.state_dir) != 0)
 		return -1;
 	snprintf(path, sizeof(path), "%s/dev%d.state", vsim_g.cfg.state_dir,
-		 ordinal);
+		 vsim_g.dev[ordinal].physical);
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		vsim_log("cannot open %s: %s", path, strerror(errno));

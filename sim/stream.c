@@ -390,12 +390,17 @@ VSIM_EXPORT CUresult cuStreamDestroy_v2(CUstream h)
 	return CUDA_SUCCESS;
 }
 
+/* Synchronisation is when pools release memory above their thresholds. */
 static CUresult stream_sync(CUstream h, bool ptds)
 {
 	struct CUstream_st *s;
 	CUresult rc = vsim_stream_resolve(h, ptds, &s);
 
-	return rc != CUDA_SUCCESS ? rc : vsim_stream_drain(s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = vsim_stream_drain(s);
+	vsim_pool_sync_release(s->ctx->device);
+	return rc;
 }
 
 VSIM_EXPORT CUresult cuStreamSynchronize(CUstream h)

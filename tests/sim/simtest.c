@@ -28,6 +28,8 @@ void simtest_clean_env(void)
 	char name[256];
 	int again = 1;
 
+	/* The simulator honours it as the driver does (test_visible.c). */
+	unsetenv("CUDA_VISIBLE_DEVICES");
 	/* unsetenv changes environ: start over after each removal. */
 	while (again) {
 		again = 0;

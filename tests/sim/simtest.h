@@ -32,9 +32,9 @@ const char *simtest_err(CUresult rc);
 	} while (0)
 #define CU_OK(call) CU_ASSERT(call, CUDA_SUCCESS)
 
-/* Unsets every VGPU_SIM_* variable but the state directory (the suite's
- * TestSuite .init): a test starts from the simulator's defaults whatever
- * the caller's environment. */
+/* Unsets every VGPU_SIM_* variable but the state directory, and
+ * CUDA_VISIBLE_DEVICES (the suite's TestSuite .init): a test starts from
+ * the simulator's defaults whatever the caller's environment. */
 void simtest_clean_env(void);
 /* Points VGPU_SIM_STATE_DIR at a new empty directory and sets the defaults
  * of the suite (VGPU_SIM_MEMORY=64MiB, VGPU_SIM_KERNEL_NS=100000) unless the

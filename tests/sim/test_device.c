@@ -204,7 +204,7 @@ Test(device, attributes)
 	cr_assert_geq(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK), 49152);
 	cr_assert_gt(attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE), 0);
 	/* Features it does not have read as 0, not as an error. */
-	cr_assert_eq(attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 0);
+	cr_assert_eq(attr(CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED), 0);
 	CU_ASSERT(cuDeviceGetAttribute(&v, (CUdevice_attribute)0, 0),
 		  CUDA_ERROR_INVALID_VALUE);
 	CU_ASSERT(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0),
