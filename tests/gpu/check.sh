@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# tests/gpu/check.sh - the foundation's GPU check, on a machine with an NVIDIA
-# GPU: builds the kernels and the programs that run on the real driver (no
+# tests/gpu/check.sh - the GPU check, on a machine with an NVIDIA GPU: builds
+# the kernels, the shim and the programs that run on the real driver (no
 # simulator, no Criterion needed), then runs the kernels' agreement check
-# (CUDA forms against host forms) and the demo job. Prints one report and
-# exits non-zero when a check failed.
+# (CUDA forms against host forms), the demo job alone and under a slice, the
+# shim's checks on the real driver, PyTorch under a 4 GiB slice, and a trace
+# of the entry points the CUDA runtime asks the shim for. Prints one report
+# and exits non-zero when a check failed.
 #
-# Headers the GPU machine lacks (uthash) come from .deps/, made by
+# Packages the GPU machine lacks (uthash, libelf) come from .deps/, made by
 # tests/gpu/fetch-deps.sh on a machine with Debian's archive.
 set -u
 cd "$(dirname "$0")/../.."
@@ -27,12 +29,38 @@ step() {
 }
 
 args=(-Dsim=false -Dtests=disabled -Dkernels=enabled)
-[ -d .deps/usr/include ] && args+=("-Dc_args=-I$PWD/.deps/usr/include")
+if [ -d .deps/usr/include ]; then
+	args+=("-Dc_args=-I$PWD/.deps/usr/include")
+	libdir=$PWD/.deps/usr/lib/x86_64-linux-gnu
+	export PKG_CONFIG_LIBDIR=$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PWD/.deps
+	export LIBRARY_PATH=$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}
+	export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 [ -f "$build/build.ninja" ] || step configure meson setup "$build" "${args[@]}"
 step build ninja -C "$build"
 step gpu nvidia-smi -L
 step kernels-agree "$build/tests/gpu/vgpu-kernels-agree"
 step demo "$build/tools/vgpu-demo" --seconds 2
+
+# The shim on the real driver.
+shim=$PWD/$build/intercept/libvgpu.so
+export VGPU_LEDGER_DIR=$(mktemp -d)/ledger
+step shim-needs-only-libc sh -c "readelf -d $shim | grep NEEDED; [ \$(readelf -d $shim | grep -c NEEDED) = 1 ]"
+step shim-demo-2GiB env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=2GiB \
+	"$build/tools/vgpu-demo" --seconds 1 --memory 1GiB
+step shim-demo-past-slice sh -c "! LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=2GiB $build/tools/vgpu-demo --seconds 1 --memory 3GiB"
+step shim-real-driver env LD_PRELOAD=$shim "$build/tests/gpu/vgpu-shim-real"
+if python3 -c 'import torch' 2>/dev/null; then
+	step torch-slice env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=4GiB \
+		python3 tests/gpu/torch_slice.py check
+	step torch-speed-without python3 tests/gpu/torch_slice.py 200
+	step torch-speed-with env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=4GiB \
+		python3 tests/gpu/torch_slice.py 200
+	step runtime-trace tests/gpu/shim_trace.sh "$shim"
+else
+	report+=("SKIP torch (no PyTorch)")
+fi
+step bench-shim python3 tests/bench/run-bench.py "$build" --quick
 
 echo "== libvgpu GPU check: $(date -u +%FT%TZ) =="
 printf '%s\n' "${report[@]}"
