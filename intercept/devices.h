@@ -41,15 +41,21 @@ static inline struct vgpu_dev *vgpu__dev_current(void)
 /* Charges bytes of kind to dv's tenant: CUDA_SUCCESS, or
  * CUDA_ERROR_OUT_OF_MEMORY past the limit, CUDA_ERROR_INVALID_DEVICE for a
  * refused device. */
+/* pools.c: a pool's charge follows what it holds ("settling" it); true if
+ * that gave bytes back. */
+bool vgpu__pool_settle(int index);
+bool vgpu__pools_settle_device(int ordinal);
+void vgpu__pools_fork_child(void);
+CUresult vgpu__charge_retry(struct vgpu_dev *dv, int kind, uint64_t bytes);
+
 static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 				    uint64_t bytes)
 {
 	if (dv->state != VGPU_DEV_READY)
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (!dv->slot)
+	if (!dv->slot || vgpu_ledger_reserve(dv->slot, kind, bytes) == 0)
 		return CUDA_SUCCESS;
-	return vgpu_ledger_reserve(dv->slot, kind, bytes) == 0
-		       ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	return vgpu__charge_retry(dv, kind, bytes);
 }
 
 static inline void vgpu__uncharge(struct vgpu_dev *dv, int kind,

@@ -115,8 +115,6 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 	return r;
 }
 
-void vgpu__pool_settle(int index);
-
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct vgpu_tracked t;
@@ -139,8 +137,6 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 }
 
 /* ---- views ------------------------------------------------------------- */
-
-void vgpu__pools_settle_device(int ordinal);
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
@@ -184,7 +180,6 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 /* ---- the process ------------------------------------------------------- */
 
-void vgpu__pools_fork_child(void);
 
 void vgpu__mem_fork_child(void)
 {

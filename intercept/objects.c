@@ -329,8 +329,6 @@ static void ptr_drop(const struct vgpu_tracked *t)
 			       t->bytes);
 }
 
-void vgpu__pools_settle_device(int ordinal);
-
 static void sweep_device(int ordinal)
 {
 	vgpu__track_sweep(VGPU_TRACK_PTR, (unsigned)ordinal, ptr_gone,

@@ -60,8 +60,8 @@ static int pool_index(CUmemoryPool p, int dev)
 	return i;
 }
 
-/* Charges pool i for what it holds now. */
-void vgpu__pool_settle(int i)
+/* Charges pool i for what it holds now; true if that gave bytes back. */
+bool vgpu__pool_settle(int i)
 {
 	struct pool *pl;
 	struct vgpu_dev *dv;
@@ -69,31 +69,63 @@ void vgpu__pool_settle(int i)
 	uint64_t old;
 
 	if (i < 0 || i >= MAX_POOLS || !vgpu__real.cuMemPoolGetAttribute)
-		return;
+		return false;
 	pl = &pools[i];
 	uint64_t h = __atomic_load_n(&pl->handle, __ATOMIC_ACQUIRE);
 	dv = vgpu__dev_peek(pl->dev);
 	if (!h || !dv || !dv->slot)
-		return;
+		return false;
 	if (vgpu__real.cuMemPoolGetAttribute((CUmemoryPool)(uintptr_t)h,
 					     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
 					     &held) != CUDA_SUCCESS)
-		return;
+		return false;
 	old = __atomic_exchange_n(&pl->charged, (uint64_t)held,
 				  __ATOMIC_ACQ_REL);
 	if (held > old)
 		vgpu_ledger_charge(dv->slot, VGPU_USAGE_POOL, held - old);
 	else if (held < old)
 		vgpu_ledger_release(dv->slot, VGPU_USAGE_POOL, old - held);
+	return held < old;
 }
 
-void vgpu__pools_settle_device(int ordinal)
+bool vgpu__pools_settle_device(int ordinal)
 {
 	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
+	bool freed = false;
 
 	for (int i = 0; i < n; i++)
 		if (pools[i].dev == ordinal)
-			vgpu__pool_settle(i);
+			freed |= vgpu__pool_settle(i);
+	return freed;
+}
+
+/* A refused charge: pools may hold less than they are charged for (they
+ * shrink at synchronisations the shim does not see). Settle them and try
+ * once more. */
+CUresult vgpu__charge_retry(struct vgpu_dev *dv, int kind, uint64_t bytes)
+{
+	if (!vgpu__pools_settle_device(dv->ordinal))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return vgpu_ledger_reserve(dv->slot, kind, bytes) == 0
+		       ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* What an allocation of bytes may add to what pool i holds: nothing when
+ * the pool's idle memory covers it (a reuse is never refused). */
+static uint64_t pool_growth(int i, uint64_t bytes)
+{
+	cuuint64_t reserved = 0, used = 0;
+	CUmemoryPool p = (CUmemoryPool)(uintptr_t)
+		__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE);
+
+	if (vgpu__real.cuMemPoolGetAttribute(p,
+			CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
+		    CUDA_SUCCESS ||
+	    vgpu__real.cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+					     &used) != CUDA_SUCCESS ||
+	    used > reserved)
+		return bytes;
+	return reserved - used >= bytes ? 0 : bytes - (reserved - used);
 }
 
 static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
@@ -113,12 +145,20 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		if (pool)
 			i = pool_index(pool, dv->ordinal);
 	}
+	uint64_t admit = 0;
+
 	if (i >= 0) {
-		r = vgpu__charge(dv, VGPU_USAGE_POOL, bytesize);
+		admit = pool_growth(i, bytesize);
+		r = vgpu__charge(dv, VGPU_USAGE_POOL, admit);
 		if (r != CUDA_SUCCESS)
 			return r;
 	} else if (dv && dv->state == VGPU_DEV_FAILED) {
 		return CUDA_ERROR_INVALID_DEVICE;
+	} else if (dv && dv->slot && dptr && bytesize > 0) {
+		/* A pool the shim cannot follow: charged as a buffer. */
+		r = vgpu__charge(dv, VGPU_USAGE_BUFFER, bytesize);
+		if (r != CUDA_SUCCESS)
+			return r;
 	}
 	if (explicit_pool)
 		r = per_thread
@@ -130,14 +170,22 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		r = per_thread
 		    ? vgpu__real.cuMemAllocAsync_ptsz(dptr, bytesize, hStream)
 		    : vgpu__real.cuMemAllocAsync(dptr, bytesize, hStream);
-	if (i < 0)
+	if (!dv || !dv->slot || !dptr || bytesize == 0)
 		return r;
-	vgpu__pool_settle(i);
-	vgpu__uncharge(dv, VGPU_USAGE_POOL, bytesize);
+	if (i >= 0) {
+		vgpu__pool_settle(i);
+		vgpu__uncharge(dv, VGPU_USAGE_POOL, admit);
+	} else if (r != CUDA_SUCCESS) {
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
+	}
 	if (r == CUDA_SUCCESS) {
-		struct vgpu_tracked t = { bytesize, VGPU_USAGE_POOL,
-					  (unsigned)dv->ordinal, (unsigned)i };
-		vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t);
+		struct vgpu_tracked t = {
+			bytesize, i >= 0 ? VGPU_USAGE_POOL : VGPU_USAGE_BUFFER,
+			(unsigned)dv->ordinal, i >= 0 ? (unsigned)i : 0 };
+		if (!vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t))
+			vgpu_log(VGPU_LOG_WARN, "the allocation table is full: "
+				 "%zu bytes stay charged after their free",
+				 bytesize);
 	}
 	return r;
 }
