@@ -1,0 +1,205 @@
+/* test_paths.c - every way a program reaches the driver gets the shim:
+ * dlopen of the driver's names and of its absolute path, dlsym of hooked
+ * and forwarded names, cuGetProcAddress for itself; cuGetExportTable passes
+ * through; no signal handler is installed; a process that never calls CUDA
+ * never loads the driver.
+ */
+#include "shimtest.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TENANT "t-paths"
+
+static void setup(void)
+{
+	simtest_clean_env();
+	shimtest_env(TENANT, "16MiB");
+}
+
+TestSuite(paths, .init = setup, .fini = shimtest_cleanup);
+
+/* The file a code address lies in. */
+static const char *file_of(const void *addr)
+{
+	Dl_info info;
+
+	cr_assert(dladdr(addr, &info) && info.dli_fname, "dladdr %p", addr);
+	return info.dli_fname;
+}
+
+static bool in_shim(const void *addr)
+{
+	const char *f = file_of(addr), *base = strrchr(f, '/');
+
+	return strcmp(base ? base + 1 : f, "libvgpu.so") == 0;
+}
+
+static void *open_driver(const char *name)
+{
+	void *h = dlopen(name, RTLD_NOW);
+
+	cr_assert_not_null(h, "dlopen(%s): %s", name, dlerror());
+	cr_assert_not_null(dlsym(h, "vgpu_shim_version"),
+			   "dlopen(%s) did not return the shim", name);
+	return h;
+}
+
+Test(paths, dlopen_of_every_driver_name_returns_the_shim)
+{
+	void *h1 = open_driver("libcuda.so.1");
+	void *h2 = open_driver("libcuda.so");
+	void *h3 = open_driver(SHIMTEST_SIM_LIBCUDA);
+
+	cr_assert_eq(h1, h2);
+	cr_assert_eq(h1, h3);
+	cr_assert(in_shim(dlsym(h3, "cuInit")));
+	cr_assert_eq(dlsym(h1, "cuMemAlloc_v2"), (void *)cuMemAlloc_v2);
+	/* Another library's dlopen is untouched. */
+	void *m = dlopen("libm.so.6", RTLD_NOW);
+	cr_assert_not_null(m);
+	cr_assert_null(dlsym(m, "vgpu_shim_version"));
+	dlclose(m);
+}
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned,
+			      unsigned, unsigned, unsigned, unsigned, CUstream,
+			      void **, void **);
+
+Test(paths, dlsym_gives_hooks_and_working_forwarders)
+{
+	void *h = open_driver("libcuda.so.1");
+	alloc_fn alloc = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
+	htod_fn htod = (htod_fn)dlsym(h, "cuMemcpyHtoD_v2");
+	launch_fn launch = (launch_fn)dlsym(h, "cuLaunchKernel_ptsz");
+	launch_fn real_launch = NULL;
+	CUdriverProcAddressQueryResult st;
+	CUdeviceptr a, b;
+	char in[4096], out[4096];
+
+	cr_assert(alloc && htod && launch);
+	cr_assert(in_shim((void *)htod), "cuMemcpyHtoD_v2 is a forwarder");
+	cr_assert(in_shim((void *)launch), "cuLaunchKernel_ptsz too");
+	simtest_init_shared();
+	/* The hook: the slice holds. */
+	CU_OK(alloc(&a, 16 * MIB));
+	CU_ASSERT(alloc(&b, 4 * KIB), CUDA_ERROR_OUT_OF_MEMORY);
+	/* The forwarder copies. */
+	for (size_t i = 0; i < sizeof(in); i++)
+		in[i] = (char)(i * 7 + 1);
+	CU_OK(htod(a, in, sizeof(in)));
+	CU_OK(cuMemcpyDtoH(out, a, sizeof(out)));
+	cr_assert_arr_eq(in, out, sizeof(in));
+	/* An unhooked name is the driver's own function from
+	 * cuGetProcAddress; through the forwarder it answers the same. */
+	CU_OK(cuGetProcAddress("cuLaunchKernel", (void **)&real_launch, 13000,
+			       CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+			       &st));
+	cr_assert(!in_shim((void *)real_launch));
+	CUresult want = real_launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+	cr_assert_neq(want, CUDA_SUCCESS);
+	CU_ASSERT(launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), want);
+	CU_OK(cuMemFree(a));
+}
+
+Test(paths, get_proc_address_hands_out_the_shim_itself)
+{
+	void *h = open_driver("libcuda.so.1");
+	CUdriverProcAddressQueryResult st;
+	void *fn = NULL;
+
+	CU_OK(cuGetProcAddress("cuGetProcAddress", &fn, 12000, 0, &st));
+	cr_assert_eq(fn, dlsym(h, "cuGetProcAddress_v2"));
+	cr_assert(in_shim(fn));
+	CU_OK(cuGetProcAddress("cuGetProcAddress", &fn, 11030, 0, &st));
+	cr_assert_eq(fn, dlsym(h, "cuGetProcAddress"));
+	cr_assert(in_shim(fn));
+	CU_OK(cuGetProcAddress("cuMemAlloc", &fn, 3020, 0, &st));
+	cr_assert_eq(fn, (void *)cuMemAlloc_v2);
+	/* Through the pointer handed out, the hook again. */
+	simtest_init_shared();
+	CUdeviceptr a, b;
+	CU_OK(((alloc_fn)fn)(&a, 16 * MIB));
+	CU_ASSERT(((alloc_fn)fn)(&b, 1), CUDA_ERROR_OUT_OF_MEMORY);
+	CU_OK(cuMemFree(a));
+}
+
+/* Before anything else, and after: the simulated driver's own answer. */
+Test(paths, get_export_table_passes_through)
+{
+	const void *table = (const void *)1;
+	CUuuid id;
+
+	memset(&id, 0x5a, sizeof(id));
+	CU_ASSERT(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
+	simtest_init_shared();
+	CU_ASSERT(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+/* ---- what the shim leaves alone --------------------------------------------- */
+
+static void all_actions(struct sigaction *acts)
+{
+	for (int s = 1; s < NSIG; s++) {
+		memset(&acts[s], 0, sizeof(acts[s]));
+		sigaction(s, NULL, &acts[s]);
+	}
+}
+
+Test(paths, no_signal_handler_installed)
+{
+	static struct sigaction before[NSIG], after[NSIG];
+	CUdeviceptr a;
+	size_t f, t;
+
+	all_actions(before);
+	simtest_init_shared();
+	CU_OK(cuMemAlloc(&a, MIB));
+	CU_OK(cuMemGetInfo(&f, &t));
+	CU_OK(cuMemFree(a));
+	all_actions(after);
+	for (int s = 1; s < NSIG; s++) {
+		cr_assert_eq((void *)before[s].sa_handler,
+			     (void *)after[s].sa_handler,
+			     "signal %d's handler changed", s);
+		cr_assert_eq(before[s].sa_flags, after[s].sa_flags,
+			     "signal %d's flags changed", s);
+	}
+}
+
+/* Whether the simulated driver's file is mapped in this process. */
+static bool driver_mapped(void)
+{
+	char real[4096], line[4352];
+	bool found = false;
+	FILE *f;
+
+	cr_assert_not_null(realpath(SHIMTEST_SIM_LIBCUDA, real));
+	f = fopen("/proc/self/maps", "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, real))
+			found = true;
+	fclose(f);
+	return found;
+}
+
+Test(paths, no_driver_without_cuda)
+{
+	void *m;
+
+	cr_assert(!driver_mapped(), "the driver is loaded before any CUDA "
+		  "call");
+	/* dlopen of something else, getenv, fork: still nothing. */
+	m = dlopen("libm.so.6", RTLD_NOW);
+	cr_assert_not_null(m);
+	dlclose(m);
+	cr_assert(!driver_mapped(), "dlopen(libm) loaded the driver");
+	CU_OK(cuInit(0));
+	cr_assert(driver_mapped(), "cuInit loads it");
+}
