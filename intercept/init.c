@@ -23,6 +23,13 @@ static void child_after_fork(void)
 	vgpu__mem_fork_child();
 }
 
+/* A bad option refuses the GPU, unless VGPU_ON_ERROR=warn or limits are
+ * off altogether (VGPU_DISABLE): then it is only reported. */
+static bool refuses(void)
+{
+	return opts.on_error == VGPU_ON_ERROR_REFUSE && !opts.disable;
+}
+
 static void load_options(void)
 {
 	char err[4096];
@@ -32,7 +39,7 @@ static void load_options(void)
 	vgpu_log_set_level(opts.log_level);
 	if (bad_options) {
 		vgpu_log_text(err);
-		if (opts.on_error == VGPU_ON_ERROR_REFUSE)
+		if (refuses())
 			vgpu_log(VGPU_LOG_ERROR,
 				 "refusing the GPU: fix the variable%s above, "
 				 "or set VGPU_ON_ERROR=warn to run with the "
@@ -40,8 +47,10 @@ static void load_options(void)
 				 bad_options > 1 ? "s" : "");
 		else
 			vgpu_log(VGPU_LOG_WARN,
-				 "VGPU_ON_ERROR=warn: going on with the "
-				 "default%s in place of the value%s above",
+				 "%s: going on with the default%s in place "
+				 "of the value%s above",
+				 opts.disable ? "limits are off (VGPU_DISABLE)"
+					      : "VGPU_ON_ERROR=warn",
 				 bad_options > 1 ? "s" : "",
 				 bad_options > 1 ? "s" : "");
 	}
@@ -59,7 +68,7 @@ const struct vgpu_options *vgpu__options(void)
 bool vgpu__refused(void)
 {
 	vgpu__options();
-	return bad_options && opts.on_error == VGPU_ON_ERROR_REFUSE;
+	return bad_options && refuses();
 }
 
 bool vgpu__disabled(void)
