@@ -103,7 +103,8 @@ struct vgpu_ledger_header {
 	uint64_t reserved[46];		/* zero */
 };
 
-/* The compute throttle's per-tenant state (a later issue; zero until then). */
+/* The compute throttle's per-tenant state (vgpu/throttle.c, docs/compute.md):
+ * every field is changed with single atomic operations, never under a lock. */
 struct vgpu_ledger_compute {
 	uint32_t share_pct;		/* 0: no compute limit; 1..100 */
 	uint32_t policy;		/* the throttle's policy (hard, elastic) */
@@ -113,7 +114,8 @@ struct vgpu_ledger_compute {
 	uint64_t refill_ns;		/* CLOCK_MONOTONIC of the last refill */
 	uint64_t gpu_time_ns;		/* GPU time used, total */
 	uint64_t wait_ns;		/* time launches waited, total */
-	uint64_t reserved[2];
+	uint64_t active_ns;		/* active until (CLOCK_MONOTONIC); 0 never */
+	uint64_t reserved[1];
 };
 
 /* One tenant (VGPU_TENANT): a container, a user, a job. */
@@ -191,7 +193,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, tokens_ns, 16, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, refill_ns, 24, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, gpu_time_ns, 32, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, wait_ns, 40, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, reserved, 48, 16);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, active_ns, 48, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, reserved, 56, 8);
 
 _Static_assert(sizeof(struct vgpu_ledger_tenant) == VGPU_LEDGER_TENANT_SIZE,
 	       "tenant size");

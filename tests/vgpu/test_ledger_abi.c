@@ -95,7 +95,8 @@ Test(ledger_abi, compute)
 	PIN(vgpu_ledger_compute, refill_ns, 24, 8);
 	PIN(vgpu_ledger_compute, gpu_time_ns, 32, 8);
 	PIN(vgpu_ledger_compute, wait_ns, 40, 8);
-	PIN(vgpu_ledger_compute, reserved, 48, 16);
+	PIN(vgpu_ledger_compute, active_ns, 48, 8);
+	PIN(vgpu_ledger_compute, reserved, 56, 8);
 }
 
 Test(ledger_abi, slot)

@@ -1,0 +1,218 @@
+/* throttle.c - the compute share's token bucket (throttle.h, docs/compute.md).
+ *
+ * The bucket is the tenant's compute block in the ledger:
+ *   tokens_ns  GPU time the tenant may still use (negative: debt);
+ *   refill_ns  the wall time up to which tokens have been accrued.
+ * Tokens accrue at share_pct ns of GPU time per 100 ns of wall time, in
+ * whole steps of 100 ns: refill_ns advances only by the wall time it
+ * converted, so the remainder is carried and nothing drifts. Whoever moves
+ * refill_ns forward (one compare-and-swap) adds the tokens for that
+ * interval (one fetch-and-add), then clamps the bucket at the burst.
+ * Launches are charged their estimate on admission (a compare-and-swap that
+ * succeeds only if the bucket holds enough) and corrected at settle (one
+ * fetch-and-add). No lock anywhere: a process killed between two steps
+ * loses at most one interval's accrual.
+ */
+#include "throttle.h"
+
+#include <stdbool.h>
+
+#include "ledger_internal.h"
+#include "options.h"
+
+/* ---- atomics on the compute block --------------------------------------- */
+
+static inline int64_t tokens_ld(struct vgpu_ledger_compute *c)
+{
+	return __atomic_load_n(&c->tokens_ns, __ATOMIC_RELAXED);
+}
+
+static inline bool tokens_cas(struct vgpu_ledger_compute *c, int64_t *old,
+			      int64_t new)
+{
+	return __atomic_compare_exchange_n(&c->tokens_ns, old, new, false,
+					   __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+static inline int64_t tokens_add(struct vgpu_ledger_compute *c, int64_t v)
+{
+	return __atomic_add_fetch(&c->tokens_ns, v, __ATOMIC_RELAXED);
+}
+
+static inline void counter_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t clamp_charge(uint64_t ns)
+{
+	return ns < VGPU_THROTTLE_MAX_CHARGE_NS ? ns
+						: VGPU_THROTTLE_MAX_CHARGE_NS;
+}
+
+/* Brings the bucket down to the burst if it holds more; t: its value. */
+static void clamp_burst(struct vgpu_ledger_compute *c, int64_t t)
+{
+	while (t > VGPU_THROTTLE_BURST_NS &&
+	       !tokens_cas(c, &t, VGPU_THROTTLE_BURST_NS))
+		;
+}
+
+/* The share when it caps, else 0. */
+static unsigned capped_share(struct vgpu_ledger_compute *c)
+{
+	unsigned share = vgpu__ld32(&c->share_pct);
+
+	if (share == 0 || share >= 100 ||
+	    vgpu__ld32(&c->policy) == VGPU_POLICY_OFF)
+		return 0;
+	return share;
+}
+
+/* ---- the bucket ------------------------------------------------------------ */
+
+/* Accrues the tokens of the whole steps between refill_ns and now. */
+static void refill(struct vgpu_ledger_compute *c, unsigned share,
+		   uint64_t now)
+{
+	uint64_t last = vgpu__ld(&c->refill_ns), steps;
+	int64_t add;
+
+	if (now <= last || now - last < VGPU_THROTTLE_STEP_NS)
+		return;
+	steps = (now - last) / VGPU_THROTTLE_STEP_NS;
+	/* A full bucket's worth or more: the clamp takes the rest anyway. */
+	add = steps >= (uint64_t)VGPU_THROTTLE_BURST_NS
+		      ? VGPU_THROTTLE_BURST_NS
+		      : (int64_t)(steps * share);
+	if (!__atomic_compare_exchange_n(&c->refill_ns, &last,
+					 last + steps * VGPU_THROTTLE_STEP_NS,
+					 false, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return;		/* another caller accrued this interval */
+	clamp_burst(c, tokens_add(c, add));
+}
+
+/* Marks the tenant active until `until` (coarsely: others look at it with
+ * a window of VGPU_THROTTLE_ACTIVE_NS). */
+static void stamp(struct vgpu_ledger_compute *c, uint64_t until)
+{
+	if (until > vgpu__ld(&c->active_ns) + VGPU_THROTTLE_STAMP_NS)
+		vgpu__st(&c->active_ns, until);
+}
+
+/* Whether a tenant of this GPU other than s's was active lately. */
+static bool others_active(struct vgpu_slot *s, uint64_t now)
+{
+	struct vgpu_ledger_tenant *ten = s->l->tenants;
+	uint64_t a;
+
+	for (uint32_t i = 0; i < VGPU_LEDGER_MAX_TENANTS; i++) {
+		if (i == s->tenant_index ||
+		    vgpu__ld32(&ten[i].state) != VGPU_TENANT_ACTIVE)
+			continue;
+		a = vgpu__ld(&ten[i].compute.active_ns);
+		if (a && a + VGPU_THROTTLE_ACTIVE_NS > now)
+			return true;
+	}
+	return false;
+}
+
+/* Wall time until the bucket holds `need`, given that it holds t < need. */
+static uint64_t wait_for(struct vgpu_ledger_compute *c, unsigned share,
+			 uint64_t now, int64_t need, int64_t t)
+{
+	uint64_t deficit = (uint64_t)(need - t), steps, wall, done;
+	uint64_t last = vgpu__ld(&c->refill_ns);
+
+	if (deficit / share >= VGPU_THROTTLE_MAX_WAIT_NS / VGPU_THROTTLE_STEP_NS)
+		return VGPU_THROTTLE_MAX_WAIT_NS;
+	steps = (deficit + share - 1) / share;
+	wall = steps * VGPU_THROTTLE_STEP_NS;
+	done = now > last ? now - last : 0;	/* the carried remainder */
+	return wall > done ? wall - done : 1;
+}
+
+static void admitted(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
+		     uint64_t now)
+{
+	counter_add(&s->rec->launches, 1);
+	stamp(c, now);
+}
+
+uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
+			     uint64_t estimate_ns)
+{
+	struct vgpu_ledger_compute *c = &s->ten->compute;
+	unsigned share = capped_share(c);
+	int64_t est = (int64_t)clamp_charge(estimate_ns);
+	int64_t need = est < VGPU_THROTTLE_BURST_NS ? est
+						    : VGPU_THROTTLE_BURST_NS;
+	uint64_t wait;
+	int64_t t;
+
+	if (!share) {
+		admitted(s, c, now_ns);
+		return 0;
+	}
+	refill(c, share, now_ns);
+	t = tokens_ld(c);
+	for (;;) {
+		if (t >= need) {
+			if (tokens_cas(c, &t, t - est))
+				break;
+			continue;
+		}
+		if (vgpu__ld32(&c->policy) != VGPU_POLICY_ELASTIC ||
+		    others_active(s, now_ns)) {
+			wait = wait_for(c, share, now_ns, need, t);
+			stamp(c, now_ns + wait);
+			return wait;
+		}
+		/* Elastic and alone: lent, and no debt kept for it. */
+		if (tokens_cas(c, &t, 0))
+			break;
+	}
+	admitted(s, c, now_ns);
+	return 0;
+}
+
+void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
+			  uint64_t estimate_ns)
+{
+	struct vgpu_ledger_compute *c = &s->ten->compute;
+	int64_t m = (int64_t)clamp_charge(measured_ns);
+	int64_t e = (int64_t)clamp_charge(estimate_ns);
+
+	counter_add(&c->gpu_time_ns, (uint64_t)m);
+	if (m != e)
+		clamp_burst(c, tokens_add(c, e - m));
+}
+
+void vgpu_throttle_waited(struct vgpu_slot *s, uint64_t wait_ns)
+{
+	counter_add(&s->ten->compute.wait_ns, wait_ns);
+	counter_add(&s->rec->launch_wait_ns, wait_ns);
+	counter_add(&s->rec->launches_throttled, 1);
+}
+
+int vgpu_throttle_configure(struct vgpu_slot *s, unsigned share_pct,
+			    int policy, uint64_t now_ns)
+{
+	struct vgpu_ledger_compute *c = &s->ten->compute;
+
+	if (share_pct > 100 || (policy != VGPU_POLICY_HARD &&
+				policy != VGPU_POLICY_ELASTIC &&
+				policy != VGPU_POLICY_OFF))
+		return VGPU_LEDGER_EINVAL;
+	if (vgpu__ld32(&c->share_pct) == share_pct &&
+	    vgpu__ld32(&c->policy) == (uint32_t)policy &&
+	    vgpu__ld(&c->refill_ns) != 0)
+		return 0;
+	/* New settings: the bucket restarts empty, from now. */
+	__atomic_store_n(&c->tokens_ns, 0, __ATOMIC_RELAXED);
+	vgpu__st(&c->refill_ns, now_ns ? now_ns : 1);
+	vgpu__st32(&c->policy, (uint32_t)policy);
+	vgpu__st32(&c->share_pct, share_pct);
+	return 0;
+}

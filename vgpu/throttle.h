@@ -1,0 +1,91 @@
+/* throttle.h - the compute share: a token bucket of GPU time per tenant and
+ * GPU, kept in the tenant's compute block of the ledger and shared by all
+ * the tenant's processes. docs/compute.md describes the design.
+ *
+ * Internal to the core (vgpu/). Pure accounting: no driver calls, no
+ * sleeping, no system calls, no locks. The shim measures each launch's GPU
+ * time (events) and does the sleeping; this decides and keeps the books.
+ *
+ * The protocol for every capped launch:
+ *   while ((wait = vgpu_throttle_admit(s, now, estimate)) != 0)
+ *           sleep `wait` ns holding nothing, then ask again with a new now;
+ *   if it waited: vgpu_throttle_waited(s, total time waited);
+ *   launch; later, once its GPU time is known:
+ *   vgpu_throttle_settle(s, measured, estimate)   (exactly once per admit;
+ *   a launch that failed settles with measured = 0, which refunds it).
+ *
+ * Clock: every now_ns is CLOCK_MONOTONIC in ns (one clock for all the
+ * processes of a host); a tenant's callers must use the same clock. 0 is
+ * never a valid time (it means "never" in active_ns).
+ *
+ * Threads and processes: every function may be called from any number of
+ * threads and processes at once. Each step is a single atomic operation on
+ * the ledger, so a process killed anywhere leaves the bucket usable (at
+ * worst it loses one refill interval's tokens or keeps one charge).
+ */
+#ifndef VGPU_THROTTLE_H
+#define VGPU_THROTTLE_H
+
+#include <stdint.h>
+
+struct vgpu_slot;
+
+/* The most GPU time the bucket holds (what an idle tenant may use at once
+ * at full speed), and the largest estimate that has to fit in the bucket
+ * before a launch goes: a longer launch goes on a full bucket and leaves
+ * the rest as debt. */
+#define VGPU_THROTTLE_BURST_NS		20000000ll	/* 20 ms */
+/* Elastic: a tenant counts as active for this long after its last admitted
+ * launch, or after the end of the wait it was last told. */
+#define VGPU_THROTTLE_ACTIVE_NS		50000000ull	/* 50 ms */
+/* The longest wait admit returns (the caller asks again after it). */
+#define VGPU_THROTTLE_MAX_WAIT_NS	100000000ull	/* 100 ms */
+/* Granularity of the active stamp on the admitted path. */
+#define VGPU_THROTTLE_STAMP_NS		1000000ull	/* 1 ms */
+/* Tokens accrue per this much wall time: share_pct ns every 100 ns. */
+#define VGPU_THROTTLE_STEP_NS		100ull
+/* A single charge or measurement larger than this is taken as this. */
+#define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
+
+/* Sets the compute share of the slot's tenant on this GPU: share_pct
+ * 1..99 caps it; 0 or 100 means no cap. policy: VGPU_POLICY_HARD (never
+ * above the share), VGPU_POLICY_ELASTIC (the share is guaranteed; a tenant
+ * alone on the GPU gets all of it) or VGPU_POLICY_OFF (no cap), from
+ * vgpu/options.h. The most recent caller's settings apply to the whole
+ * tenant (like the memory limit). When they differ from the tenant's
+ * current ones, the bucket restarts empty at now_ns (so a cap applies from
+ * the first launch); when they are the same (another process of the tenant
+ * joining) the bucket is left as it is. Returns 0, or VGPU_LEDGER_EINVAL
+ * for a share above 100 or an unknown policy, changing nothing. */
+int vgpu_throttle_configure(struct vgpu_slot *s, unsigned share_pct,
+			    int policy, uint64_t now_ns);
+
+/* Admission of one launch at now_ns, whose GPU time is estimated at
+ * estimate_ns (0: unknown). Returns 0: go now; the estimate has been
+ * charged to the bucket and the slot's `launches` counted. Otherwise the
+ * number of ns (1..VGPU_THROTTLE_MAX_WAIT_NS) to sleep, holding nothing,
+ * before asking again; nothing was charged.
+ * A launch goes when the bucket holds at least min(estimate, burst) (so a
+ * known length never overdraws it); uncapped tenants always go.
+ * Elastic: a launch that does not fit still goes when no other tenant of
+ * this GPU has been active within VGPU_THROTTLE_ACTIVE_NS; then the bucket
+ * is set to 0, so no debt is kept for lent time.
+ * The go path is O(1): a few atomic operations on the tenant's block, no
+ * system call; only the elastic not-fitting path reads the other tenants'
+ * records (at most VGPU_LEDGER_MAX_TENANTS). */
+uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
+			     uint64_t estimate_ns);
+
+/* Settles an admitted launch: measured_ns is the GPU time it really took
+ * (0 if it never ran), estimate_ns exactly what admit was given for it.
+ * Charges the difference to the bucket and adds measured_ns to the
+ * tenant's compute.gpu_time_ns. */
+void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
+			  uint64_t estimate_ns);
+
+/* Accounts one launch that was told to wait, and the wall time it waited
+ * in all: the tenant's compute.wait_ns, the slot's launch_wait_ns and
+ * launches_throttled. */
+void vgpu_throttle_waited(struct vgpu_slot *s, uint64_t wait_ns);
+
+#endif
