@@ -78,7 +78,15 @@ static void refill(struct vgpu_ledger_compute *c, unsigned share,
 	uint64_t last = vgpu__ld(&c->refill_ns), steps;
 	int64_t add;
 
-	if (now <= last || now - last < VGPU_THROTTLE_STEP_NS)
+	if (now <= last) {
+		/* Far ahead of us: a file kept across a reboot (another
+		 * CLOCK_MONOTONIC). Start accruing from now. */
+		if (last - now > VGPU_THROTTLE_CLOCK_SKEW_NS)
+			__atomic_compare_exchange_n(&c->refill_ns, &last, now,
+				false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		return;
+	}
+	if (now - last < VGPU_THROTTLE_STEP_NS)
 		return;
 	steps = (now - last) / VGPU_THROTTLE_STEP_NS;
 	/* A full bucket's worth or more: the clamp takes the rest anyway. */
@@ -97,7 +105,10 @@ static void refill(struct vgpu_ledger_compute *c, unsigned share,
  * a window of VGPU_THROTTLE_ACTIVE_NS). */
 static void stamp(struct vgpu_ledger_compute *c, uint64_t until)
 {
-	if (until > vgpu__ld(&c->active_ns) + VGPU_THROTTLE_STAMP_NS)
+	uint64_t a = vgpu__ld(&c->active_ns);
+
+	if (until > a + VGPU_THROTTLE_STAMP_NS ||
+	    a > until + VGPU_THROTTLE_CLOCK_SKEW_NS)	/* another boot's */
 		vgpu__st(&c->active_ns, until);
 }
 
@@ -112,6 +123,9 @@ static bool others_active(struct vgpu_slot *s, uint64_t now)
 		    vgpu__ld32(&ten[i].state) != VGPU_TENANT_ACTIVE)
 			continue;
 		a = vgpu__ld(&ten[i].compute.active_ns);
+		/* Further ahead than any wait: a stamp of another boot. */
+		if (a > now + VGPU_THROTTLE_CLOCK_SKEW_NS)
+			continue;
 		if (a && a + VGPU_THROTTLE_ACTIVE_NS > now)
 			return true;
 	}
@@ -185,8 +199,10 @@ void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
 	int64_t e = (int64_t)clamp_charge(estimate_ns);
 
 	counter_add(&c->gpu_time_ns, (uint64_t)m);
-	if (m != e)
+	if (e > m)	/* a refund: may not fill the bucket past the burst */
 		clamp_burst(c, tokens_add(c, e - m));
+	else if (m > e)
+		tokens_add(c, e - m);
 }
 
 void vgpu_throttle_waited(struct vgpu_slot *s, uint64_t wait_ns)

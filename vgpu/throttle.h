@@ -44,6 +44,10 @@ struct vgpu_slot;
 #define VGPU_THROTTLE_STAMP_NS		1000000ull	/* 1 ms */
 /* Tokens accrue per this much wall time: share_pct ns every 100 ns. */
 #define VGPU_THROTTLE_STEP_NS		100ull
+/* A refill_ns or active_ns further ahead of now than this comes from
+ * another boot (a ledger file kept on disk): the bucket restarts from now
+ * and the stamp is ignored. Larger than any wait admit returns. */
+#define VGPU_THROTTLE_CLOCK_SKEW_NS	1000000000ull	/* 1 s */
 /* A single charge or measurement larger than this is taken as this. */
 #define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
 
