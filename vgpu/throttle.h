@@ -46,8 +46,11 @@ struct vgpu_slot;
 #define VGPU_THROTTLE_STEP_NS		100ull
 /* A refill_ns or active_ns further ahead of now than this comes from
  * another boot (a ledger file kept on disk): the bucket restarts from now
- * and the stamp is ignored. Larger than any wait admit returns. */
-#define VGPU_THROTTLE_CLOCK_SKEW_NS	1000000000ull	/* 1 s */
+ * and the stamp is ignored. Far larger than any wait admit returns, and
+ * than a caller's `now` can be stale (read, then preempted): a caller
+ * stopped longer than this with a `now` in hand moves the refill back and
+ * so gives the tenant at most one burst. */
+#define VGPU_THROTTLE_CLOCK_SKEW_NS	60000000000ull	/* 60 s */
 /* A single charge or measurement larger than this is taken as this. */
 #define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
 
