@@ -89,6 +89,9 @@ static void op_run(struct CUstream_st *s, struct vsim_op *op)
 	}
 }
 
+/* How long an idle stream worker polls its queue before sleeping. */
+#define VSIM_WORKER_SPIN_NS 100000ull
+
 static void *worker_main(void *arg)
 {
 	struct CUstream_st *s = arg;
@@ -96,8 +99,22 @@ static void *worker_main(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->head && !s->stop)
-			pthread_cond_wait(&s->cond, &s->lock);
+		while (!s->head && !s->stop) {
+			/* A GPU polls its queue: work queued right after the
+			 * last op (a launch after the event before it) starts
+			 * at once, not after a thread wake-up. */
+			uint64_t seen = s->submitted, until;
+
+			pthread_mutex_unlock(&s->lock);
+			until = vsim_now_ns() + VSIM_WORKER_SPIN_NS;
+			while (__atomic_load_n(&s->submitted,
+					       __ATOMIC_ACQUIRE) == seen &&
+			       vsim_now_ns() < until)
+				;
+			pthread_mutex_lock(&s->lock);
+			if (!s->head && !s->stop && s->submitted == seen)
+				pthread_cond_wait(&s->cond, &s->lock);
+		}
 		if (!s->head)
 			break;
 		op = s->head;
@@ -261,7 +278,8 @@ CUresult vsim_stream_submit(struct CUstream_st *s, struct vsim_op *op,
 		pthread_attr_destroy(&attr);
 		s->worker_running = true;
 	}
-	op->seq = ++s->submitted;
+	op->seq = s->submitted + 1;
+	__atomic_store_n(&s->submitted, op->seq, __ATOMIC_RELEASE);
 	if (s->tail)
 		s->tail->next = op;
 	else
