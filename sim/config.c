@@ -7,6 +7,7 @@
  * VGPU_SIM_STATE_DIR where the state shared between processes lives
  * VGPU_SIM_KERNEL_NS duration of a kernel with no host form (default 10000)
  * VGPU_SIM_FAIL      fault injection, e.g. "alloc:3", "launch:5-", "alloc:%4"
+ * VGPU_SIM_GREEN_CONTEXTS  green contexts on (1, the default) or off (0)
  */
 #include "sim.h"
 
@@ -32,6 +33,7 @@ void vsim_config_defaults(struct vsim_config *cfg)
 		snprintf(cfg->state_dir, sizeof(cfg->state_dir),
 			 "/tmp/vgpu-sim-%u", (unsigned)getuid());
 	cfg->kernel_ns = 10000;
+	cfg->green_contexts = true;
 }
 
 /* Parses an unsigned decimal number; the whole string must be digits. */
@@ -158,6 +160,25 @@ bool vsim_fail_hit(const struct vsim_fail_rule *r, uint64_t n)
 	return n >= r->first && n <= r->last;
 }
 
+/* Booleans: 1/0, true/false, yes/no, on/off, in any case. */
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -1;
+}
+
 static int set_string(char *dst, size_t cap, const char *value)
 {
 	size_t n = strlen(value);
@@ -211,6 +232,10 @@ int vsim_config_parse_var(struct vsim_config *cfg, const char *var,
 		expected = "comma-separated rules KIND:N, KIND:N-, KIND:N-M, KIND:%K "
 			   "or KIND:* with KIND alloc or launch";
 		rc = parse_fail(cfg, value);
+	} else if (strcmp(var, "VGPU_SIM_GREEN_CONTEXTS") == 0) {
+		expected = "1, true, yes or on (green contexts), or 0, false, "
+			   "no or off (their entry points are not supported)";
+		rc = parse_bool(value, &cfg->green_contexts);
 	} else {
 		snprintf(err, errlen, "unknown simulator variable %s", var);
 		return -1;
@@ -226,7 +251,7 @@ int vsim_config_from_env(struct vsim_config *cfg, char *err, size_t errlen)
 	static const char *const vars[] = {
 		"VGPU_SIM_DEVICES", "VGPU_SIM_MEMORY", "VGPU_SIM_SM_COUNT",
 		"VGPU_SIM_NAME", "VGPU_SIM_STATE_DIR", "VGPU_SIM_KERNEL_NS",
-		"VGPU_SIM_FAIL",
+		"VGPU_SIM_FAIL", "VGPU_SIM_GREEN_CONTEXTS",
 	};
 
 	vsim_config_defaults(cfg);

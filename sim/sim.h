@@ -54,6 +54,7 @@ struct vsim_config {
 	char name[256];
 	char state_dir[4096];
 	uint64_t kernel_ns;       /* duration of a kernel with no host form */
+	bool green_contexts;      /* false: their entry points are not supported */
 	struct vsim_fail_rule fail[VSIM_FAIL_KINDS];
 };
 

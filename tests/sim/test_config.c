@@ -31,6 +31,7 @@ static bool same_settings(const struct vsim_config *a,
 {
 	return a->devices == b->devices && a->memory == b->memory &&
 	       a->sm_count == b->sm_count && a->kernel_ns == b->kernel_ns &&
+	       a->green_contexts == b->green_contexts &&
 	       strcmp(a->name, b->name) == 0 &&
 	       strcmp(a->state_dir, b->state_dir) == 0;
 }
@@ -80,6 +81,7 @@ Test(config, defaults)
 	cr_assert_eq(cfg.sm_count, 132);
 	cr_assert_str_eq(cfg.name, "libvgpu simulated GPU");
 	cr_assert_eq(cfg.kernel_ns, 10000);
+	cr_assert(cfg.green_contexts);
 	cr_assert(strncmp(cfg.state_dir, "/dev/shm/vgpu-sim-", 18) == 0 ||
 		  strncmp(cfg.state_dir, "/tmp/vgpu-sim-", 14) == 0,
 		  "state_dir %s", cfg.state_dir);
@@ -190,6 +192,26 @@ Test(config, sm_count)
 	refused("VGPU_SIM_SM_COUNT", "12abc");
 	refused("VGPU_SIM_SM_COUNT", "1K");      /* no units for a count */
 	refused("VGPU_SIM_SM_COUNT", "99999999999999999999");
+}
+
+Test(config, green_contexts)
+{
+	static const char *const off[] = { "0", "false", "no", "off", "OFF",
+					   "False" };
+	static const char *const on[] = { "1", "true", "yes", "on", "ON",
+					  "Yes" };
+
+	for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+		accepted("VGPU_SIM_GREEN_CONTEXTS", off[i]);
+		cr_assert(!cfg.green_contexts, "%s", off[i]);
+		accepted("VGPU_SIM_GREEN_CONTEXTS", on[i]);
+		cr_assert(cfg.green_contexts, "%s", on[i]);
+	}
+	refused("VGPU_SIM_GREEN_CONTEXTS", "");
+	refused("VGPU_SIM_GREEN_CONTEXTS", "2");
+	refused("VGPU_SIM_GREEN_CONTEXTS", "maybe");
+	refused("VGPU_SIM_GREEN_CONTEXTS", "on ");
+	refused("VGPU_SIM_GREEN_CONTEXTS", "y");
 }
 
 Test(config, name)
