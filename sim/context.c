@@ -40,6 +40,19 @@ CUresult vsim_ctx_get(struct CUctx_st **out)
 	return CUDA_SUCCESS;
 }
 
+/* A green context shares its device's primary context's modules and events
+ * (cuCtxFromGreenCtx: "a normal primary context but with the resources of
+ * the specified green context"). */
+static const struct CUctx_st *ctx_space(const struct CUctx_st *ctx)
+{
+	return ctx->green ? vsim_g.dev[ctx->device].primary : ctx;
+}
+
+bool vsim_ctx_same_space(const struct CUctx_st *a, const struct CUctx_st *b)
+{
+	return a == b || ctx_space(a) == ctx_space(b);
+}
+
 void vsim_ctx_fork_child(void)
 {
 	memset(ctx_stack, 0, sizeof(ctx_stack));
@@ -62,6 +75,7 @@ static void ctx_activate(struct CUctx_st *ctx, int dev, unsigned flags,
 	ctx->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32;
 	ctx->cache_config = CU_FUNC_CACHE_PREFER_NONE;
 	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->exec_lock, NULL);
 	ctx->streams = NULL;
 	ctx->legacy = NULL;
 	ctx->active = true;
@@ -79,6 +93,31 @@ static void ctx_teardown(struct CUctx_st *ctx)
 	ctx->active = false;
 }
 
+CUresult vsim_ctx_new(int dev, unsigned flags, struct CUctx_st **out)
+{
+	struct CUctx_st *ctx = calloc(1, sizeof(*ctx));
+
+	if (!ctx)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_activate(ctx, dev, flags, false);
+	*out = ctx;
+	return CUDA_SUCCESS;
+}
+
+void vsim_ctx_destroy(struct CUctx_st *ctx, bool keep_memory)
+{
+	vsim_ctx_drain(ctx);
+	vsim_ctx_streams_destroy(ctx);
+	if (!keep_memory)
+		vsim_mem_free_ctx(ctx);
+	ctx->active = false;
+	ctx->magic = VSIM_MAGIC_DEAD;
+	vsim_graveyard_add(ctx);
+	/* Current to this thread: popped. Elsewhere it is refused from now. */
+	if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
+		ctx_depth--;
+}
+
 static CUresult ctx_create(struct CUctx_st **pctx, unsigned flags, CUdevice dev)
 {
 	struct CUctx_st *ctx;
@@ -90,10 +129,9 @@ static CUresult ctx_create(struct CUctx_st **pctx, unsigned flags, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (ctx_depth >= VSIM_MAX_CTX_STACK)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	ctx_activate(ctx, dev, flags, false);
+	rc = vsim_ctx_new(dev, flags, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	ctx_stack[ctx_depth++] = ctx;
 	*pctx = ctx;
 	return CUDA_SUCCESS;
@@ -131,14 +169,10 @@ VSIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!vsim_ctx_valid(ctx) || ctx->primary)
+	/* A green context's goes with cuGreenCtxDestroy. */
+	if (!vsim_ctx_valid(ctx) || ctx->primary || ctx->green)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	ctx_teardown(ctx);
-	ctx->magic = VSIM_MAGIC_DEAD;
-	vsim_graveyard_add(ctx);
-	/* Current to this thread: popped. Elsewhere it is refused from now. */
-	if (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == ctx)
-		ctx_depth--;
+	vsim_ctx_destroy(ctx, false);
 	return CUDA_SUCCESS;
 }
 

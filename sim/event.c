@@ -79,7 +79,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptds)
 	rc = vsim_stream_resolve(h, ptds, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (s->ctx != e->ctx)
+	if (!vsim_ctx_same_space(s->ctx, e->ctx))
 		return CUDA_ERROR_INVALID_HANDLE;
 	op = vsim_op_new(VSIM_OP_EVENT);
 	if (!op)

@@ -2,8 +2,11 @@
  *
  * A launch packs its parameters (kernelParams or the extra buffer) into one
  * buffer laid out as the kernel's image says, and queues it on the stream.
- * The worker runs it holding the device's engine, so one kernel at a time
- * runs on a device across all processes.
+ * The worker runs it holding its context's multiprocessors in the device's
+ * engine: the whole device for an ordinary context, so one such kernel at a
+ * time runs on a device across all processes; k of N for a green context,
+ * so kernels of green contexts whose SMs fit in the device together run side
+ * by side, each N/k times slower than on the whole device.
  */
 #include "sim.h"
 #include "vgpu_kernels.h"
@@ -102,7 +105,7 @@ CUresult vsim_launch_prepare(CUfunction fh, struct CUctx_st *ctx,
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (f->module->ctx != ctx)
+	if (!vsim_ctx_same_space(f->module->ctx, ctx))
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = check_dims(f, grid, block, shared);
 	if (rc != CUDA_SUCCESS)
@@ -111,6 +114,7 @@ CUresult vsim_launch_prepare(CUfunction fh, struct CUctx_st *ctx,
 	if (!l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	l->func = f;
+	l->ctx = ctx;
 	memcpy(l->grid, grid, sizeof(l->grid));
 	memcpy(l->block, block, sizeof(l->block));
 	l->shared_bytes = shared;
@@ -150,7 +154,33 @@ static CUresult launch(const struct launch_args *a, bool ptsz)
 	return vsim_stream_submit(s, op, NULL);
 }
 
-void vsim_launch_run(int device, const struct vsim_launch *l)
+/* A kernel on k of the device's N SMs runs N/k times slower: its host
+ * form's waits (busy_until) last N/k times longer, and so does the time it
+ * computes, made up for once it returns. Per worker thread: one kernel at a
+ * time. */
+static _Thread_local struct {
+	uint64_t num, den;        /* N, k */
+	uint64_t waited;          /* real time spent in slowed waits */
+} slow;
+
+static uint64_t slowed(uint64_t ns)
+{
+	if (ns > UINT64_MAX / slow.num)
+		return UINT64_MAX / 2;
+	return ns * slow.num / slow.den;
+}
+
+static void slowed_busy_until(uint64_t deadline_ns)
+{
+	uint64_t now = vsim_now_ns();
+
+	if (deadline_ns <= now)
+		return;
+	vsim_busy_until(now + slowed(deadline_ns - now));
+	slow.waited += vsim_now_ns() - now;
+}
+
+static void run_body(const struct vsim_launch *l, bool slowed_down)
 {
 	const struct vgpu_kernel_impl *impl = l->func->impl;
 	struct vgpu_kernel_launch kl = {
@@ -158,17 +188,47 @@ void vsim_launch_run(int device, const struct vsim_launch *l)
 		.params = l->params,
 		.params_size = l->params_size,
 		.now_ns = vsim_now_ns,
-		.busy_until = vsim_busy_until,
+		.busy_until = slowed_down ? slowed_busy_until : vsim_busy_until,
 	};
+	uint64_t t0 = vsim_now_ns(), t1, computed;
 
 	memcpy(kl.grid, l->grid, sizeof(kl.grid));
 	memcpy(kl.block, l->block, sizeof(kl.block));
-	vsim_engine_acquire(device);
-	if (impl)
-		impl->fn(&kl);
-	else
-		vsim_busy_until(vsim_now_ns() + vsim_g.cfg.kernel_ns);
-	vsim_engine_release(device);
+	if (!impl) {
+		vsim_busy_until(t0 + (slowed_down ? slowed(vsim_g.cfg.kernel_ns)
+						  : vsim_g.cfg.kernel_ns));
+		return;
+	}
+	slow.waited = 0;
+	impl->fn(&kl);
+	if (!slowed_down)
+		return;
+	t1 = vsim_now_ns();
+	computed = t1 - t0 > slow.waited ? t1 - t0 - slow.waited : 0;
+	vsim_busy_until(t1 + slowed(computed) - computed);
+}
+
+void vsim_launch_run(int device, const struct vsim_launch *l)
+{
+	struct CUctx_st *ctx = l->ctx;
+	unsigned total = (unsigned)vsim_g.cfg.sm_count;
+	unsigned want = ctx && ctx->sm_count < total ? ctx->sm_count : 0;
+	unsigned held;
+
+	if (!want) {
+		held = vsim_engine_acquire(device, 0);
+		run_body(l, false);
+		vsim_engine_release(device, held);
+		return;
+	}
+	/* The kernels of one green context share its SMs. */
+	pthread_mutex_lock(&ctx->exec_lock);
+	held = vsim_engine_acquire(device, want);
+	slow.num = total;
+	slow.den = want;
+	run_body(l, true);
+	vsim_engine_release(device, held);
+	pthread_mutex_unlock(&ctx->exec_lock);
 }
 
 static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy,

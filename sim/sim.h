@@ -86,10 +86,13 @@ uint64_t vsim_state_capacity(int ordinal);
  * without attaching (NVML); `fallback` capacity when nobody set it up. */
 CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
 			 uint64_t *capacity, uint64_t *used);
-/* The execution engine: one kernel at a time per device, all processes,
- * first come first served. */
-void vsim_engine_acquire(int ordinal);
-void vsim_engine_release(int ordinal);
+/* The execution engine, shared by all processes: a kernel takes `sms` of
+ * the device's multiprocessors (0 or more than the device has: all of them)
+ * for as long as it runs; kernels are admitted first come first served while
+ * the multiprocessors they hold together fit in the device. Returns the
+ * count taken, which the caller gives back to vsim_engine_release. */
+unsigned vsim_engine_acquire(int ordinal, unsigned sms);
+void vsim_engine_release(int ordinal, unsigned sms);
 
 /* ---- visible.c: CUDA_VISIBLE_DEVICES ------------------------------------- */
 
@@ -149,6 +152,7 @@ void vsim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ---- context.c ----------------------------------------------------------- */
 
 struct vsim_stream;
+struct CUgreenCtx_st;
 
 struct CUctx_st {
 	uint32_t magic;
@@ -162,6 +166,11 @@ struct CUctx_st {
 	pthread_mutex_t lock;          /* guards streams list */
 	struct CUstream_st *legacy;    /* the NULL stream of this context */
 	struct CUstream_st *streams;   /* created streams, linked by next */
+	/* A green context's (green.c): its SM count and its kernels' lock (they
+	 * share its multiprocessors, so they run one at a time). */
+	struct CUgreenCtx_st *green;   /* NULL: not a green context */
+	unsigned sm_count;             /* 0: the whole device */
+	pthread_mutex_t exec_lock;
 };
 
 /* The calling thread's current context, or NULL. */
@@ -170,6 +179,14 @@ struct CUctx_st *vsim_ctx_current(void);
  * CUDA_ERROR_CONTEXT_IS_DESTROYED (destroyed by another thread). */
 CUresult vsim_ctx_get(struct CUctx_st **out);
 bool vsim_ctx_valid(struct CUctx_st *ctx);
+/* True when a and b share modules and events: the same context, or a green
+ * context and its device's primary context (or two such green contexts). */
+bool vsim_ctx_same_space(const struct CUctx_st *a, const struct CUctx_st *b);
+/* A new live context on dev, not made current (green contexts). */
+CUresult vsim_ctx_new(int dev, unsigned flags, struct CUctx_st **out);
+/* Waits for ctx's work, stops its streams and kills the handle; its memory
+ * is freed too unless keep_memory. Not for primary contexts. */
+void vsim_ctx_destroy(struct CUctx_st *ctx, bool keep_memory);
 /* In a forked child: forget the parent's contexts (their threads are gone). */
 void vsim_ctx_fork_child(void);
 
@@ -417,6 +434,7 @@ CUresult vsim_func_resolve_in(CUfunction f, struct CUctx_st *ctx,
 
 struct vsim_launch {
 	struct CUfunc_st *func;
+	struct CUctx_st *ctx;         /* it runs on this context's SMs */
 	unsigned grid[3], block[3];
 	unsigned shared_bytes;
 	size_t params_size;
@@ -429,7 +447,9 @@ CUresult vsim_launch_prepare(CUfunction f, struct CUctx_st *ctx,
 			     const unsigned grid[3], const unsigned block[3],
 			     unsigned shared, void **params, void **extra,
 			     struct vsim_launch **out);
-/* Runs a kernel on the stream's worker: holds the device's engine. */
+/* Runs a kernel on the stream's worker: holds the device's engine (its
+ * context's SMs), and takes N/k times its nominal time in a context of k of
+ * the device's N SMs. */
 void vsim_launch_run(int device, const struct vsim_launch *l);
 
 /* ---- graph.c ---------------------------------------------------------------- */

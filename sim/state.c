@@ -2,8 +2,10 @@
  *
  * Each device is a file "<VGPU_SIM_STATE_DIR>/dev<N>.state" mapped shared. It
  * holds the device's capacity and usage, one slot per attached process, and
- * the execution engine (a ticket lock: one kernel at a time, first come first
- * served, across all processes).
+ * the execution engine: kernels take multiprocessors (SMs), all of them for
+ * an ordinary context, k for a green context of k, and are admitted first
+ * come first served (a ticket lock across all processes) while the SMs held
+ * by running kernels fit in the device.
  *
  * Liveness: a process holds an open-file-description lock on its slot's byte
  * for as long as it lives, so the kernel releases it at death whatever the pid
@@ -26,7 +28,7 @@
 #include <unistd.h>
 
 #define STATE_MAGIC 0x5441545350475656ull     /* "VVGPSTAT" */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define STATE_SLOTS 256
 #define STATE_RING 4096
 #define LOCK_BASE (1ll << 40)                  /* slot lock bytes start here */
@@ -37,6 +39,8 @@ struct state_slot {
 	_Atomic uint32_t claimed;
 	int32_t pid;
 	uint64_t used;
+	_Atomic uint32_t sms;          /* held by this process's running kernels */
+	uint32_t pad;
 };
 
 struct state_file {
@@ -46,8 +50,12 @@ struct state_file {
 	uint64_t capacity;
 	uint64_t used;                 /* sum of claimed slots' used */
 	pthread_mutex_t lock;          /* robust, process-shared */
+	uint32_t sm_total;             /* the engine's SMs */
+	_Atomic uint32_t slots_hi;     /* no slot at or above was ever claimed */
 	_Atomic uint32_t next_ticket;
 	_Atomic uint32_t serving;      /* futex word */
+	_Atomic uint32_t sm_released;  /* futex word: bumped when SMs return */
+	uint32_t pad;
 	_Atomic uint64_t ring[STATE_RING];   /* ticket << 32 | slot */
 	struct state_slot slots[STATE_SLOTS];
 };
@@ -94,6 +102,7 @@ static void reclaim_dead(struct dev_state *d)
 		sh->used -= s->used < sh->used ? s->used : sh->used;
 		s->used = 0;
 		s->pid = 0;
+		atomic_store(&s->sms, 0);
 		atomic_store(&s->claimed, 0);
 	}
 }
@@ -204,13 +213,17 @@ static int claim_slot(struct dev_state *d)
 			continue;
 		sh->slots[i].used = 0;
 		sh->slots[i].pid = (int32_t)getpid();
+		atomic_store(&sh->slots[i].sms, 0);
 		atomic_store(&sh->slots[i].claimed, 1);
+		if (atomic_load(&sh->slots_hi) < (uint32_t)i + 1)
+			atomic_store(&sh->slots_hi, (uint32_t)i + 1);
 		return i;
 	}
 	return -1;
 }
 
-/* Agrees on the capacity: the first live process's VGPU_SIM_MEMORY wins. */
+/* Agrees on the capacity and the engine's SM count: the first live
+ * process's VGPU_SIM_MEMORY and VGPU_SIM_SM_COUNT win. */
 static void settle_capacity(struct dev_state *d, int ordinal)
 {
 	struct state_file *sh = d->sh;
@@ -219,13 +232,20 @@ static void settle_capacity(struct dev_state *d, int ordinal)
 	for (int i = 0; i < STATE_SLOTS; i++)
 		if (i != d->slot && atomic_load(&sh->slots[i].claimed))
 			others = true;
-	if (!others)
+	if (!others) {
 		sh->capacity = vsim_g.cfg.memory;
-	else if (sh->capacity != vsim_g.cfg.memory)
+		sh->sm_total = (uint32_t)vsim_g.cfg.sm_count;
+		return;
+	}
+	if (sh->capacity != vsim_g.cfg.memory)
 		vsim_log("device %d is in use with %llu bytes of memory; "
 			 "VGPU_SIM_MEMORY=%llu is ignored", ordinal,
 			 (unsigned long long)sh->capacity,
 			 (unsigned long long)vsim_g.cfg.memory);
+	if (sh->sm_total != (uint32_t)vsim_g.cfg.sm_count)
+		vsim_log("device %d is in use with %u multiprocessors; its "
+			 "kernels share those, not VGPU_SIM_SM_COUNT=%d",
+			 ordinal, sh->sm_total, vsim_g.cfg.sm_count);
 }
 
 CUresult vsim_state_attach(int ordinal)
@@ -270,6 +290,7 @@ void vsim_state_detach_all(void)
 		struct state_slot *s = &d->sh->slots[d->slot];
 		d->sh->used -= s->used < d->sh->used ? s->used : d->sh->used;
 		s->used = 0;
+		atomic_store(&s->sms, 0);
 		atomic_store(&s->claimed, 0);
 		state_unlock(d->sh);
 		slot_lock_op(d->fd, d->slot, F_OFD_SETLK, F_UNLCK);
@@ -424,20 +445,42 @@ static void skip_stale(struct dev_state *d, uint32_t s, uint64_t stuck_ns)
 		futex_wake_all(&sh->serving);
 }
 
-void vsim_engine_acquire(int ordinal)
+/* SMs held by running kernels. Only the head of the queue admits kernels
+ * (adds to its own slot), others only give SMs back, so the sum can only
+ * fall between this count and the head's admission. */
+static uint32_t sms_held(const struct state_file *sh)
 {
-	struct dev_state *d = &states[ordinal];
-	struct state_file *sh = d->sh;
-	uint32_t t, seen, s;
-	uint64_t since;
+	uint32_t hi = atomic_load(&sh->slots_hi), sum = 0;
 
-	if (!sh)
-		return;
-	t = atomic_fetch_add(&sh->next_ticket, 1);
-	atomic_store(&sh->ring[t % STATE_RING],
-		     ((uint64_t)t << 32) | (uint32_t)d->slot);
-	seen = atomic_load(&sh->serving);
-	since = vsim_now_ns();
+	if (hi > STATE_SLOTS)
+		hi = STATE_SLOTS;
+	for (uint32_t i = 0; i < hi; i++)
+		sum += atomic_load(&sh->slots[i].sms);
+	return sum;
+}
+
+/* SMs held by dead processes (killed mid-kernel) go back. Called by the
+ * head: no one else adds to a slot meanwhile, so a slot claimed anew
+ * (alive) is never cleared. */
+static void reclaim_dead_sms(struct dev_state *d)
+{
+	struct state_file *sh = d->sh;
+	uint32_t hi = atomic_load(&sh->slots_hi);
+
+	if (hi > STATE_SLOTS)
+		hi = STATE_SLOTS;
+	for (uint32_t i = 0; i < hi; i++)
+		if (atomic_load(&sh->slots[i].sms) && !slot_alive(d, (int)i))
+			atomic_store(&sh->slots[i].sms, 0);
+}
+
+/* Waits for the turn of ticket t, passing on those of dead processes. */
+static void wait_turn(struct dev_state *d, uint32_t t)
+{
+	struct state_file *sh = d->sh;
+	uint32_t seen = atomic_load(&sh->serving), s;
+	uint64_t since = vsim_now_ns();
+
 	while ((s = atomic_load(&sh->serving)) != t) {
 		if (s != seen) {
 			seen = s;
@@ -449,12 +492,50 @@ void vsim_engine_acquire(int ordinal)
 	}
 }
 
-void vsim_engine_release(int ordinal)
+/* At the head of the queue: waits until `need` SMs are free, takes them. */
+static void wait_sms(struct dev_state *d, uint32_t need)
 {
-	struct state_file *sh = states[ordinal].sh;
+	struct state_file *sh = d->sh;
+
+	for (;;) {
+		uint32_t gen = atomic_load(&sh->sm_released);
+		if (sms_held(sh) + need <= sh->sm_total)
+			break;
+		if (futex_wait(&sh->sm_released, gen, STALE_WAIT_NS) != 0 &&
+		    errno == ETIMEDOUT)
+			reclaim_dead_sms(d);
+	}
+	atomic_fetch_add(&sh->slots[d->slot].sms, need);
+}
+
+unsigned vsim_engine_acquire(int ordinal, unsigned sms)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	uint32_t t, need;
+
+	if (!sh)
+		return 0;
+	need = (sms == 0 || sms > sh->sm_total) ? sh->sm_total : sms;
+	t = atomic_fetch_add(&sh->next_ticket, 1);
+	atomic_store(&sh->ring[t % STATE_RING],
+		     ((uint64_t)t << 32) | (uint32_t)d->slot);
+	wait_turn(d, t);
+	wait_sms(d, need);
+	/* Admitted: the next in line may start while this kernel runs. */
+	atomic_fetch_add(&sh->serving, 1);
+	futex_wake_all(&sh->serving);
+	return need;
+}
+
+void vsim_engine_release(int ordinal, unsigned sms)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
 
 	if (!sh)
 		return;
-	atomic_fetch_add(&sh->serving, 1);
-	futex_wake_all(&sh->serving);
+	atomic_fetch_sub(&sh->slots[d->slot].sms, sms);
+	atomic_fetch_add(&sh->sm_released, 1);
+	futex_wake_all(&sh->sm_released);
 }
