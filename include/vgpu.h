@@ -156,6 +156,20 @@ struct vgpu_ledger_slot {
 	uint64_t reserved[4];
 };
 
+/* The GPU's recent kernel completions, in the unused bytes between the
+ * header and the tenants (offset VGPU_LEDGER_TIMELINE_OFFSET): the compute
+ * throttle charges a launch only for the part of its measured interval that
+ * no launch completing before it (of any tenant) covers, since one GPU runs
+ * one context's kernels at a time. A ring, written lock-free. */
+#define VGPU_LEDGER_TIMELINE_OFFSET	512
+#define VGPU_LEDGER_TIMELINE_ENTRIES	384
+
+struct vgpu_ledger_timeline {
+	uint64_t head;			/* completions recorded (atomic) */
+	uint64_t reserved[7];
+	uint64_t end_ns[VGPU_LEDGER_TIMELINE_ENTRIES];	/* CLOCK_MONOTONIC */
+};
+
 /* ---- the layout, pinned -------------------------------------------------- */
 
 #define VGPU_LEDGER_PIN_(type, field, off, size) \
@@ -234,6 +248,13 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, reserved, 224, 32);
 
 _Static_assert(VGPU_LEDGER_HEADER_SIZE <= VGPU_LEDGER_TENANTS_OFFSET,
 	       "header fits before the tenants");
+_Static_assert(sizeof(struct vgpu_ledger_timeline) == 3136, "timeline size");
+_Static_assert(VGPU_LEDGER_TIMELINE_OFFSET >= VGPU_LEDGER_HEADER_SIZE &&
+	       VGPU_LEDGER_TIMELINE_OFFSET +
+	       sizeof(struct vgpu_ledger_timeline) <= VGPU_LEDGER_TENANTS_OFFSET,
+	       "the timeline fits between the header and the tenants");
+VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, head, 0, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, end_ns, 64, 3072);
 _Static_assert(VGPU_LEDGER_SLOTS_OFFSET == 69632, "slots offset");
 _Static_assert(VGPU_LEDGER_FILE_SIZE == 331776, "file size");
 _Static_assert(VGPU_USAGE_COUNT <= VGPU_LEDGER_KIND_SLOTS, "kinds fit");

@@ -1,0 +1,27 @@
+/* timeline.h - which part of a measured launch interval was the launch's
+ * own GPU time.
+ *
+ * A launch's GPU time is measured by events around it on its stream, but
+ * the interval between them also holds whatever the GPU ran for other
+ * contexts meanwhile (one context runs at a time). Every process records
+ * the end of each launch it measures in the GPU's timeline (in the ledger);
+ * a launch is then charged only for the part of [start, end] after the
+ * latest end recorded before its own: the time it ran, not the time it
+ * waited. Times are CLOCK_MONOTONIC ns. Lock-free, O(entries) per call.
+ */
+#ifndef VGPU_TIMELINE_H
+#define VGPU_TIMELINE_H
+
+#include <stdint.h>
+
+struct vgpu_ledger;
+
+/* Records that a launch on this GPU ended at end_ns. */
+void vgpu_timeline_record(struct vgpu_ledger *l, uint64_t end_ns);
+
+/* The part of [start_ns, end_ns] after the latest recorded end before
+ * end_ns (its own end excluded). */
+uint64_t vgpu_timeline_exclusive(const struct vgpu_ledger *l,
+				 uint64_t start_ns, uint64_t end_ns);
+
+#endif
