@@ -9,6 +9,7 @@
  */
 #include "devices.h"
 #include "ledger.h"
+#include "throttle.h"
 #include "track.h"
 
 #include <pthread.h>
@@ -65,6 +66,14 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		}
 	}
 	if (r == 0) {
+		dv->share = vgpu__options_compute_limit(o, (unsigned)ordinal);
+		dv->policy = o->compute_policy;
+		dv->capped = dv->share < 100 && dv->policy != VGPU_POLICY_OFF;
+		dv->spatial = dv->capped &&
+			      o->compute_mode == VGPU_MODE_SPATIAL;
+		if (dv->capped)
+			vgpu_throttle_configure(dv->slot, dv->share, dv->policy,
+						vgpu__mono_ns());
 		vgpu_log(VGPU_LOG_INFO, "device %d (%s): tenant %s, ledger %s",
 			 ordinal, uuid, o->tenant,
 			 vgpu_ledger_path(dv->ledger));

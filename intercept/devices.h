@@ -6,6 +6,8 @@
 #include "shim.h"
 #include "ledger.h"
 
+#include <time.h>
+
 enum { VGPU_DEV_NEW, VGPU_DEV_READY, VGPU_DEV_FAILED };
 
 struct vgpu_dev {
@@ -16,7 +18,31 @@ struct vgpu_dev {
 	uint64_t physical;	/* the GPU's memory, from the driver */
 	char uuid[VGPU_LEDGER_UUID_MAX];
 	int primary_refs;	/* primary context retains, atomic */
+	bool capped;		/* launches go through the throttle */
+	unsigned share;		/* percent of the GPU's time */
+	int policy;		/* enum vgpu_compute_policy */
+	bool spatial;		/* VGPU_COMPUTE_MODE=spatial asked for */
+	int spatial_state;	/* 0 not tried, 1 built or building, 2 failed */
+	CUcontext spatial_ctx;	/* the primary context on a green context */
 };
+
+/* spatial.c: the primary context on a green context of dv's share, built
+ * on first use; NULL when not asked for or not possible (then the time
+ * throttle applies). */
+CUcontext vgpu__spatial_ctx(struct vgpu_dev *dv);
+
+static inline uint64_t vgpu__mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* launch.c: whether any device has a compute share (set once, with the
+ * options, before any launch). */
+extern bool vgpu__compute_on;
+void vgpu__launch_fork_child(void);
 
 /* The device's state, attached on first use; NULL if d is not a device.
  * A FAILED device was refused: its hooks answer CUDA_ERROR_INVALID_DEVICE. */

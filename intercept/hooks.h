@@ -44,6 +44,16 @@ struct vgpu_real {
 						 void *value);
 	CUresult (*cuArrayGetDescriptor_v2)(CUDA_ARRAY_DESCRIPTOR *d,
 					    CUarray a);
+	CUresult (*cuCtxGetCurrent)(CUcontext *pctx);
+	CUresult (*cuStreamCreate)(CUstream *s, unsigned int flags);
+	CUresult (*cuEventCreate)(CUevent *e, unsigned int flags);
+	CUresult (*cuEventDestroy_v2)(CUevent e);
+	CUresult (*cuEventRecord)(CUevent e, CUstream s);
+	CUresult (*cuEventRecord_ptsz)(CUevent e, CUstream s);
+	CUresult (*cuEventQuery)(CUevent e);
+	CUresult (*cuEventSynchronize)(CUevent e);
+	CUresult (*cuEventElapsedTime_v2)(float *ms, CUevent a, CUevent b);
+	CUresult (*cuEventElapsedTime_v1)(float *ms, CUevent a, CUevent b);
 };
 
 extern struct vgpu_real vgpu__real;

@@ -4,6 +4,7 @@
  * handler, no thread. The options are read on the first driver call, the
  * real driver is loaded on the first call that needs it.
  */
+#include "devices.h"
 #include "shim.h"
 #include "vgpu.h"
 
@@ -56,6 +57,10 @@ static void load_options(void)
 	}
 	if (opts.verbose)
 		vgpu__options_dump(&opts, 2);
+	for (unsigned d = 0; d < VGPU_MAX_DEVICES && !opts.disable &&
+			     opts.compute_policy != VGPU_POLICY_OFF; d++)
+		if (vgpu__options_compute_limit(&opts, d) < 100)
+			vgpu__compute_on = true;
 	pthread_atfork(NULL, NULL, child_after_fork);
 }
 

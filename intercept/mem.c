@@ -185,5 +185,6 @@ void vgpu__mem_fork_child(void)
 {
 	vgpu__track_forget();
 	vgpu__pools_fork_child();
+	vgpu__launch_fork_child();
 	vgpu__dev_fork_child();
 }

@@ -408,6 +408,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	struct vgpu_dev *dv;
+	CUcontext green;
 	CUresult r;
 	bool first;
 
@@ -423,6 +424,12 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 			     CUDA_SUCCESS) {
 		__atomic_sub_fetch(&dv->primary_refs, 1, __ATOMIC_ACQ_REL);
 		return r;
+	}
+	/* Spatial mode: the primary context stands on a green context; the
+	 * real primary context is not retained (nor released later). */
+	if (dv->spatial && (green = vgpu__spatial_ctx(dv)) != NULL) {
+		*pctx = green;
+		return CUDA_SUCCESS;
 	}
 	r = vgpu__real.cuDevicePrimaryCtxRetain(pctx, dev);
 	if (r != CUDA_SUCCESS) {
@@ -440,7 +447,9 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 	if (!vgpu__real.cuDevicePrimaryCtxRelease_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuDevicePrimaryCtxRelease_v2(dev);
+	r = dv && __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE)
+		    ? CUDA_SUCCESS
+		    : vgpu__real.cuDevicePrimaryCtxRelease_v2(dev);
 	if (r != CUDA_SUCCESS || !dv || !dv->slot)
 		return r;
 	int n = __atomic_load_n(&dv->primary_refs, __ATOMIC_ACQUIRE);

@@ -212,7 +212,18 @@ static void load(void)
 	EXTRA(cuCtxPopCurrent_v2);
 	EXTRA(cuDeviceGetGraphMemAttribute);
 	EXTRA(cuArrayGetDescriptor_v2);
+	EXTRA(cuCtxGetCurrent);
+	EXTRA(cuStreamCreate);
+	EXTRA(cuEventCreate);
+	EXTRA(cuEventDestroy_v2);
+	EXTRA(cuEventRecord);
+	EXTRA(cuEventRecord_ptsz);
+	EXTRA(cuEventQuery);
+	EXTRA(cuEventSynchronize);
+	EXTRA(cuEventElapsedTime_v2);
 #undef EXTRA
+	vgpu__real.cuEventElapsedTime_v1 =
+		h ? dlsym(h, "cuEventElapsedTime") : NULL;
 	if (h)
 		vgpu_log(VGPU_LOG_INFO, "real driver: %s", loaded_path);
 	loaded = h != NULL;

@@ -1,0 +1,506 @@
+/* launch.c - the compute share: every launch path is admitted against the
+ * tenant's GPU-time bucket (vgpu/throttle.c) and its real GPU time charged.
+ *
+ * Uncapped (no VGPU_COMPUTE_LIMIT below 100 anywhere, or limits off), a
+ * launch hook is one load and a call to the driver. Capped, a launch:
+ *   1. collects the GPU time of this thread's earlier launches whose end
+ *      event has completed (cuEventQuery: never blocks) and settles it;
+ *   2. asks the bucket for admission with an estimate of its own GPU time
+ *      (the running average of this thread's measured launches); told to
+ *      wait, it sleeps holding nothing and asks again;
+ *   3. records an event on the launch's stream, launches, records another:
+ *      the two events' elapsed time is the launch's GPU time, read back
+ *      later by step 1, never by blocking.
+ * The first launch of a thread goes alone (its length is unknown until it
+ * has run); after that up to RING launches are in flight per context and
+ * thread, and a full ring waits for its oldest.
+ */
+#include "devices.h"
+#include "throttle.h"
+#include "timeline.h"
+
+#include <string.h>
+#include <time.h>
+
+#define RING 16		/* launches measured at once, per thread and context */
+#define CTXS 4		/* contexts a thread keeps events for */
+#define MAX_SLEEP_NS 2000000ull
+/* A measured launch is charged this long after its end, once every process
+ * has had time to record the launches that ended before it (timeline.h). */
+#define CHARGE_DELAY_NS 20000000ull
+/* The reference event is recorded again this often (cuEventElapsedTime's
+ * float loses precision as the distance from it grows). */
+#define CALIBRATE_NS 4000000000ull
+
+enum { EST_KERNEL, EST_GRAPH, EST_KINDS };
+
+struct pending {
+	CUevent start, end;
+	uint64_t estimate;
+	struct vgpu_dev *dv;
+	int kind;
+	int ref;		/* the reference event it is placed against */
+};
+
+/* A measured launch waiting to be charged. */
+struct measured {
+	uint64_t start, end;	/* CLOCK_MONOTONIC ns */
+	uint64_t estimate;
+	struct vgpu_dev *dv;
+	int kind;
+};
+
+/* One thread's measurements in one context (events belong to a context). */
+struct ctx_state {
+	CUcontext ctx;
+	uint64_t used;		/* last use, for eviction */
+	CUevent free_ev[2 * RING];
+	int nfree;
+	struct pending ring[RING];
+	unsigned head, count;
+	struct measured done[2 * RING];
+	unsigned done_head, done_count;
+	uint64_t avg_ns[EST_KINDS];	/* running average, 0: none yet */
+	/* Events are placed on the host's clock against a reference event
+	 * whose completion time was observed (two, used in turn). */
+	CUstream cal_stream;
+	CUevent ref_ev[2];
+	uint64_t ref_ns[2];
+	int ref;		/* the current one; -1: none */
+};
+
+static __thread struct ctx_state tls_ctx[CTXS];
+static __thread uint64_t tls_clock;
+
+bool vgpu__compute_on;
+
+#define now_ns vgpu__mono_ns
+
+static CUresult elapsed(float *ms, CUevent a, CUevent b)
+{
+	if (vgpu__real.cuEventElapsedTime_v2)
+		return vgpu__real.cuEventElapsedTime_v2(ms, a, b);
+	if (vgpu__real.cuEventElapsedTime_v1)
+		return vgpu__real.cuEventElapsedTime_v1(ms, a, b);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* Records the reference event and reads when it completed: the middle of
+ * the shortest of three record-to-completion windows. */
+static bool calibrate(struct ctx_state *c)
+{
+	int r = c->ref < 0 ? 0 : 1 - c->ref;
+	uint64_t best = UINT64_MAX, at = 0;
+
+	if (!c->cal_stream && vgpu__real.cuStreamCreate &&
+	    vgpu__real.cuStreamCreate(&c->cal_stream,
+				      CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+		c->cal_stream = NULL;
+	if (!c->cal_stream)
+		return false;
+	if (!c->ref_ev[r] &&
+	    vgpu__real.cuEventCreate(&c->ref_ev[r], CU_EVENT_DEFAULT) !=
+		    CUDA_SUCCESS)
+		return false;
+	for (int i = 0; i < 3 && best > 20000; i++) {
+		uint64_t t0 = now_ns(), t1;
+		CUresult q;
+
+		if (vgpu__real.cuEventRecord(c->ref_ev[r], c->cal_stream) !=
+		    CUDA_SUCCESS)
+			return false;
+		while ((q = vgpu__real.cuEventQuery(c->ref_ev[r])) ==
+		       CUDA_ERROR_NOT_READY)
+			;
+		t1 = now_ns();
+		if (q != CUDA_SUCCESS)
+			return false;
+		if (t1 - t0 < best) {
+			best = t1 - t0;
+			at = t0 + (t1 - t0) / 2;
+		}
+	}
+	c->ref_ns[r] = at;
+	c->ref = r;
+	return true;
+}
+
+/* Charges the measured launches that ended long enough ago (all, if
+ * force), each for its own part of its interval. */
+static void charge_done(struct ctx_state *c, uint64_t now, bool force)
+{
+	while (c->done_count) {
+		struct measured *m = &c->done[c->done_head];
+		uint64_t own;
+
+		if (!force && now < m->end + CHARGE_DELAY_NS)
+			break;
+		own = m->dv->ledger ? vgpu_timeline_exclusive(m->dv->ledger,
+							      m->start, m->end)
+				    : m->end - m->start;
+		if (m->dv->slot)
+			vgpu_throttle_settle(m->dv->slot, own, m->estimate);
+		uint64_t *avg = &c->avg_ns[m->kind];
+		*avg = *avg ? (*avg * 3 + own) / 4 : (own ? own : 1);
+		c->done_head = (c->done_head + 1) % (2 * RING);
+		c->done_count--;
+	}
+}
+
+/* Takes the oldest launch of c off the ring once it has completed (wait:
+ * block for it), places it on the host's clock and records its end in the
+ * GPU's timeline. Returns false if it has not completed (and wait is
+ * false). */
+static bool settle_oldest(struct ctx_state *c, bool wait)
+{
+	struct pending *p = &c->ring[c->head];
+	CUresult r = vgpu__real.cuEventQuery(p->end);
+	float ms_start, ms_len;
+	uint64_t start, len = p->estimate;
+
+	if (r == CUDA_ERROR_NOT_READY) {
+		if (!wait)
+			return false;
+		r = vgpu__real.cuEventSynchronize(p->end);
+	}
+	if (r == CUDA_SUCCESS &&
+	    elapsed(&ms_len, p->start, p->end) == CUDA_SUCCESS && ms_len >= 0)
+		len = (uint64_t)((double)ms_len * 1e6);
+	if (p->ref >= 0 && r == CUDA_SUCCESS &&
+	    elapsed(&ms_start, c->ref_ev[p->ref], p->start) == CUDA_SUCCESS)
+		start = c->ref_ns[p->ref] + (uint64_t)((double)ms_start * 1e6);
+	else
+		start = now_ns() - len;
+	if (c->done_count == 2 * RING)
+		charge_done(c, 0, true);
+	struct measured *m =
+		&c->done[(c->done_head + c->done_count) % (2 * RING)];
+	m->start = start;
+	m->end = start + len;
+	m->estimate = p->estimate;
+	m->dv = p->dv;
+	m->kind = p->kind;
+	c->done_count++;
+	if (p->dv->ledger)
+		vgpu_timeline_record(p->dv->ledger, m->end);
+	/* A first estimate, until charges refine it. */
+	if (!c->avg_ns[p->kind])
+		c->avg_ns[p->kind] = len ? len : 1;
+	c->free_ev[c->nfree++] = p->start;
+	c->free_ev[c->nfree++] = p->end;
+	c->head = (c->head + 1) % RING;
+	c->count--;
+	return true;
+}
+
+static void collect(struct ctx_state *c)
+{
+	while (c->count && settle_oldest(c, false))
+		;
+	charge_done(c, now_ns(), false);
+}
+
+/* This thread's state for the current context, NULL if none is current. */
+static struct ctx_state *ctx_state(void)
+{
+	struct ctx_state *c, *lru = &tls_ctx[0];
+	CUcontext ctx = NULL;
+
+	if (!vgpu__real.cuCtxGetCurrent ||
+	    vgpu__real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+		return NULL;
+	for (int i = 0; i < CTXS; i++) {
+		c = &tls_ctx[i];
+		if (c->ctx == ctx) {
+			c->used = ++tls_clock;
+			return c;
+		}
+		if (c->used < lru->used)
+			lru = &tls_ctx[i];
+	}
+	/* A fifth context: the least recently used one's launches are
+	 * settled and its events left to its context (they cannot be
+	 * destroyed from here without making it current). */
+	if (lru->ctx) {
+		vgpu__real.cuCtxPushCurrent_v2(lru->ctx);
+		while (lru->count)
+			settle_oldest(lru, true);
+		charge_done(lru, 0, true);
+		for (int i = 0; i < lru->nfree; i++)
+			vgpu__real.cuEventDestroy_v2(lru->free_ev[i]);
+		vgpu__real.cuCtxPopCurrent_v2(&ctx);
+		vgpu_log(VGPU_LOG_DEBUG, "a thread uses more than %d contexts: "
+			 "measurements of the oldest settled", CTXS);
+	}
+	memset(lru, 0, sizeof(*lru));
+	lru->ctx = ctx;
+	lru->used = ++tls_clock;
+	lru->ref = -1;
+	return lru;
+}
+
+static bool take_events(struct ctx_state *c, CUevent *a, CUevent *b)
+{
+	while (c->nfree < 2 && c->count)
+		settle_oldest(c, true);
+	for (int i = 0; c->nfree < 2 && i < 2; i++) {
+		CUevent e;
+		if (vgpu__real.cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+			return false;
+		c->free_ev[c->nfree++] = e;
+	}
+	*b = c->free_ev[--c->nfree];
+	*a = c->free_ev[--c->nfree];
+	return true;
+}
+
+/* The launch being made, whatever its entry point. */
+enum call_kind {
+	CALL_KERNEL, CALL_KERNEL_PTSZ, CALL_EX, CALL_EX_PTSZ, CALL_COOP,
+	CALL_COOP_PTSZ, CALL_GRAPH, CALL_GRAPH_PTSZ
+};
+
+struct call {
+	enum call_kind kind;
+	CUfunction f;
+	unsigned g[3], b[3], shmem;
+	CUstream stream;
+	void **params, **extra;
+	const CUlaunchConfig *config;
+	CUgraphExec graph;
+};
+
+static CUresult call_real(const struct call *c)
+{
+	switch (c->kind) {
+	case CALL_KERNEL:
+		return vgpu__real.cuLaunchKernel(c->f, c->g[0], c->g[1], c->g[2],
+			c->b[0], c->b[1], c->b[2], c->shmem, c->stream,
+			c->params, c->extra);
+	case CALL_KERNEL_PTSZ:
+		return vgpu__real.cuLaunchKernel_ptsz(c->f, c->g[0], c->g[1],
+			c->g[2], c->b[0], c->b[1], c->b[2], c->shmem, c->stream,
+			c->params, c->extra);
+	case CALL_EX:
+		return vgpu__real.cuLaunchKernelEx(c->config, c->f, c->params,
+						   c->extra);
+	case CALL_EX_PTSZ:
+		return vgpu__real.cuLaunchKernelEx_ptsz(c->config, c->f,
+							c->params, c->extra);
+	case CALL_COOP:
+		return vgpu__real.cuLaunchCooperativeKernel(c->f, c->g[0],
+			c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shmem,
+			c->stream, c->params);
+	case CALL_COOP_PTSZ:
+		return vgpu__real.cuLaunchCooperativeKernel_ptsz(c->f, c->g[0],
+			c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shmem,
+			c->stream, c->params);
+	case CALL_GRAPH:
+		return vgpu__real.cuGraphLaunch(c->graph, c->stream);
+	case CALL_GRAPH_PTSZ:
+		return vgpu__real.cuGraphLaunch_ptsz(c->graph, c->stream);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static bool per_thread(enum call_kind k)
+{
+	return k == CALL_KERNEL_PTSZ || k == CALL_EX_PTSZ ||
+	       k == CALL_COOP_PTSZ || k == CALL_GRAPH_PTSZ;
+}
+
+static CUresult record(CUevent e, CUstream s, bool ptsz)
+{
+	return ptsz ? vgpu__real.cuEventRecord_ptsz(e, s)
+		    : vgpu__real.cuEventRecord(e, s);
+}
+
+/* Admits, launches and measures one capped launch. */
+static CUresult throttled(const struct call *call)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	struct ctx_state *c;
+	struct pending *p;
+	bool ptsz = per_thread(call->kind);
+	int kind = call->kind >= CALL_GRAPH ? EST_GRAPH : EST_KERNEL;
+	uint64_t est, wait, t0 = 0, waited = 0;
+	CUevent a, b;
+	CUresult r;
+
+	if (!dv || !dv->slot || !dv->capped || !(c = ctx_state()))
+		return call_real(call);
+	/* On the green context the hardware enforces the share. */
+	if (c->ctx == __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE))
+		return call_real(call);
+	if (c->ref < 0 || now_ns() - c->ref_ns[c->ref] > CALIBRATE_NS)
+		calibrate(c);
+	collect(c);
+	/* Nothing measured yet: this launch goes alone. */
+	while (!c->avg_ns[kind] && c->count)
+		settle_oldest(c, true);
+	if (c->count == RING)
+		settle_oldest(c, true);
+	est = c->avg_ns[kind];
+	while ((wait = vgpu_throttle_admit(dv->slot, now_ns(), est)) != 0) {
+		struct timespec ts;
+
+		if (!t0)
+			t0 = now_ns();
+		if (wait > MAX_SLEEP_NS)
+			wait = MAX_SLEEP_NS;
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)wait;
+		nanosleep(&ts, NULL);
+		collect(c);
+	}
+	if (t0) {
+		waited = now_ns() - t0;
+		vgpu_throttle_waited(dv->slot, waited);
+	}
+	if (!take_events(c, &a, &b)) {
+		r = call_real(call);
+		vgpu_throttle_settle(dv->slot, est, est);
+		return r;
+	}
+	CUstream s = call->config ? call->config->hStream : call->stream;
+	record(a, s, ptsz);
+	r = call_real(call);
+	if (r != CUDA_SUCCESS) {
+		vgpu_throttle_settle(dv->slot, 0, est);
+		c->free_ev[c->nfree++] = a;
+		c->free_ev[c->nfree++] = b;
+		return r;
+	}
+	record(b, s, ptsz);
+	p = &c->ring[(c->head + c->count) % RING];
+	p->start = a;
+	p->end = b;
+	p->estimate = est;
+	p->dv = dv;
+	p->kind = kind;
+	p->ref = c->ref;
+	c->count++;
+	return r;
+}
+
+void vgpu__launch_fork_child(void)
+{
+	/* The parent's events are not the child's. */
+	memset(tls_ctx, 0, sizeof(tls_ctx));
+}
+
+/* ---- the hooks ---------------------------------------------------------- */
+
+#define KERNEL_CALL(k)							\
+	struct call c_ = { .kind = (k), .f = f,				\
+		.g = { gridDimX, gridDimY, gridDimZ },			\
+		.b = { blockDimX, blockDimY, blockDimZ },		\
+		.shmem = sharedMemBytes, .stream = hStream,		\
+		.params = kernelParams }
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
+			unsigned int gridDimY, unsigned int gridDimZ,
+			unsigned int blockDimX, unsigned int blockDimY,
+			unsigned int blockDimZ, unsigned int sharedMemBytes,
+			CUstream hStream, void **kernelParams, void **extra)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1))
+		return vgpu__real.cuLaunchKernel(f, gridDimX, gridDimY,
+				gridDimZ, blockDimX, blockDimY, blockDimZ,
+				sharedMemBytes, hStream, kernelParams, extra);
+	KERNEL_CALL(CALL_KERNEL);
+	c_.extra = extra;
+	return throttled(&c_);
+}
+
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
+			     unsigned int gridDimY, unsigned int gridDimZ,
+			     unsigned int blockDimX, unsigned int blockDimY,
+			     unsigned int blockDimZ,
+			     unsigned int sharedMemBytes, CUstream hStream,
+			     void **kernelParams, void **extra)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1))
+		return vgpu__real.cuLaunchKernel_ptsz(f, gridDimX, gridDimY,
+				gridDimZ, blockDimX, blockDimY, blockDimZ,
+				sharedMemBytes, hStream, kernelParams, extra);
+	KERNEL_CALL(CALL_KERNEL_PTSZ);
+	c_.extra = extra;
+	return throttled(&c_);
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+				   unsigned int gridDimY,
+				   unsigned int gridDimZ,
+				   unsigned int blockDimX,
+				   unsigned int blockDimY,
+				   unsigned int blockDimZ,
+				   unsigned int sharedMemBytes,
+				   CUstream hStream, void **kernelParams)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1))
+		return vgpu__real.cuLaunchCooperativeKernel(f, gridDimX,
+				gridDimY, gridDimZ, blockDimX, blockDimY,
+				blockDimZ, sharedMemBytes, hStream,
+				kernelParams);
+	KERNEL_CALL(CALL_COOP);
+	return throttled(&c_);
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+					unsigned int gridDimY,
+					unsigned int gridDimZ,
+					unsigned int blockDimX,
+					unsigned int blockDimY,
+					unsigned int blockDimZ,
+					unsigned int sharedMemBytes,
+					CUstream hStream, void **kernelParams)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1))
+		return vgpu__real.cuLaunchCooperativeKernel_ptsz(f, gridDimX,
+				gridDimY, gridDimZ, blockDimX, blockDimY,
+				blockDimZ, sharedMemBytes, hStream,
+				kernelParams);
+	KERNEL_CALL(CALL_COOP_PTSZ);
+	return throttled(&c_);
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+			  void **kernelParams, void **extra)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1) || !config)
+		return vgpu__real.cuLaunchKernelEx(config, f, kernelParams,
+						   extra);
+	struct call c_ = { .kind = CALL_EX, .f = f, .config = config,
+			   .params = kernelParams, .extra = extra };
+	return throttled(&c_);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+			       void **kernelParams, void **extra)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1) || !config)
+		return vgpu__real.cuLaunchKernelEx_ptsz(config, f, kernelParams,
+							extra);
+	struct call c_ = { .kind = CALL_EX_PTSZ, .f = f, .config = config,
+			   .params = kernelParams, .extra = extra };
+	return throttled(&c_);
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1))
+		return vgpu__real.cuGraphLaunch(hGraphExec, hStream);
+	struct call c_ = { .kind = CALL_GRAPH, .graph = hGraphExec,
+			   .stream = hStream };
+	return throttled(&c_);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+	if (__builtin_expect(!vgpu__compute_on, 1))
+		return vgpu__real.cuGraphLaunch_ptsz(hGraphExec, hStream);
+	struct call c_ = { .kind = CALL_GRAPH_PTSZ, .graph = hGraphExec,
+			   .stream = hStream };
+	return throttled(&c_);
+}
