@@ -9,6 +9,10 @@ elastic: a 30% elastic tenant alone gets more than 90%; 1.5 s in, a 70%
          tenant arrives, and from 200 ms after that the elastic tenant is
          back at its share (every 100 ms window within 5 points of 30%,
          their mean within 3).
+spatial: VGPU_COMPUTE_MODE=spatial, 25% and 50% tenants on one device
+         of 128 SMs at once, each on a green context of its share: their
+         throughput (kernels x nominal length / wall) within 3 points of
+         25 and 50, and a message saying which green context each got.
 The environment (LD_PRELOAD, VGPU_REAL_LIBCUDA) comes from meson.
 """
 import os
@@ -20,16 +24,17 @@ import time
 
 
 def start(share, d, tenant, cap, seconds, policy="hard", windows=False,
-          us=1000):
+          us=1000, extra=None):
     env = dict(os.environ, VGPU_SIM_STATE_DIR=d,
                VGPU_LEDGER_DIR=os.path.join(d, "ledger"), VGPU_TENANT=tenant,
                VGPU_COMPUTE_LIMIT=str(cap), VGPU_COMPUTE_POLICY=policy,
-               VGPU_CONTEXT_OVERHEAD="0")
+               VGPU_CONTEXT_OVERHEAD="0", **(extra or {}))
     args = [share, "--kernel-us", str(us), "--seconds", str(seconds),
             "--style", "async"]
     if windows:
         args += ["--window-ms", "100"]
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def achieved(out):
@@ -40,7 +45,22 @@ def main():
     share, mode = sys.argv[1], sys.argv[2]
     d = tempfile.mkdtemp(prefix="vgpu-tenants-")
     failed = False
-    if mode == "split":
+    if mode == "spatial":
+        extra = dict(VGPU_COMPUTE_MODE="spatial", VGPU_SIM_SM_COUNT="128",
+                     VGPU_LOG_LEVEL="info")
+        a = start(share, d, "a", 25, 3, extra=extra)
+        b = start(share, d, "b", 50, 3, extra=extra)
+        for name, p, cap, sms in (("a", a, 25, 32), ("b", b, 50, 64)):
+            out = p.communicate(timeout=60)[0]
+            got = float(re.search(r"throughput ([0-9.]+)%", out).group(1))
+            green = "a green context of %d of 128 SMs" % sms in out
+            ok = abs(got - cap) <= 3 and green
+            failed |= not ok
+            print("%s tenant %s spatial at %d%%: throughput %.2f%%, %s" %
+                  ("PASS" if ok else "FAIL", name, cap, got,
+                   "on a green context of %d SMs" % sms if green
+                   else "no green context"))
+    elif mode == "split":
         a = start(share, d, "a", 30, 3, us=10000)
         b = start(share, d, "b", 70, 3, us=10000)
         for name, p, cap in (("a", a, 30), ("b", b, 70)):
