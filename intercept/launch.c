@@ -40,6 +40,7 @@ struct pending {
 	struct vgpu_dev *dv;
 	int kind;
 	int ref;		/* the reference event it is placed against */
+	uint64_t issued;	/* host time just before the launch call */
 };
 
 /* A measured launch waiting to be charged. */
@@ -66,6 +67,7 @@ struct ctx_state {
 	CUstream cal_stream;
 	CUevent ref_ev[2];
 	uint64_t ref_ns[2];
+	uint64_t ref_err[2];	/* half the window it was read in */
 	int ref;		/* the current one; -1: none */
 };
 
@@ -86,11 +88,12 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
 }
 
 /* Records the reference event and reads when it completed: the middle of
- * the shortest of three record-to-completion windows. */
+ * its record-to-completion window, recording it again (up to twenty
+ * times: the first tries wake the stream up) until the window is narrow. */
 static bool calibrate(struct ctx_state *c)
 {
 	int r = c->ref < 0 ? 0 : 1 - c->ref;
-	uint64_t best = UINT64_MAX, at = 0;
+	uint64_t window = UINT64_MAX, at = 0;
 
 	if (!c->cal_stream && vgpu__real.cuStreamCreate &&
 	    vgpu__real.cuStreamCreate(&c->cal_stream,
@@ -102,7 +105,9 @@ static bool calibrate(struct ctx_state *c)
 	    vgpu__real.cuEventCreate(&c->ref_ev[r], CU_EVENT_DEFAULT) !=
 		    CUDA_SUCCESS)
 		return false;
-	for (int i = 0; i < 3 && best > 20000; i++) {
+	/* Each try records the event again: the last try is the one that
+	 * counts, so stop at the first narrow window. */
+	for (int i = 0; i < 20 && window > 10000; i++) {
 		uint64_t t0 = now_ns(), t1;
 		CUresult q;
 
@@ -115,12 +120,11 @@ static bool calibrate(struct ctx_state *c)
 		t1 = now_ns();
 		if (q != CUDA_SUCCESS)
 			return false;
-		if (t1 - t0 < best) {
-			best = t1 - t0;
-			at = t0 + (t1 - t0) / 2;
-		}
+		window = t1 - t0;
+		at = t0 + window / 2;
 	}
 	c->ref_ns[r] = at;
+	c->ref_err[r] = window / 2;
 	c->ref = r;
 	return true;
 }
@@ -140,6 +144,7 @@ static void charge_done(struct ctx_state *c, uint64_t now, bool force)
 				    : m->end - m->start;
 		if (m->dv->slot)
 			vgpu_throttle_settle(m->dv->slot, own, m->estimate);
+
 		uint64_t *avg = &c->avg_ns[m->kind];
 		*avg = *avg ? (*avg * 3 + own) / 4 : (own ? own : 1);
 		c->done_head = (c->done_head + 1) % (2 * RING);
@@ -167,10 +172,21 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 	    elapsed(&ms_len, p->start, p->end) == CUDA_SUCCESS && ms_len >= 0)
 		len = (uint64_t)((double)ms_len * 1e6);
 	if (p->ref >= 0 && r == CUDA_SUCCESS &&
-	    elapsed(&ms_start, c->ref_ev[p->ref], p->start) == CUDA_SUCCESS)
+	    elapsed(&ms_start, c->ref_ev[p->ref], p->start) == CUDA_SUCCESS &&
+	    ms_start >= 0)
 		start = c->ref_ns[p->ref] + (uint64_t)((double)ms_start * 1e6);
 	else
 		start = now_ns() - len;
+	/* On an idle stream the start event completes at once, before the
+	 * launch has even been made: the launch cannot have started before
+	 * it was issued (less the error of placing events on the host's
+	 * clock, so that a launch is never charged less than it ran). */
+	if (p->ref >= 0 && p->issued > start + c->ref_err[p->ref]) {
+		uint64_t end = start + len, from = p->issued - c->ref_err[p->ref];
+
+		start = from < end ? from : end;
+		len = end - start;
+	}
 	if (c->done_count == 2 * RING)
 		charge_done(c, 0, true);
 	struct measured *m =
@@ -193,11 +209,12 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 	return true;
 }
 
-static void collect(struct ctx_state *c)
+static void collect(struct ctx_state *c, uint64_t now)
 {
 	while (c->count && settle_oldest(c, false))
 		;
-	charge_done(c, now_ns(), false);
+	if (c->done_count)
+		charge_done(c, now, false);
 }
 
 /* This thread's state for the current context, NULL if none is current. */
@@ -332,16 +349,18 @@ static CUresult throttled(const struct call *call)
 	/* On the green context the hardware enforces the share. */
 	if (c->ctx == __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE))
 		return call_real(call);
-	if (c->ref < 0 || now_ns() - c->ref_ns[c->ref] > CALIBRATE_NS)
+	uint64_t now = now_ns();
+
+	if (c->ref < 0 || now - c->ref_ns[c->ref] > CALIBRATE_NS)
 		calibrate(c);
-	collect(c);
+	collect(c, now);
 	/* Nothing measured yet: this launch goes alone. */
 	while (!c->avg_ns[kind] && c->count)
 		settle_oldest(c, true);
 	if (c->count == RING)
 		settle_oldest(c, true);
 	est = c->avg_ns[kind];
-	while ((wait = vgpu_throttle_admit(dv->slot, now_ns(), est)) != 0) {
+	while ((wait = vgpu_throttle_admit(dv->slot, now, est)) != 0) {
 		struct timespec ts;
 
 		if (!t0)
@@ -351,10 +370,11 @@ static CUresult throttled(const struct call *call)
 		ts.tv_sec = 0;
 		ts.tv_nsec = (long)wait;
 		nanosleep(&ts, NULL);
-		collect(c);
+		now = now_ns();
+		collect(c, now);
 	}
 	if (t0) {
-		waited = now_ns() - t0;
+		waited = now - t0;
 		vgpu_throttle_waited(dv->slot, waited);
 	}
 	if (!take_events(c, &a, &b)) {
@@ -379,6 +399,7 @@ static CUresult throttled(const struct call *call)
 	p->dv = dv;
 	p->kind = kind;
 	p->ref = c->ref;
+	p->issued = now;	/* before the launch call: never too late */
 	c->count++;
 	return r;
 }

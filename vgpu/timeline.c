@@ -17,14 +17,30 @@ void vgpu_timeline_record(struct vgpu_ledger *l, uint64_t end_ns)
 			 __ATOMIC_RELEASE);
 }
 
+/* Ends are appended roughly in time order (processes record them a few
+ * milliseconds late at most), so the scan runs back from the newest and
+ * stops after a run of ends before the interval's start. */
+#define OLDER_RUN 8
+
 uint64_t vgpu_timeline_exclusive(const struct vgpu_ledger *l,
 				 uint64_t start_ns, uint64_t end_ns)
 {
 	const struct vgpu_ledger_timeline *t = timeline(l);
+	uint64_t head = __atomic_load_n(&t->head, __ATOMIC_ACQUIRE);
+	uint64_t n = head < VGPU_LEDGER_TIMELINE_ENTRIES
+			     ? head : VGPU_LEDGER_TIMELINE_ENTRIES;
 	uint64_t from = start_ns;
+	unsigned older = 0;
 
-	for (unsigned i = 0; i < VGPU_LEDGER_TIMELINE_ENTRIES; i++) {
-		uint64_t e = __atomic_load_n(&t->end_ns[i], __ATOMIC_ACQUIRE);
+	for (uint64_t i = 1; i <= n && older < OLDER_RUN; i++) {
+		uint64_t e = __atomic_load_n(
+			&t->end_ns[(head - i) % VGPU_LEDGER_TIMELINE_ENTRIES],
+			__ATOMIC_ACQUIRE);
+		if (e <= start_ns) {
+			older++;
+			continue;
+		}
+		older = 0;
 		if (e > from && e < end_ns)
 			from = e;
 	}

@@ -7,7 +7,8 @@
  * the end of each launch it measures in the GPU's timeline (in the ledger);
  * a launch is then charged only for the part of [start, end] after the
  * latest end recorded before its own: the time it ran, not the time it
- * waited. Times are CLOCK_MONOTONIC ns. Lock-free, O(entries) per call.
+ * waited. Times are CLOCK_MONOTONIC ns. Lock-free; a call reads the
+ * recent end of the timeline (back to a run of ends before its start).
  */
 #ifndef VGPU_TIMELINE_H
 #define VGPU_TIMELINE_H

@@ -98,6 +98,13 @@ def main():
         rows.append(("cuMemAlloc+cuMemFree, null driver, %d process%s "
                      "registered" % (n, "es" if n > 1 else ""),
                      base_pair, pair))
+    # A compute cap the launches never reach (each takes 10 ns of "GPU
+    # time" on the null driver): the throttle's admission, its events and
+    # their read-back, amortised over the batch.
+    cap_env = dict(null_env, VGPU_COMPUTE_LIMIT="90")
+    c_launch, _ = run_calls(bench, shim, cap_env)
+    rows.append(("cuLaunchKernel, null driver, a 90% compute cap not "
+                 "reached", base_launch, c_launch))
     if os.path.exists(sim):
         s_launch, s_pair = run_calls(bench, sim, sim_env)
         v_launch, v_pair = run_calls(bench, shim, sim_env)
