@@ -62,6 +62,35 @@ else
 fi
 step bench-shim python3 tests/bench/run-bench.py "$build" --quick
 
+# Compute shares on the real GPU: vgpu_spin at 30, 50 and 70% (the kernels'
+# own timers), 1 ms kernels, asynchronous, 3 s each.
+for cap in 30 50 70; do
+	step "compute-$cap" env LD_PRELOAD=$shim VGPU_COMPUTE_LIMIT=$cap \
+		VGPU_CONTEXT_OVERHEAD=0 "$build/tests/gpu/share" --kernel-us 1000 \
+		--seconds 3 --style async --expect $cap --tolerance 5
+done
+step compute-spatial-50 env LD_PRELOAD=$shim VGPU_COMPUTE_LIMIT=50 \
+	VGPU_COMPUTE_MODE=spatial VGPU_LOG_LEVEL=info VGPU_CONTEXT_OVERHEAD=0 \
+	SHARE_CHECK_THROUGHPUT=1 "$build/tests/gpu/share" --kernel-us 1000 \
+	--seconds 3 --style async
+if python3 -c 'import torch' 2>/dev/null; then
+	# Two processes at 30% and 70% running matmuls: their throughput ratio
+	# should be near 30/70 = 0.43.
+	matmul_pair() {
+		local a b
+		LD_PRELOAD=$shim VGPU_TENANT=t30 VGPU_COMPUTE_LIMIT=30 \
+			python3 tests/gpu/torch_matmul.py 10 >"$1.30" &
+		LD_PRELOAD=$shim VGPU_TENANT=t70 VGPU_COMPUTE_LIMIT=70 \
+			python3 tests/gpu/torch_matmul.py 10 >"$1.70"
+		wait
+		a=$(awk '{print $2}' "$1.30")
+		b=$(awk '{print $2}' "$1.70")
+		echo "30%: $a matmuls/s, 70%: $b matmuls/s"
+		python3 -c "r = $a / $b; print('ratio %.3f (30/70 = 0.429)' % r); exit(0 if abs(r - 0.4286) < 0.07 else 1)"
+	}
+	step torch-30-70 matmul_pair "$(mktemp)"
+fi
+
 echo "== libvgpu GPU check: $(date -u +%FT%TZ) =="
 printf '%s\n' "${report[@]}"
 exit $failed
