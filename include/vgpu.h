@@ -152,7 +152,7 @@ struct vgpu_ledger_slot {
 	uint64_t launches;		/* reserved for the launch counters */
 	uint64_t launches_throttled;
 	uint64_t launch_wait_ns;
-	uint64_t launch_reserved;
+	uint64_t gpu_time_ns;		/* GPU time its launches were charged */
 	uint64_t reserved[4];
 };
 
@@ -243,7 +243,7 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, usage, 64, 128);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launches, 192, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launches_throttled, 200, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launch_wait_ns, 208, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launch_reserved, 216, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, gpu_time_ns, 216, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, reserved, 224, 32);
 
 _Static_assert(VGPU_LEDGER_HEADER_SIZE <= VGPU_LEDGER_TENANTS_OFFSET,

@@ -199,6 +199,7 @@ void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
 	int64_t e = (int64_t)clamp_charge(estimate_ns);
 
 	counter_add(&c->gpu_time_ns, (uint64_t)m);
+	counter_add(&s->rec->gpu_time_ns, (uint64_t)m);
 	if (e > m)	/* a refund: may not fill the bucket past the burst */
 		clamp_burst(c, tokens_add(c, e - m));
 	else if (m > e)

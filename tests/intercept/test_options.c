@@ -60,6 +60,21 @@ static const struct bad_case *bad_cases(size_t *n)
 		{ "VGPU_LEDGER_DIR", long_path },
 		{ "VGPU_CONTEXT_OVERHEAD", "2TiB" },
 		{ "VGPU_CONTEXT_OVERHEAD", "-1" },
+		{ "VGPU_COMPUTE_LIMIT", "" },
+		{ "VGPU_COMPUTE_LIMIT", "0" },
+		{ "VGPU_COMPUTE_LIMIT", "101" },
+		{ "VGPU_COMPUTE_LIMIT", "-30" },
+		{ "VGPU_COMPUTE_LIMIT", "30.5" },
+		{ "VGPU_COMPUTE_LIMIT", "half" },
+		{ "VGPU_COMPUTE_LIMIT", "99999999999999999999" },
+		{ "VGPU_COMPUTE_LIMIT_0", "30GiB" },
+		{ "CUDA_DEVICE_SM_LIMIT", "-1" },
+		{ "CUDA_DEVICE_SM_LIMIT", "150" },
+		{ "CUDA_DEVICE_SM_LIMIT_1", "x" },
+		{ "VGPU_COMPUTE_POLICY", "soft" },
+		{ "VGPU_COMPUTE_POLICY", "" },
+		{ "GPU_CORE_UTILIZATION_POLICY", "sometimes" },
+		{ "VGPU_COMPUTE_MODE", "quantum" },
 	};
 
 	memset(long_name, 'n', sizeof(long_name) - 1);

@@ -117,6 +117,6 @@ Test(ledger_abi, slot)
 	PIN(vgpu_ledger_slot, launches, 192, 8);
 	PIN(vgpu_ledger_slot, launches_throttled, 200, 8);
 	PIN(vgpu_ledger_slot, launch_wait_ns, 208, 8);
-	PIN(vgpu_ledger_slot, launch_reserved, 216, 8);
+	PIN(vgpu_ledger_slot, gpu_time_ns, 216, 8);
 	PIN(vgpu_ledger_slot, reserved, 224, 32);
 }

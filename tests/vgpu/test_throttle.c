@@ -165,6 +165,7 @@ Test(throttle, settle_charges_the_difference_and_counts_gpu_time)
 	vgpu_throttle_settle(s, 1 * MS, 5 * MS);
 	cr_expect_eq(tokens(s), 17 * (int64_t)MS);
 	cr_expect_eq(compute(s)->gpu_time_ns, 8 * MS);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->gpu_time_ns, 8 * MS);
 	vgpu_throttle_waited(s, 123);
 	vgpu_throttle_waited(s, 7);
 	cr_expect_eq(compute(s)->wait_ns, 130);
