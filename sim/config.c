@@ -8,6 +8,9 @@
  * VGPU_SIM_KERNEL_NS duration of a kernel with no host form (default 10000)
  * VGPU_SIM_FAIL      fault injection, e.g. "alloc:3", "launch:5-", "alloc:%4"
  * VGPU_SIM_GREEN_CONTEXTS  green contexts on (1, the default) or off (0)
+ * VGPU_SIM_BUS_BANDWIDTH   bytes per second of kernels' accesses to host
+ *                    memory, a size with an optional "/s" (default 16GiB/s;
+ *                    0: no cost)
  */
 #include "sim.h"
 
@@ -34,6 +37,7 @@ void vsim_config_defaults(struct vsim_config *cfg)
 			 "/tmp/vgpu-sim-%u", (unsigned)getuid());
 	cfg->kernel_ns = 10000;
 	cfg->green_contexts = true;
+	cfg->bus_bandwidth = 16ull << 30;
 }
 
 /* Parses an unsigned decimal number; the whole string must be digits. */
@@ -80,6 +84,20 @@ int vsim_parse_size(const char *s, uint64_t *out)
 		return 0;
 	}
 	return -1;
+}
+
+/* A rate: a size, optionally followed by "/s". */
+static int parse_rate(const char *s, uint64_t *out)
+{
+	char buf[64];
+	size_t n = strlen(s);
+
+	if (n >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, n + 1);
+	if (n > 2 && strcmp(buf + n - 2, "/s") == 0)
+		buf[n - 2] = '\0';
+	return vsim_parse_size(buf, out);
 }
 
 static int parse_range(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -236,6 +254,13 @@ int vsim_config_parse_var(struct vsim_config *cfg, const char *var,
 		expected = "1, true, yes or on (green contexts), or 0, false, "
 			   "no or off (their entry points are not supported)";
 		rc = parse_bool(value, &cfg->green_contexts);
+	} else if (strcmp(var, "VGPU_SIM_BUS_BANDWIDTH") == 0) {
+		expected = "a size per second such as 16GiB, 16GiB/s or "
+			   "500MiB/s, or 0 for no bus cost";
+		if (parse_rate(value, &v) == 0) {
+			cfg->bus_bandwidth = v;
+			rc = 0;
+		}
 	} else {
 		snprintf(err, errlen, "unknown simulator variable %s", var);
 		return -1;
@@ -252,6 +277,7 @@ int vsim_config_from_env(struct vsim_config *cfg, char *err, size_t errlen)
 		"VGPU_SIM_DEVICES", "VGPU_SIM_MEMORY", "VGPU_SIM_SM_COUNT",
 		"VGPU_SIM_NAME", "VGPU_SIM_STATE_DIR", "VGPU_SIM_KERNEL_NS",
 		"VGPU_SIM_FAIL", "VGPU_SIM_GREEN_CONTEXTS",
+		"VGPU_SIM_BUS_BANDWIDTH",
 	};
 
 	vsim_config_defaults(cfg);

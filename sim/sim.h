@@ -57,6 +57,7 @@ struct vsim_config {
 	char state_dir[4096];
 	uint64_t kernel_ns;       /* duration of a kernel with no host form */
 	bool green_contexts;      /* false: their entry points are not supported */
+	uint64_t bus_bandwidth;   /* bytes/s of kernels' host-memory accesses; 0: free */
 	struct vsim_fail_rule fail[VSIM_FAIL_KINDS];
 };
 

@@ -32,6 +32,7 @@ static bool same_settings(const struct vsim_config *a,
 	return a->devices == b->devices && a->memory == b->memory &&
 	       a->sm_count == b->sm_count && a->kernel_ns == b->kernel_ns &&
 	       a->green_contexts == b->green_contexts &&
+	       a->bus_bandwidth == b->bus_bandwidth &&
 	       strcmp(a->name, b->name) == 0 &&
 	       strcmp(a->state_dir, b->state_dir) == 0;
 }
@@ -82,6 +83,7 @@ Test(config, defaults)
 	cr_assert_str_eq(cfg.name, "libvgpu simulated GPU");
 	cr_assert_eq(cfg.kernel_ns, 10000);
 	cr_assert(cfg.green_contexts);
+	cr_assert_eq(cfg.bus_bandwidth, 16ull << 30);
 	cr_assert(strncmp(cfg.state_dir, "/dev/shm/vgpu-sim-", 18) == 0 ||
 		  strncmp(cfg.state_dir, "/tmp/vgpu-sim-", 14) == 0,
 		  "state_dir %s", cfg.state_dir);
@@ -212,6 +214,33 @@ Test(config, green_contexts)
 	refused("VGPU_SIM_GREEN_CONTEXTS", "maybe");
 	refused("VGPU_SIM_GREEN_CONTEXTS", "on ");
 	refused("VGPU_SIM_GREEN_CONTEXTS", "y");
+}
+
+Test(config, bus_bandwidth)
+{
+	accepted("VGPU_SIM_BUS_BANDWIDTH", "16GiB");
+	cr_assert_eq(cfg.bus_bandwidth, 16ull << 30);
+	accepted("VGPU_SIM_BUS_BANDWIDTH", "500MiB/s");
+	cr_assert_eq(cfg.bus_bandwidth, 500ull << 20);
+	accepted("VGPU_SIM_BUS_BANDWIDTH", "64gib/s");
+	cr_assert_eq(cfg.bus_bandwidth, 64ull << 30);
+	accepted("VGPU_SIM_BUS_BANDWIDTH", "1000000");
+	cr_assert_eq(cfg.bus_bandwidth, 1000000);
+	accepted("VGPU_SIM_BUS_BANDWIDTH", "0");
+	cr_assert_eq(cfg.bus_bandwidth, 0);
+	accepted("VGPU_SIM_BUS_BANDWIDTH", "0/s");
+	cr_assert_eq(cfg.bus_bandwidth, 0);
+	refused("VGPU_SIM_BUS_BANDWIDTH", "");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "/s");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "fast");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "-1GiB");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "16GiB/");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "16GiB/ms");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "16GiB/s/s");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "16 GiB/s");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "16Gbps");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "1.5GiB");
+	refused("VGPU_SIM_BUS_BANDWIDTH", "17179869184GiB");
 }
 
 Test(config, name)
@@ -375,6 +404,7 @@ Test(config, from_env)
 	setenv("VGPU_SIM_STATE_DIR", "/tmp/env-state", 1);
 	setenv("VGPU_SIM_KERNEL_NS", "5000", 1);
 	setenv("VGPU_SIM_FAIL", "launch:%3", 1);
+	setenv("VGPU_SIM_BUS_BANDWIDTH", "1GiB/s", 1);
 	cr_assert_eq(vsim_config_from_env(&cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(cfg.devices, 2);
 	cr_assert_eq(cfg.memory, 96ull << 20);
@@ -382,6 +412,7 @@ Test(config, from_env)
 	cr_assert_str_eq(cfg.name, "Env GPU");
 	cr_assert_str_eq(cfg.state_dir, "/tmp/env-state");
 	cr_assert_eq(cfg.kernel_ns, 5000);
+	cr_assert_eq(cfg.bus_bandwidth, 1ull << 30);
 	rule_is(VSIM_FAIL_LAUNCH, 0, 0, 3);
 }
 
@@ -391,7 +422,8 @@ Test(config, from_env_unset_gives_defaults)
 	static const char *const vars[] = {
 		"VGPU_SIM_DEVICES", "VGPU_SIM_MEMORY", "VGPU_SIM_SM_COUNT",
 		"VGPU_SIM_NAME", "VGPU_SIM_STATE_DIR", "VGPU_SIM_KERNEL_NS",
-		"VGPU_SIM_FAIL",
+		"VGPU_SIM_FAIL", "VGPU_SIM_GREEN_CONTEXTS",
+		"VGPU_SIM_BUS_BANDWIDTH",
 	};
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
