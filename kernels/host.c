@@ -59,6 +59,18 @@ static void *param_ptr(const struct vgpu_kernel_launch *l, size_t off)
 	return (void *)(uintptr_t)param_u64(l, off);
 }
 
+/* Reports `passes` passes over `count` elements of `size` bytes at ptr. */
+static void report(const struct vgpu_kernel_launch *l, const void *ptr,
+		   uint64_t count, size_t size, unsigned passes)
+{
+	if (!l->touched || !ptr || count == 0)
+		return;
+	if (count > UINT64_MAX / size)
+		count = UINT64_MAX / size;
+	while (passes--)
+		l->touched(ptr, count * size);
+}
+
 /*
  * One wait of ns for the whole launch: the simulator models blocks as
  * running side by side, so every block ends when the first one does.
@@ -96,6 +108,8 @@ static void host_touch(const struct vgpu_kernel_launch *l)
 	write_seed = param_u32(l, TOUCH_WRITE);
 	mismatches = param_ptr(l, TOUCH_MISMATCH);
 
+	/* Each element written, and read first when checked. */
+	report(l, buf, n, sizeof(*buf), mismatches ? 2 : 1);
 	for (i = 0; i < n; i++) {
 		if (mismatches && buf[i] != vgpu_touch_pattern(expect_seed, i))
 			bad++;
@@ -126,6 +140,9 @@ static void host_saxpy(const struct vgpu_kernel_launch *l)
 	x = param_ptr(l, SAXPY_X);
 	y = param_ptr(l, SAXPY_Y);
 
+	/* x read; y read and written. */
+	report(l, x, n, sizeof(*x), 1);
+	report(l, y, n, sizeof(*y), 2);
 	for (i = 0; i < n; i++) {
 		p = a * x[i];
 		y[i] = p + y[i];

@@ -25,6 +25,12 @@ struct vgpu_kernel_launch {
 	/* Supplied by the simulator: the monotonic clock, and a precise wait. */
 	uint64_t (*now_ns)(void);
 	void (*busy_until)(uint64_t deadline_ns);
+	/* The launch's memory traffic: a host form reports each pass over a
+	 * buffer, the range [ptr, ptr+bytes) read or written (a pass that reads
+	 * and writes an element reports the range twice). The simulator charges
+	 * the bytes that lie in host-backed memory the bus's time. NULL: not
+	 * counted. */
+	void (*touched)(const void *ptr, uint64_t bytes);
 };
 
 typedef void (*vgpu_kernel_host_fn)(const struct vgpu_kernel_launch *l);

@@ -1,4 +1,5 @@
 /* test_host.c - the host forms of the workload kernels. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -25,6 +26,27 @@ static void fake_busy_until(uint64_t deadline_ns)
 	fake_now = deadline_ns;
 }
 
+/* What the host forms report touching, when reporting is on (off, the
+ * callback is NULL, as a caller without a bus model leaves it). */
+static bool reports_on;
+static struct { const void *ptr; uint64_t bytes; } reports[8];
+static int nreports;
+
+static void fake_touched(const void *ptr, uint64_t bytes)
+{
+	cr_assert_lt(nreports, 8);
+	reports[nreports].ptr = ptr;
+	reports[nreports].bytes = bytes;
+	nreports++;
+}
+
+static void report_is(int i, const void *ptr, uint64_t bytes)
+{
+	cr_assert_eq(reports[i].ptr, ptr, "report %d", i);
+	cr_assert_eq(reports[i].bytes, bytes, "report %d: %llu bytes", i,
+		     (unsigned long long)reports[i].bytes);
+}
+
 static void put(unsigned char *p, size_t off, const void *v, size_t n)
 {
 	memcpy(p + off, v, n);
@@ -47,6 +69,7 @@ static void run(const char *name, const unsigned char *params, size_t size)
 		.params_size = size,
 		.now_ns = fake_now_ns,
 		.busy_until = fake_busy_until,
+		.touched = reports_on ? fake_touched : NULL,
 	};
 
 	cr_assert_not_null(k, "%s not found", name);
@@ -194,4 +217,35 @@ Test(kernels, spin_without_times)
 	run_spin(10, NULL);
 	cr_assert_eq(fake_waits, 1);
 	cr_assert_eq(fake_deadline, 15);
+}
+
+/* Each pass over a buffer is reported: vgpu_touch writes its buffer (and
+ * reads it first when it checks), saxpy reads x and reads and writes y;
+ * vgpu_spin touches nothing. */
+Test(kernels, host_forms_report_their_traffic)
+{
+	static uint32_t buf[N_ELEMS];
+	unsigned long long mism = 0, times[2];
+	float x[3] = { 1, 2, 3 }, y[3] = { 0 };
+
+	reports_on = true;
+	run_touch(buf, N_ELEMS, 0, 1, NULL);
+	cr_assert_eq(nreports, 1);
+	report_is(0, buf, sizeof(buf));
+	nreports = 0;
+	run_touch(buf, 10, 1, 2, &mism);
+	cr_assert_eq(nreports, 2);
+	report_is(0, buf, 40);
+	report_is(1, buf, 40);
+	nreports = 0;
+	run_saxpy(3, 2.0f, x, y);
+	cr_assert_eq(nreports, 3);
+	report_is(0, x, sizeof(x));
+	report_is(1, y, sizeof(y));
+	report_is(2, y, sizeof(y));
+	nreports = 0;
+	run_saxpy(0, 2.0f, x, y);
+	run_touch(buf, 0, 0, 1, NULL);
+	run_spin(10, times);
+	cr_assert_eq(nreports, 0);
 }
