@@ -6,7 +6,8 @@
  * engine: the whole device for an ordinary context, so one such kernel at a
  * time runs on a device across all processes; k of N for a green context,
  * so kernels of green contexts whose SMs fit in the device together run side
- * by side, each N/k times slower than on the whole device.
+ * by side, each N/k times slower than on the whole device. A kernel that
+ * touched host-backed memory then waits out its bus time (bus.c).
  */
 #include "sim.h"
 #include "vgpu_kernels.h"
@@ -180,6 +181,9 @@ static void slowed_busy_until(uint64_t deadline_ns)
 	slow.waited += vsim_now_ns() - now;
 }
 
+/* Runs the host form, then waits out the bus time of the host-backed
+ * memory it touched (bus.c), not stretched in a green context: the bus is
+ * not the SMs'. */
 static void run_body(const struct vsim_launch *l, bool slowed_down)
 {
 	const struct vgpu_kernel_impl *impl = l->func->impl;
@@ -189,8 +193,9 @@ static void run_body(const struct vsim_launch *l, bool slowed_down)
 		.params_size = l->params_size,
 		.now_ns = vsim_now_ns,
 		.busy_until = slowed_down ? slowed_busy_until : vsim_busy_until,
+		.touched = vsim_g.cfg.bus_bandwidth ? vsim_bus_touched : NULL,
 	};
-	uint64_t t0 = vsim_now_ns(), t1, computed;
+	uint64_t t0 = vsim_now_ns(), t1, computed, bus;
 
 	memcpy(kl.grid, l->grid, sizeof(kl.grid));
 	memcpy(kl.block, l->block, sizeof(kl.block));
@@ -200,12 +205,16 @@ static void run_body(const struct vsim_launch *l, bool slowed_down)
 		return;
 	}
 	slow.waited = 0;
+	vsim_bus_begin();
 	impl->fn(&kl);
-	if (!slowed_down)
-		return;
+	bus = vsim_bus_end();
 	t1 = vsim_now_ns();
-	computed = t1 - t0 > slow.waited ? t1 - t0 - slow.waited : 0;
-	vsim_busy_until(t1 + slowed(computed) - computed);
+	if (slowed_down) {
+		computed = t1 - t0 > slow.waited ? t1 - t0 - slow.waited : 0;
+		t1 += slowed(computed) - computed;
+	}
+	if (t1 + bus > vsim_now_ns())
+		vsim_busy_until(t1 + bus);
 }
 
 void vsim_launch_run(int device, const struct vsim_launch *l)

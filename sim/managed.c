@@ -8,9 +8,13 @@
  * simulator does not, so cuMemAllocManaged beyond the free capacity is
  * CUDA_ERROR_OUT_OF_MEMORY. cuMemFree frees it; context destruction too.
  *
- * Advice and prefetches change nothing but what cuMemRangeGetAttribute
- * reports; they are kept per allocation (advice on part of an allocation
- * applies to the whole of it).
+ * Advice and prefetches change what cuMemRangeGetAttribute reports, and
+ * where the bus model (bus.c) takes the memory to be: on the device from
+ * allocation; on the host after advice to prefer the host or a prefetch to
+ * it; on the device again after advice to prefer a device or a prefetch to
+ * one. They are kept per allocation (advice on part of an allocation
+ * applies to the whole of it) and take effect at the call, not in stream
+ * order.
  */
 #include "sim.h"
 
@@ -25,6 +29,7 @@ struct managed_info {
 	CUmemLocation last_prefetch;  /* type 0: none */
 	uint32_t accessed_by;         /* devices */
 	bool accessed_by_host;
+	bool on_host;                 /* for the bus model */
 };
 
 static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -92,6 +97,21 @@ static struct managed_info *info_get(CUdeviceptr p, size_t count)
 	return NULL;
 }
 
+bool vsim_managed_on_host(const struct vsim_alloc *a)
+{
+	bool host = false;
+
+	pthread_mutex_lock(&info_lock);
+	for (size_t i = 0; i < ninfos; i++) {
+		if (infos[i].id == a->id && infos[i].base == a->base) {
+			host = infos[i].on_host;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&info_lock);
+	return host;
+}
+
 VSIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 				       unsigned int flags)
 {
@@ -147,6 +167,7 @@ static void apply_advice(struct managed_info *m, CUmem_advise advice,
 		break;
 	case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
 		m->preferred = *loc;
+		m->on_host = host;
 		break;
 	case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
 		memset(&m->preferred, 0, sizeof(m->preferred));
@@ -239,6 +260,7 @@ static CUresult prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc,
 	if (!m)
 		return CUDA_ERROR_INVALID_VALUE;
 	m->last_prefetch = loc;
+	m->on_host = loc.type != CU_MEM_LOCATION_TYPE_DEVICE;
 	pthread_mutex_unlock(&info_lock);
 	return CUDA_SUCCESS;
 }

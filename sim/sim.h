@@ -276,11 +276,18 @@ bool vsim_vmm_resolve(uintptr_t p, struct vsim_handle **h, size_t *offset);
 /* Finds an accessible mapped range holding [p, p+len) (several adjacent
  * mappings may make it up); fills out as vsim_mem_lookup does. */
 bool vsim_vmm_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
+/* The part of [p, p+len) in the mapping holding p, from p (0: p is not
+ * mapped), and whether its memory is host-located (the bus model). */
+size_t vsim_vmm_span(uintptr_t p, size_t len, bool *host);
 void vsim_vmm_fork_child(void);
 
 /* ---- managed.c ------------------------------------------------------------ */
 
 void vsim_managed_fork_child(void);
+/* Whether managed allocation a is on the host for the bus model: advised
+ * to prefer the host or prefetched there, and not prefetched to (or
+ * advised to prefer) a device since. */
+bool vsim_managed_on_host(const struct vsim_alloc *a);
 
 /* ---- multicast.c ---------------------------------------------------------- */
 
@@ -451,9 +458,24 @@ CUresult vsim_launch_prepare(CUfunction f, struct CUctx_st *ctx,
 			     unsigned shared, void **params, void **extra,
 			     struct vsim_launch **out);
 /* Runs a kernel on the stream's worker: holds the device's engine (its
- * context's SMs), and takes N/k times its nominal time in a context of k of
- * the device's N SMs. */
+ * context's SMs), takes N/k times its nominal time in a context of k of
+ * the device's N SMs, then the bus time of the host-backed memory its host
+ * form touched (bus.c). */
 void vsim_launch_run(int device, const struct vsim_launch *l);
+
+/* ---- bus.c: the cost of kernels' accesses to host memory ----------------- */
+
+/* The bytes of [p, p+len) in host-backed memory: host-located VMM
+ * mappings, managed memory on the host, page-locked host memory. */
+uint64_t vsim_bus_host_bytes(uintptr_t p, uint64_t len);
+/* Nanoseconds that bytes take at bandwidth bytes/s (0: free). Pure. */
+uint64_t vsim_bus_ns(uint64_t bytes, uint64_t bandwidth);
+/* A kernel on this thread starts: nothing touched yet. */
+void vsim_bus_begin(void);
+/* vgpu_kernel_launch.touched: counts the host-backed bytes of a pass. */
+void vsim_bus_touched(const void *ptr, uint64_t bytes);
+/* The kernel's host form returned: the bus time it owes, in ns. */
+uint64_t vsim_bus_end(void);
 
 /* ---- graph.c ---------------------------------------------------------------- */
 

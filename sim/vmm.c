@@ -214,6 +214,32 @@ out:
 	return found;
 }
 
+/* Host memory as the bus model sees it: host-located handles' memory. */
+static bool map_on_host(const struct vmm_mapping *m)
+{
+	CUmemLocationType t = m->h->prop.location.type;
+
+	return !m->h->mc && (t == CU_MEM_LOCATION_TYPE_HOST ||
+			     t == CU_MEM_LOCATION_TYPE_HOST_NUMA);
+}
+
+size_t vsim_vmm_span(uintptr_t p, size_t len, bool *host)
+{
+	size_t n = 0;
+	long i;
+
+	pthread_rwlock_rdlock(&vmm_rw);
+	i = map_index(p);
+	if (i >= 0) {
+		n = maps[i].size - (p - maps[i].base);
+		if (n > len)
+			n = len;
+		*host = map_on_host(&maps[i]);
+	}
+	pthread_rwlock_unlock(&vmm_rw);
+	return n;
+}
+
 /* The mappings [*first, *last] make up exactly [ptr, ptr+size); caller
  * holds the lock. */
 static bool span_exact(uintptr_t ptr, size_t size, size_t *first, size_t *last)
