@@ -31,6 +31,30 @@ static void uuid_string(const CUuuid *u, char *out, size_t len)
 		 b[15]);
 }
 
+/* VGPU_OVERCOMMIT for this device; auto: host paging where the driver can
+ * map host memory for the device, else managed memory, else off. */
+static int overcommit_mode(const struct vgpu_options *o, int ordinal)
+{
+	int host = 0, managed = 0;
+
+	if (o->overcommit != VGPU_OVERCOMMIT_AUTO)
+		return o->overcommit;
+	if (vgpu__real.cuDeviceGetAttribute) {
+		vgpu__real.cuDeviceGetAttribute(&host,
+			CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+			ordinal);
+		vgpu__real.cuDeviceGetAttribute(&managed,
+			CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, ordinal);
+	}
+	int mode = host ? VGPU_OVERCOMMIT_HOST
+			: managed ? VGPU_OVERCOMMIT_MANAGED : VGPU_OVERCOMMIT_OFF;
+	vgpu_log(VGPU_LOG_INFO, "device %d: VGPU_OVERCOMMIT=auto: %s", ordinal,
+		 mode == VGPU_OVERCOMMIT_HOST ? "host"
+		 : mode == VGPU_OVERCOMMIT_MANAGED ? "managed" : "off (the "
+		 "driver has neither host-located VMM nor managed memory)");
+	return mode;
+}
+
 /* The device's ledger slot, joined now. Called with attach_lock held. */
 static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		   uint64_t physical)
@@ -66,6 +90,10 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		}
 	}
 	if (r == 0) {
+		dv->overcommit = overcommit_mode(o, ordinal);
+		if (dv->overcommit != VGPU_OVERCOMMIT_OFF)
+			vgpu_ledger_set_spill_limit(dv->slot,
+						    o->host_spill_limit);
 		dv->share = vgpu__options_compute_limit(o, (unsigned)ordinal);
 		dv->policy = o->compute_policy;
 		dv->capped = dv->share < 100 && dv->policy != VGPU_POLICY_OFF;

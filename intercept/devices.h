@@ -21,6 +21,7 @@ struct vgpu_dev {
 	bool capped;		/* launches go through the throttle */
 	unsigned share;		/* percent of the GPU's time */
 	int policy;		/* enum vgpu_compute_policy */
+	int overcommit;		/* enum vgpu_overcommit, AUTO resolved */
 	bool spatial;		/* VGPU_COMPUTE_MODE=spatial asked for */
 	int spatial_state;	/* 0 not tried, 1 built or building, 2 failed */
 	CUcontext spatial_ctx;	/* the primary context on a green context */

@@ -46,6 +46,26 @@ struct vgpu_real {
 					    CUarray a);
 	CUresult (*cuCtxGetCurrent)(CUcontext *pctx);
 	CUresult (*cuStreamCreate)(CUstream *s, unsigned int flags);
+	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuDeviceGetAttribute)(int *pi, CUdevice_attribute a,
+					 CUdevice dev);
+	CUresult (*cuMemAddressReserve)(CUdeviceptr *ptr, size_t size,
+					size_t align, CUdeviceptr addr,
+					unsigned long long flags);
+	CUresult (*cuMemAddressFree)(CUdeviceptr ptr, size_t size);
+	CUresult (*cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
+			     CUmemGenericAllocationHandle h,
+			     unsigned long long flags);
+	CUresult (*cuMemUnmap)(CUdeviceptr ptr, size_t size);
+	CUresult (*cuMemSetAccess)(CUdeviceptr ptr, size_t size,
+				   const CUmemAccessDesc *desc, size_t count);
+	CUresult (*cuMemGetAllocationGranularity)(size_t *g,
+			const CUmemAllocationProp *prop,
+			CUmemAllocationGranularity_flags option);
+	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr dst, CUdeviceptr src,
+				    size_t bytes);
+	CUresult (*cuMemAdvise_v2)(CUdeviceptr p, size_t count,
+				   CUmem_advise advice, CUmemLocation loc);
 	CUresult (*cuEventCreate)(CUevent *e, unsigned int flags);
 	CUresult (*cuEventDestroy_v2)(CUevent e);
 	CUresult (*cuEventRecord)(CUevent e, CUstream s);

@@ -8,6 +8,7 @@
  * A free of something the shim never charged goes to the driver untouched.
  */
 #include "devices.h"
+#include "overcommit.h"
 #include "track.h"
 
 #include <string.h>
@@ -38,11 +39,14 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	if (!dv || !dptr || bytesize == 0)
 		return vgpu__real.cuMemAlloc_v2(dptr, bytesize);
 	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, bytesize)) != CUDA_SUCCESS)
-		return r;
+		return r == CUDA_ERROR_OUT_OF_MEMORY && dv->overcommit
+			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	r = vgpu__real.cuMemAlloc_v2(dptr, bytesize);
 	if (r != CUDA_SUCCESS) {
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
-		return r;
+		/* The device itself is full (other tenants' slices). */
+		return r == CUDA_ERROR_OUT_OF_MEMORY && dv->overcommit
+			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	}
 	if (dv->slot)
 		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, bytesize,
@@ -124,16 +128,36 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t))
 		return vgpu__real.cuMemFree_v2(dptr);
-	r = vgpu__real.cuMemFree_v2(dptr);
+	r = t.kind == VGPU_USAGE_SPILLED ? vgpu__spill_free(dptr, &t)
+					 : vgpu__real.cuMemFree_v2(dptr);
 	if (r != CUDA_SUCCESS) {
 		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
 		return r;
 	}
 	if (t.kind == VGPU_USAGE_POOL)
 		vgpu__pool_settle((int)t.aux);
-	else
+	else if (t.kind != VGPU_USAGE_SPILLED)
 		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind, t.bytes);
+	/* Room may have freed: spilled ranges come back to the device. */
+	vgpu__promote(vgpu__dev_peek((int)t.dev));
 	return r;
+}
+
+/* Legacy IPC handles do not work on VMM memory (the driver's rule): a
+ * spilled (or promoted) allocation is refused with a message. */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	if (vgpu__spilled_range(dptr)) {
+		vgpu_log(VGPU_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): the "
+			 "allocation was overcommitted (VGPU_OVERCOMMIT=host) "
+			 "and lives in a virtual-memory range, which legacy IPC "
+			 "handles cannot share; use cuMemExportToShareableHandle "
+			 "or VGPU_OVERCOMMIT=managed", (unsigned long long)dptr);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (!vgpu__real.cuIpcGetMemHandle)
+		return CUDA_ERROR_NOT_FOUND;
+	return vgpu__real.cuIpcGetMemHandle(pHandle, dptr);
 }
 
 /* ---- views ------------------------------------------------------------- */
@@ -186,5 +210,6 @@ void vgpu__mem_fork_child(void)
 	vgpu__track_forget();
 	vgpu__pools_fork_child();
 	vgpu__launch_fork_child();
+	vgpu__overcommit_fork_child();
 	vgpu__dev_fork_child();
 }

@@ -214,6 +214,16 @@ static void load(void)
 	EXTRA(cuArrayGetDescriptor_v2);
 	EXTRA(cuCtxGetCurrent);
 	EXTRA(cuStreamCreate);
+	EXTRA(cuCtxSynchronize);
+	EXTRA(cuDeviceGetAttribute);
+	EXTRA(cuMemAddressReserve);
+	EXTRA(cuMemAddressFree);
+	EXTRA(cuMemMap);
+	EXTRA(cuMemUnmap);
+	EXTRA(cuMemSetAccess);
+	EXTRA(cuMemGetAllocationGranularity);
+	EXTRA(cuMemcpyDtoD_v2);
+	EXTRA(cuMemAdvise_v2);
 	EXTRA(cuEventCreate);
 	EXTRA(cuEventDestroy_v2);
 	EXTRA(cuEventRecord);

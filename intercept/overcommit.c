@@ -1,0 +1,385 @@
+/* overcommit.c - allocations past the slice spill to host memory instead of
+ * failing (VGPU_OVERCOMMIT), within the tenant's host spill budget
+ * (VGPU_HOST_SPILL_LIMIT). docs/overcommit.md describes the modes.
+ *
+ * managed: the allocation becomes managed memory advised to live on the
+ *          host and to be accessed by the device; the driver pages it on
+ *          demand. It stays spilled until freed.
+ * host:    the allocation is a reserved virtual range backed by a
+ *          host-located VMM handle, mapped for the device: the kernel reads
+ *          it over the bus without faults. When room frees on the device
+ *          (a free of this process), spilled ranges are promoted: at a safe
+ *          point (the context synchronised), a device handle is filled from
+ *          the host one through a scratch mapping and mapped at the same
+ *          address, so pointers held by the job stay valid.
+ *
+ * Spilled bytes are charged to the SPILLED kind (host memory, not device
+ * memory); promoted ones move to BUFFER. The spilled ranges of a process
+ * are kept in a small table under a mutex: spilling and promoting are rare
+ * and slow (driver calls made outside the mutex), the hot path never looks.
+ */
+#include "devices.h"
+#include "overcommit.h"
+#include "track.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define MAX_SPILLS 2048
+
+enum { SPILL_FREE, SPILL_HOST, SPILL_DEVICE, SPILL_MANAGED, SPILL_BUSY };
+
+struct spill {
+	int state;
+	int dev;
+	CUdeviceptr va;
+	size_t size;		/* mapped size (granularity) */
+	size_t asked;		/* the size the job asked for */
+	CUmemGenericAllocationHandle handle;
+	uint64_t seq;		/* order of spilling: oldest promoted first */
+};
+
+static struct spill spills[MAX_SPILLS];
+static pthread_mutex_t spill_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t spill_seq;
+static unsigned spilled_host;	/* SPILL_HOST entries, atomic */
+
+static int claim_entry(void)
+{
+	int i;
+
+	pthread_mutex_lock(&spill_lock);
+	for (i = 0; i < MAX_SPILLS && spills[i].state != SPILL_FREE; i++)
+		;
+	if (i < MAX_SPILLS) {
+		memset(&spills[i], 0, sizeof(spills[i]));
+		spills[i].state = SPILL_BUSY;
+	}
+	pthread_mutex_unlock(&spill_lock);
+	return i < MAX_SPILLS ? i : -1;
+}
+
+static void set_state(int i, int state)
+{
+	pthread_mutex_lock(&spill_lock);
+	if (spills[i].state == SPILL_HOST)
+		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
+	spills[i].state = state;
+	if (state == SPILL_HOST) {
+		spills[i].seq = ++spill_seq;
+		__atomic_add_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&spill_lock);
+}
+
+static size_t granularity(int dev, CUmemLocationType type)
+{
+	CUmemAllocationProp prop;
+	size_t g = 0;
+
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = type;
+	prop.location.id = type == CU_MEM_LOCATION_TYPE_DEVICE ? dev : 0;
+	if (!vgpu__real.cuMemGetAllocationGranularity ||
+	    vgpu__real.cuMemGetAllocationGranularity(&g, &prop,
+				CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
+		    CUDA_SUCCESS || g == 0)
+		g = (size_t)2 << 20;
+	return g;
+}
+
+static CUresult create(CUmemGenericAllocationHandle *h, size_t size, int dev,
+		       CUmemLocationType type)
+{
+	CUmemAllocationProp prop;
+
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = type;
+	prop.location.id = type == CU_MEM_LOCATION_TYPE_DEVICE ? dev : 0;
+	return vgpu__real.cuMemCreate(h, size, &prop, 0);
+}
+
+static CUresult map_for(CUdeviceptr va, size_t size,
+			CUmemGenericAllocationHandle h, int dev)
+{
+	CUmemAccessDesc acc;
+	CUresult r = vgpu__real.cuMemMap(va, size, 0, h, 0);
+
+	if (r != CUDA_SUCCESS)
+		return r;
+	memset(&acc, 0, sizeof(acc));
+	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = dev;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	r = vgpu__real.cuMemSetAccess(va, size, &acc, 1);
+	if (r != CUDA_SUCCESS)
+		vgpu__real.cuMemUnmap(va, size);
+	return r;
+}
+
+static bool have_vmm(void)
+{
+	return vgpu__real.cuMemAddressReserve && vgpu__real.cuMemAddressFree &&
+	       vgpu__real.cuMemMap && vgpu__real.cuMemUnmap &&
+	       vgpu__real.cuMemSetAccess && vgpu__real.cuMemCreate &&
+	       vgpu__real.cuMemRelease;
+}
+
+/* host mode: a host-backed range mapped for the device. */
+static CUresult spill_host(struct vgpu_dev *dv, CUdeviceptr *dptr,
+			   size_t bytes)
+{
+	size_t g = granularity(dv->ordinal, CU_MEM_LOCATION_TYPE_HOST);
+	size_t size = (bytes + g - 1) / g * g;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = 0;
+	CUresult r;
+	int i;
+
+	if (!have_vmm())
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_SPILLED, size) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;	/* the spill budget */
+	if ((i = claim_entry()) < 0) {
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	r = vgpu__real.cuMemAddressReserve(&va, size, 0, 0, 0);
+	if (r == CUDA_SUCCESS) {
+		r = create(&h, size, dv->ordinal, CU_MEM_LOCATION_TYPE_HOST);
+		if (r == CUDA_SUCCESS) {
+			r = map_for(va, size, h, dv->ordinal);
+			if (r != CUDA_SUCCESS)
+				vgpu__real.cuMemRelease(h);
+		}
+		if (r != CUDA_SUCCESS)
+			vgpu__real.cuMemAddressFree(va, size);
+	}
+	if (r != CUDA_SUCCESS) {
+		set_state(i, SPILL_FREE);
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, size);
+		vgpu_log(VGPU_LOG_WARN, "device %d: spilling %zu bytes to the "
+			 "host failed (%d)", dv->ordinal, bytes, (int)r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	spills[i].dev = dv->ordinal;
+	spills[i].va = va;
+	spills[i].size = size;
+	spills[i].asked = bytes;
+	spills[i].handle = h;
+	set_state(i, SPILL_HOST);
+	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
+				  (unsigned)dv->ordinal, (unsigned)i };
+	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
+	*dptr = va;
+	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes spilled to the host at "
+		 "0x%llx", dv->ordinal, bytes, (unsigned long long)va);
+	return CUDA_SUCCESS;
+}
+
+/* managed mode: managed memory that prefers the host. */
+static CUresult spill_managed(struct vgpu_dev *dv, CUdeviceptr *dptr,
+			      size_t bytes)
+{
+	CUmemLocation host = { CU_MEM_LOCATION_TYPE_HOST, 0 };
+	CUmemLocation gpu = { CU_MEM_LOCATION_TYPE_DEVICE, dv->ordinal };
+	CUresult r;
+	int i;
+
+	if (!vgpu__real.cuMemAllocManaged)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_SPILLED, bytes) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if ((i = claim_entry()) < 0) {
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, bytes);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	r = vgpu__real.cuMemAllocManaged(dptr, bytes, CU_MEM_ATTACH_GLOBAL);
+	if (r != CUDA_SUCCESS) {
+		set_state(i, SPILL_FREE);
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, bytes);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (vgpu__real.cuMemAdvise_v2) {
+		vgpu__real.cuMemAdvise_v2(*dptr, bytes,
+					  CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+					  host);
+		vgpu__real.cuMemAdvise_v2(*dptr, bytes,
+					  CU_MEM_ADVISE_SET_ACCESSED_BY, gpu);
+	}
+	spills[i].dev = dv->ordinal;
+	spills[i].va = *dptr;
+	spills[i].size = bytes;
+	spills[i].asked = bytes;
+	set_state(i, SPILL_MANAGED);
+	struct vgpu_tracked t = { bytes, VGPU_USAGE_SPILLED,
+				  (unsigned)dv->ordinal, (unsigned)i };
+	vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t);
+	return CUDA_SUCCESS;
+}
+
+int vgpu__overcommit_mode(const struct vgpu_dev *dv)
+{
+	return dv->overcommit;
+}
+
+CUresult vgpu__spill(struct vgpu_dev *dv, CUdeviceptr *dptr, size_t bytes)
+{
+	if (!dv->slot || bytes == 0 || bytes > VGPU_TRACK_MAX_BYTES)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (dv->overcommit == VGPU_OVERCOMMIT_HOST)
+		return spill_host(dv, dptr, bytes);
+	if (dv->overcommit == VGPU_OVERCOMMIT_MANAGED)
+		return spill_managed(dv, dptr, bytes);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Unmaps and releases a range's backing, frees the range. */
+static void unmap_release(struct spill *sp)
+{
+	vgpu__real.cuMemUnmap(sp->va, sp->size);
+	vgpu__real.cuMemRelease(sp->handle);
+	vgpu__real.cuMemAddressFree(sp->va, sp->size);
+}
+
+CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t)
+{
+	struct spill *sp = &spills[t->aux];
+	struct vgpu_dev *dv = vgpu__dev_peek((int)t->dev);
+	CUresult r = CUDA_SUCCESS;
+	int state;
+
+	pthread_mutex_lock(&spill_lock);
+	state = sp->state;
+	pthread_mutex_unlock(&spill_lock);
+	if (sp->va != dptr || state == SPILL_FREE || state == SPILL_BUSY)
+		return vgpu__real.cuMemFree_v2(dptr);
+	if (state == SPILL_MANAGED) {
+		r = vgpu__real.cuMemFree_v2(dptr);
+		if (r != CUDA_SUCCESS)
+			return r;
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
+	} else {
+		/* cuMemFree synchronises; so does this before unmapping. */
+		vgpu__real.cuCtxSynchronize();
+		unmap_release(sp);
+		vgpu__uncharge(dv, state == SPILL_DEVICE ? VGPU_USAGE_BUFFER
+							  : VGPU_USAGE_SPILLED,
+			       sp->size);
+	}
+	set_state((int)t->aux, SPILL_FREE);
+	return r;
+}
+
+/* Moves spilled range i to the device at the same address. Called with
+ * nothing in flight (the context synchronised). */
+static bool promote(int i, struct vgpu_dev *dv)
+{
+	struct spill *sp = &spills[i];
+	CUmemGenericAllocationHandle dh;
+	CUdeviceptr scratch = 0;
+
+	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_BUFFER, sp->size) != 0)
+		return false;
+	if (create(&dh, sp->size, dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE) !=
+	    CUDA_SUCCESS)
+		goto no_room;
+	if (vgpu__real.cuMemAddressReserve(&scratch, sp->size, 0, 0, 0) !=
+	    CUDA_SUCCESS) {
+		vgpu__real.cuMemRelease(dh);
+		goto no_room;
+	}
+	if (map_for(scratch, sp->size, dh, dv->ordinal) != CUDA_SUCCESS ||
+	    vgpu__real.cuMemcpyDtoD_v2(scratch, sp->va, sp->size) !=
+		    CUDA_SUCCESS) {
+		vgpu__real.cuMemUnmap(scratch, sp->size);
+		vgpu__real.cuMemAddressFree(scratch, sp->size);
+		vgpu__real.cuMemRelease(dh);
+		goto no_room;
+	}
+	vgpu__real.cuMemUnmap(scratch, sp->size);
+	vgpu__real.cuMemAddressFree(scratch, sp->size);
+	/* The swap: the host backing out, the device one in, same address. */
+	vgpu__real.cuMemUnmap(sp->va, sp->size);
+	if (map_for(sp->va, sp->size, dh, dv->ordinal) != CUDA_SUCCESS) {
+		/* Put the host backing back: the data is still there. */
+		map_for(sp->va, sp->size, sp->handle, dv->ordinal);
+		vgpu__real.cuMemRelease(dh);
+		goto no_room;
+	}
+	vgpu__real.cuMemRelease(sp->handle);
+	sp->handle = dh;
+	vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
+	set_state(i, SPILL_DEVICE);
+	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx promoted to "
+		 "the device", dv->ordinal, sp->asked,
+		 (unsigned long long)sp->va);
+	return true;
+no_room:
+	vgpu__uncharge(dv, VGPU_USAGE_BUFFER, sp->size);
+	return false;
+}
+
+void vgpu__promote(struct vgpu_dev *dv)
+{
+	bool synced = false;
+
+	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST ||
+	    !__atomic_load_n(&spilled_host, __ATOMIC_RELAXED))
+		return;
+	for (;;) {
+		int best = -1;
+		uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
+		uint64_t used = vgpu_ledger_tenant_used(dv->slot);
+
+		/* The oldest spilled range of this device that fits now. */
+		pthread_mutex_lock(&spill_lock);
+		for (int i = 0; i < MAX_SPILLS; i++)
+			if (spills[i].state == SPILL_HOST &&
+			    spills[i].dev == dv->ordinal &&
+			    used <= limit && spills[i].size <= limit - used &&
+			    (best < 0 || spills[i].seq < spills[best].seq))
+				best = i;
+		if (best >= 0)
+			spills[best].state = SPILL_BUSY;
+		pthread_mutex_unlock(&spill_lock);
+		if (best < 0)
+			return;
+		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
+		if (!synced) {
+			vgpu__real.cuCtxSynchronize();
+			synced = true;
+		}
+		if (!promote(best, dv)) {
+			set_state(best, SPILL_HOST);
+			return;
+		}
+	}
+}
+
+/* Legacy IPC handles do not work on VMM memory: refused with a message. */
+bool vgpu__spilled_range(CUdeviceptr p)
+{
+	bool found = false;
+
+	if (!__atomic_load_n(&spill_seq, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS && !found; i++)
+		if (spills[i].state != SPILL_FREE &&
+		    spills[i].state != SPILL_MANAGED && p >= spills[i].va &&
+		    p < spills[i].va + spills[i].size)
+			found = true;
+	pthread_mutex_unlock(&spill_lock);
+	return found;
+}
+
+void vgpu__overcommit_fork_child(void)
+{
+	pthread_mutex_init(&spill_lock, NULL);
+	memset(spills, 0, sizeof(spills));
+	spilled_host = 0;
+	spill_seq = 0;
+}

@@ -1,0 +1,20 @@
+/* overcommit.h - allocations past the slice spilled to host memory. */
+#ifndef VGPU_OVERCOMMIT_H
+#define VGPU_OVERCOMMIT_H
+
+#include "devices.h"
+#include "track.h"
+
+/* An allocation of bytes that did not fit dv's slice (or the device), in
+ * dv's overcommit mode: CUDA_SUCCESS with *dptr, or OOM (mode off, spill
+ * budget exhausted, or the spill failed). */
+CUresult vgpu__spill(struct vgpu_dev *dv, CUdeviceptr *dptr, size_t bytes);
+/* The free of a spilled allocation t (tracked as VGPU_USAGE_SPILLED). */
+CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t);
+/* Room may have freed on dv: promote spilled ranges that now fit. */
+void vgpu__promote(struct vgpu_dev *dv);
+/* Whether p lies in a VMM range the shim made for spilling. */
+bool vgpu__spilled_range(CUdeviceptr p);
+void vgpu__overcommit_fork_child(void);
+
+#endif
