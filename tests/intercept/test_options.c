@@ -75,6 +75,13 @@ static const struct bad_case *bad_cases(size_t *n)
 		{ "VGPU_COMPUTE_POLICY", "" },
 		{ "GPU_CORE_UTILIZATION_POLICY", "sometimes" },
 		{ "VGPU_COMPUTE_MODE", "quantum" },
+		{ "VGPU_OVERCOMMIT", "" },
+		{ "VGPU_OVERCOMMIT", "yes" },
+		{ "VGPU_OVERCOMMIT", "hostt" },
+		{ "CUDA_OVERSUBSCRIBE", "maybe" },
+		{ "VGPU_HOST_SPILL_LIMIT", "-1" },
+		{ "VGPU_HOST_SPILL_LIMIT", "lots" },
+		{ "VGPU_HOST_SPILL_LIMIT", "8GB" },
 	};
 
 	memset(long_name, 'n', sizeof(long_name) - 1);
