@@ -91,6 +91,24 @@ if python3 -c 'import torch' 2>/dev/null; then
 	step torch-30-70 matmul_pair "$(mktemp)"
 fi
 
+# Overcommit: can a kernel use host-located VMM memory; vgpu_touch over
+# 1.5x a 2 GiB slice (12 x 256 MiB) in each mode, with its time.
+step vmm-host "$build/tests/gpu/overcommit-real" vmm
+step touch-unlimited env LD_PRELOAD=$shim VGPU_CONTEXT_OVERHEAD=0 \
+	"$build/tests/gpu/overcommit-real" touch 12
+for mode in managed host; do
+	step "touch-1.5x-$mode" env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=2GiB \
+		VGPU_OVERCOMMIT=$mode VGPU_CONTEXT_OVERHEAD=0 \
+		"$build/tests/gpu/overcommit-real" touch 12
+done
+step touch-1.5x-off sh -c "! LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=2GiB VGPU_CONTEXT_OVERHEAD=0 $build/tests/gpu/overcommit-real touch 12"
+if python3 -c 'import torch' 2>/dev/null; then
+	for mode in host managed; do
+		step "torch-1.5x-$mode" env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=4GiB \
+			VGPU_OVERCOMMIT=$mode python3 tests/gpu/torch_overcommit.py
+	done
+fi
+
 echo "== libvgpu GPU check: $(date -u +%FT%TZ) =="
 printf '%s\n' "${report[@]}"
 exit $failed
