@@ -64,6 +64,8 @@ struct vgpu_real {
 			CUmemAllocationGranularity_flags option);
 	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr dst, CUdeviceptr src,
 				    size_t bytes);
+	CUresult (*cuFuncGetParamInfo)(CUfunction f, size_t i, size_t *off,
+				       size_t *size);
 	CUresult (*cuMemAdvise_v2)(CUdeviceptr p, size_t count,
 				   CUmem_advise advice, CUmemLocation loc);
 	CUresult (*cuEventCreate)(CUevent *e, unsigned int flags);

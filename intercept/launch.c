@@ -16,9 +16,11 @@
  * thread, and a full ring waits for its oldest.
  */
 #include "devices.h"
+#include "overcommit.h"
 #include "throttle.h"
 #include "timeline.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -72,6 +74,17 @@ struct ctx_state {
 };
 
 static __thread struct ctx_state tls_ctx[CTXS];
+
+#define PARAM_CACHE 256
+
+struct param_info {
+	CUfunction f;
+	unsigned n;		/* parameters, at most 64 */
+	uint64_t wide;		/* bit i: parameter i is 8 bytes */
+};
+
+static struct param_info param_cache[PARAM_CACHE];
+static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint64_t tls_clock;
 
 bool vgpu__compute_on;
@@ -408,7 +421,68 @@ void vgpu__launch_fork_child(void)
 {
 	/* The parent's events are not the child's. */
 	memset(tls_ctx, 0, sizeof(tls_ctx));
+	pthread_mutex_init(&param_lock, NULL);
 }
+
+/* ---- kernel arguments as a signal of use (overcommit) ------------------- */
+
+/* Which parameters of a function are 8 bytes (could be pointers), read
+ * once per function with cuFuncGetParamInfo and kept in a small cache
+ * (param_cache, above). */
+static bool param_info(CUfunction f, struct param_info *out)
+{
+	size_t h = ((uintptr_t)f >> 4) % PARAM_CACHE;
+	struct param_info pi = { f, 0, 0 };
+
+	pthread_mutex_lock(&param_lock);
+	if (param_cache[h].f == f) {
+		*out = param_cache[h];
+		pthread_mutex_unlock(&param_lock);
+		return true;
+	}
+	pthread_mutex_unlock(&param_lock);
+	if (!vgpu__real.cuFuncGetParamInfo)
+		return false;
+	for (size_t i = 0; i < 64; i++) {
+		size_t off, size;
+		if (vgpu__real.cuFuncGetParamInfo(f, i, &off, &size) !=
+		    CUDA_SUCCESS)
+			break;
+		pi.n = (unsigned)i + 1;
+		if (size == 8)
+			pi.wide |= 1ull << i;
+	}
+	pthread_mutex_lock(&param_lock);
+	param_cache[h] = pi;
+	pthread_mutex_unlock(&param_lock);
+	*out = pi;
+	return true;
+}
+
+static void note_uses(CUfunction f, void **params)
+{
+	struct param_info pi;
+
+	if (!params || !f || !param_info(f, &pi))
+		return;
+	for (unsigned i = 0; i < pi.n; i++)
+		if ((pi.wide >> i & 1) && params[i]) {
+			uint64_t v;
+			memcpy(&v, params[i], sizeof(v));
+			vgpu__note_use((CUdeviceptr)v);
+		}
+}
+
+/* The slow path of a launch hook: overcommit's signal of use, then the
+ * throttle if a share is set. */
+static CUresult launch_slow(const struct call *c)
+{
+	if (vgpu__movable_any())
+		note_uses(c->f, c->params);
+	return vgpu__compute_on ? throttled(c) : call_real(c);
+}
+
+#define FAST (__builtin_expect(!vgpu__compute_on, 1) && !vgpu__movable_any())
 
 /* ---- the hooks ---------------------------------------------------------- */
 
@@ -425,13 +499,13 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 			unsigned int blockDimZ, unsigned int sharedMemBytes,
 			CUstream hStream, void **kernelParams, void **extra)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1))
+	if (FAST)
 		return vgpu__real.cuLaunchKernel(f, gridDimX, gridDimY,
 				gridDimZ, blockDimX, blockDimY, blockDimZ,
 				sharedMemBytes, hStream, kernelParams, extra);
 	KERNEL_CALL(CALL_KERNEL);
 	c_.extra = extra;
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -441,13 +515,13 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
 			     unsigned int sharedMemBytes, CUstream hStream,
 			     void **kernelParams, void **extra)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1))
+	if (FAST)
 		return vgpu__real.cuLaunchKernel_ptsz(f, gridDimX, gridDimY,
 				gridDimZ, blockDimX, blockDimY, blockDimZ,
 				sharedMemBytes, hStream, kernelParams, extra);
 	KERNEL_CALL(CALL_KERNEL_PTSZ);
 	c_.extra = extra;
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
@@ -459,13 +533,13 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
 				   unsigned int sharedMemBytes,
 				   CUstream hStream, void **kernelParams)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1))
+	if (FAST)
 		return vgpu__real.cuLaunchCooperativeKernel(f, gridDimX,
 				gridDimY, gridDimZ, blockDimX, blockDimY,
 				blockDimZ, sharedMemBytes, hStream,
 				kernelParams);
 	KERNEL_CALL(CALL_COOP);
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -477,51 +551,51 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
 					unsigned int sharedMemBytes,
 					CUstream hStream, void **kernelParams)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1))
+	if (FAST)
 		return vgpu__real.cuLaunchCooperativeKernel_ptsz(f, gridDimX,
 				gridDimY, gridDimZ, blockDimX, blockDimY,
 				blockDimZ, sharedMemBytes, hStream,
 				kernelParams);
 	KERNEL_CALL(CALL_COOP_PTSZ);
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 			  void **kernelParams, void **extra)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1) || !config)
+	if (FAST || !config)
 		return vgpu__real.cuLaunchKernelEx(config, f, kernelParams,
 						   extra);
 	struct call c_ = { .kind = CALL_EX, .f = f, .config = config,
 			   .params = kernelParams, .extra = extra };
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
 			       void **kernelParams, void **extra)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1) || !config)
+	if (FAST || !config)
 		return vgpu__real.cuLaunchKernelEx_ptsz(config, f, kernelParams,
 							extra);
 	struct call c_ = { .kind = CALL_EX_PTSZ, .f = f, .config = config,
 			   .params = kernelParams, .extra = extra };
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1))
+	if (FAST)
 		return vgpu__real.cuGraphLaunch(hGraphExec, hStream);
 	struct call c_ = { .kind = CALL_GRAPH, .graph = hGraphExec,
 			   .stream = hStream };
-	return throttled(&c_);
+	return launch_slow(&c_);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-	if (__builtin_expect(!vgpu__compute_on, 1))
+	if (FAST)
 		return vgpu__real.cuGraphLaunch_ptsz(hGraphExec, hStream);
 	struct call c_ = { .kind = CALL_GRAPH_PTSZ, .graph = hGraphExec,
 			   .stream = hStream };
-	return throttled(&c_);
+	return launch_slow(&c_);
 }

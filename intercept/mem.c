@@ -38,6 +38,17 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!dv || !dptr || bytesize == 0)
 		return vgpu__real.cuMemAlloc_v2(dptr, bytesize);
+	if (dv->slot && dv->overcommit == VGPU_OVERCOMMIT_HOST) {
+		/* Movable device memory; no room: the least recently used
+		 * ranges go to the host first, then this one if need be. */
+		r = vgpu__alloc_movable(dv, dptr, bytesize);
+		if (r == CUDA_ERROR_OUT_OF_MEMORY &&
+		    vgpu__make_room(dv, bytesize))
+			r = vgpu__alloc_movable(dv, dptr, bytesize);
+		if (r != CUDA_ERROR_NOT_SUPPORTED)
+			return r == CUDA_SUCCESS
+				       ? r : vgpu__spill(dv, dptr, bytesize);
+	}
 	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, bytesize)) != CUDA_SUCCESS)
 		return r == CUDA_ERROR_OUT_OF_MEMORY && dv->overcommit
 			       ? vgpu__spill(dv, dptr, bytesize) : r;

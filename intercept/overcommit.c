@@ -36,13 +36,17 @@ struct spill {
 	size_t size;		/* mapped size (granularity) */
 	size_t asked;		/* the size the job asked for */
 	CUmemGenericAllocationHandle handle;
-	uint64_t seq;		/* order of spilling: oldest promoted first */
+	uint64_t seq;		/* order of spilling */
+	uint64_t last_use;	/* use stamp: allocation, kernel arguments */
 };
 
 static struct spill spills[MAX_SPILLS];
 static pthread_mutex_t spill_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t spill_seq;
 static unsigned spilled_host;	/* SPILL_HOST entries, atomic */
+unsigned vgpu__movable_count;	/* SPILL_HOST + SPILL_DEVICE entries, atomic */
+#define movable vgpu__movable_count
+static uint64_t use_clock;	/* use stamps, atomic */
 
 static int claim_entry(void)
 {
@@ -59,17 +63,43 @@ static int claim_entry(void)
 	return i < MAX_SPILLS ? i : -1;
 }
 
+static bool is_movable(int state)
+{
+	return state == SPILL_HOST || state == SPILL_DEVICE;
+}
+
+/* Sets entry i's state, keeping the counts. A BUSY entry was taken out of
+ * the counts by whoever made it BUSY (take()). */
 static void set_state(int i, int state)
 {
 	pthread_mutex_lock(&spill_lock);
 	if (spills[i].state == SPILL_HOST)
 		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
+	if (is_movable(spills[i].state))
+		__atomic_sub_fetch(&movable, 1, __ATOMIC_RELAXED);
 	spills[i].state = state;
 	if (state == SPILL_HOST) {
 		spills[i].seq = ++spill_seq;
 		__atomic_add_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	}
+	if (is_movable(state))
+		__atomic_add_fetch(&movable, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&spill_lock);
+}
+
+static uint64_t stamp(void)
+{
+	return __atomic_add_fetch(&use_clock, 1, __ATOMIC_RELAXED);
+}
+
+/* Marks entry i BUSY (under spill_lock), out of the counts. */
+static void take(int i)
+{
+	if (spills[i].state == SPILL_HOST)
+		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
+	if (is_movable(spills[i].state))
+		__atomic_sub_fetch(&movable, 1, __ATOMIC_RELAXED);
+	spills[i].state = SPILL_BUSY;
 }
 
 static size_t granularity(int dev, CUmemLocationType type)
@@ -169,6 +199,7 @@ static CUresult spill_host(struct vgpu_dev *dv, CUdeviceptr *dptr,
 	spills[i].size = size;
 	spills[i].asked = bytes;
 	spills[i].handle = h;
+	spills[i].last_use = stamp();
 	set_state(i, SPILL_HOST);
 	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
 				  (unsigned)dv->ordinal, (unsigned)i };
@@ -273,53 +304,189 @@ CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t)
 	return r;
 }
 
-/* Moves spilled range i to the device at the same address. Called with
- * nothing in flight (the context synchronised). */
-static bool promote(int i, struct vgpu_dev *dv)
+/* Moves range i's backing to `to` (device or host) at the same address,
+ * through a scratch mapping of the new backing. Called with nothing in
+ * flight (the context synchronised). The caller has reserved the bytes on
+ * the new side; on failure the old backing stays mapped, data intact. */
+static bool move_backing(int i, struct vgpu_dev *dv, CUmemLocationType to)
 {
 	struct spill *sp = &spills[i];
-	CUmemGenericAllocationHandle dh;
+	CUmemGenericAllocationHandle nh;
 	CUdeviceptr scratch = 0;
 
-	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_BUFFER, sp->size) != 0)
+	if (create(&nh, sp->size, dv->ordinal, to) != CUDA_SUCCESS)
 		return false;
-	if (create(&dh, sp->size, dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE) !=
-	    CUDA_SUCCESS)
-		goto no_room;
 	if (vgpu__real.cuMemAddressReserve(&scratch, sp->size, 0, 0, 0) !=
 	    CUDA_SUCCESS) {
-		vgpu__real.cuMemRelease(dh);
-		goto no_room;
+		vgpu__real.cuMemRelease(nh);
+		return false;
 	}
-	if (map_for(scratch, sp->size, dh, dv->ordinal) != CUDA_SUCCESS ||
+	if (map_for(scratch, sp->size, nh, dv->ordinal) != CUDA_SUCCESS ||
 	    vgpu__real.cuMemcpyDtoD_v2(scratch, sp->va, sp->size) !=
 		    CUDA_SUCCESS) {
 		vgpu__real.cuMemUnmap(scratch, sp->size);
 		vgpu__real.cuMemAddressFree(scratch, sp->size);
-		vgpu__real.cuMemRelease(dh);
-		goto no_room;
+		vgpu__real.cuMemRelease(nh);
+		return false;
 	}
 	vgpu__real.cuMemUnmap(scratch, sp->size);
 	vgpu__real.cuMemAddressFree(scratch, sp->size);
-	/* The swap: the host backing out, the device one in, same address. */
+	/* The swap: the old backing out, the new one in, same address. */
 	vgpu__real.cuMemUnmap(sp->va, sp->size);
-	if (map_for(sp->va, sp->size, dh, dv->ordinal) != CUDA_SUCCESS) {
-		/* Put the host backing back: the data is still there. */
+	if (map_for(sp->va, sp->size, nh, dv->ordinal) != CUDA_SUCCESS) {
 		map_for(sp->va, sp->size, sp->handle, dv->ordinal);
-		vgpu__real.cuMemRelease(dh);
-		goto no_room;
+		vgpu__real.cuMemRelease(nh);
+		return false;
 	}
 	vgpu__real.cuMemRelease(sp->handle);
-	sp->handle = dh;
+	sp->handle = nh;
+	return true;
+}
+
+/* Spilled range i back to the device. */
+static bool promote(int i, struct vgpu_dev *dv)
+{
+	struct spill *sp = &spills[i];
+
+	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_BUFFER, sp->size) != 0)
+		return false;
+	if (!move_backing(i, dv, CU_MEM_LOCATION_TYPE_DEVICE)) {
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, sp->size);
+		return false;
+	}
 	vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
 	set_state(i, SPILL_DEVICE);
 	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx promoted to "
 		 "the device", dv->ordinal, sp->asked,
 		 (unsigned long long)sp->va);
 	return true;
-no_room:
+}
+
+/* Resident range i out to the host (the spill budget permitting). */
+static bool demote(int i, struct vgpu_dev *dv)
+{
+	struct spill *sp = &spills[i];
+
+	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_SPILLED, sp->size) != 0)
+		return false;
+	if (!move_backing(i, dv, CU_MEM_LOCATION_TYPE_HOST)) {
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
+		return false;
+	}
 	vgpu__uncharge(dv, VGPU_USAGE_BUFFER, sp->size);
-	return false;
+	set_state(i, SPILL_HOST);
+	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx, the least "
+		 "recently used, spilled to the host", dv->ordinal, sp->asked,
+		 (unsigned long long)sp->va);
+	return true;
+}
+
+/* host mode, within the slice: device memory in a range of its own, so
+ * that it can later be spilled without its address changing. Allocations
+ * smaller than the mapping granularity stay plain (not movable). */
+CUresult vgpu__alloc_movable(struct vgpu_dev *dv, CUdeviceptr *dptr,
+			     size_t bytes)
+{
+	size_t g = granularity(dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE);
+	size_t size = (bytes + g - 1) / g * g;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = 0;
+	CUresult r;
+	int i;
+
+	if (bytes < g || !have_vmm() || bytes > VGPU_TRACK_MAX_BYTES)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (vgpu__charge(dv, VGPU_USAGE_BUFFER, size) != CUDA_SUCCESS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if ((i = claim_entry()) < 0) {
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, size);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	r = vgpu__real.cuMemAddressReserve(&va, size, 0, 0, 0);
+	if (r == CUDA_SUCCESS) {
+		r = create(&h, size, dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE);
+		if (r == CUDA_SUCCESS) {
+			r = map_for(va, size, h, dv->ordinal);
+			if (r != CUDA_SUCCESS)
+				vgpu__real.cuMemRelease(h);
+		}
+		if (r != CUDA_SUCCESS)
+			vgpu__real.cuMemAddressFree(va, size);
+	}
+	if (r != CUDA_SUCCESS) {
+		set_state(i, SPILL_FREE);
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, size);
+		return r;
+	}
+	spills[i].dev = dv->ordinal;
+	spills[i].va = va;
+	spills[i].size = size;
+	spills[i].asked = bytes;
+	spills[i].handle = h;
+	spills[i].last_use = stamp();
+	set_state(i, SPILL_DEVICE);
+	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
+				  (unsigned)dv->ordinal, (unsigned)i };
+	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
+	*dptr = va;
+	return CUDA_SUCCESS;
+}
+
+/* host mode, an allocation of bytes does not fit: the least recently used
+ * resident ranges of the device go to the host until it would. Returns
+ * whether room was made. */
+bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
+{
+	bool synced = false;
+
+	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST)
+		return false;
+	size_t g = granularity(dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE);
+	bytes = (bytes + g - 1) / g * g;
+	for (;;) {
+		uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
+		uint64_t used = vgpu_ledger_tenant_used(dv->slot);
+		int lru = -1;
+
+		if (used <= limit && bytes <= limit - used)
+			return true;
+		pthread_mutex_lock(&spill_lock);
+		for (int i = 0; i < MAX_SPILLS; i++)
+			if (spills[i].state == SPILL_DEVICE &&
+			    spills[i].dev == dv->ordinal &&
+			    (lru < 0 || spills[i].last_use < spills[lru].last_use))
+				lru = i;
+		if (lru >= 0)
+			take(lru);
+		pthread_mutex_unlock(&spill_lock);
+		if (lru < 0)
+			return false;
+		if (!synced) {
+			vgpu__real.cuCtxSynchronize();
+			synced = true;
+		}
+		if (!demote(lru, dv)) {
+			set_state(lru, SPILL_DEVICE);
+			return false;
+		}
+	}
+}
+
+/* Kernel arguments that point into a movable range mark it used. */
+void vgpu__note_use(CUdeviceptr p)
+{
+	if (!__atomic_load_n(&movable, __ATOMIC_RELAXED))
+		return;
+	for (int i = 0; i < MAX_SPILLS; i++) {
+		struct spill *sp = &spills[i];
+		int st = __atomic_load_n(&sp->state, __ATOMIC_RELAXED);
+
+		if (is_movable(st) && p >= sp->va && p < sp->va + sp->size) {
+			__atomic_store_n(&sp->last_use, stamp(),
+					 __ATOMIC_RELAXED);
+			return;
+		}
+	}
 }
 
 void vgpu__promote(struct vgpu_dev *dv)
@@ -334,20 +501,21 @@ void vgpu__promote(struct vgpu_dev *dv)
 		uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
 		uint64_t used = vgpu_ledger_tenant_used(dv->slot);
 
-		/* The oldest spilled range of this device that fits now. */
+		/* The most recently used spilled range of this device that
+		 * fits now. */
 		pthread_mutex_lock(&spill_lock);
 		for (int i = 0; i < MAX_SPILLS; i++)
 			if (spills[i].state == SPILL_HOST &&
 			    spills[i].dev == dv->ordinal &&
 			    used <= limit && spills[i].size <= limit - used &&
-			    (best < 0 || spills[i].seq < spills[best].seq))
+			    (best < 0 ||
+			     spills[i].last_use > spills[best].last_use))
 				best = i;
 		if (best >= 0)
-			spills[best].state = SPILL_BUSY;
+			take(best);
 		pthread_mutex_unlock(&spill_lock);
 		if (best < 0)
 			return;
-		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 		if (!synced) {
 			vgpu__real.cuCtxSynchronize();
 			synced = true;
@@ -381,5 +549,6 @@ void vgpu__overcommit_fork_child(void)
 	pthread_mutex_init(&spill_lock, NULL);
 	memset(spills, 0, sizeof(spills));
 	spilled_host = 0;
+	movable = 0;
 	spill_seq = 0;
 }

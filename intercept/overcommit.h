@@ -13,6 +13,20 @@ CUresult vgpu__spill(struct vgpu_dev *dv, CUdeviceptr *dptr, size_t bytes);
 CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t);
 /* Room may have freed on dv: promote spilled ranges that now fit. */
 void vgpu__promote(struct vgpu_dev *dv);
+/* host mode: device memory in a movable range (CUDA_ERROR_NOT_SUPPORTED:
+ * use a plain allocation; OOM: no room). */
+CUresult vgpu__alloc_movable(struct vgpu_dev *dv, CUdeviceptr *dptr,
+			     size_t bytes);
+/* host mode: spills the least recently used resident ranges until bytes
+ * fit the slice; whether they do. */
+bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes);
+/* A kernel argument p: the movable range holding it was used now. */
+void vgpu__note_use(CUdeviceptr p);
+extern unsigned vgpu__movable_count;
+static inline bool vgpu__movable_any(void)
+{
+	return __atomic_load_n(&vgpu__movable_count, __ATOMIC_RELAXED) != 0;
+}
 /* Whether p lies in a VMM range the shim made for spilling. */
 bool vgpu__spilled_range(CUdeviceptr p);
 void vgpu__overcommit_fork_child(void);

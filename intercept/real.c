@@ -224,6 +224,7 @@ static void load(void)
 	EXTRA(cuMemGetAllocationGranularity);
 	EXTRA(cuMemcpyDtoD_v2);
 	EXTRA(cuMemAdvise_v2);
+	EXTRA(cuFuncGetParamInfo);
 	EXTRA(cuEventCreate);
 	EXTRA(cuEventDestroy_v2);
 	EXTRA(cuEventRecord);

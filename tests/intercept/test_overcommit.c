@@ -1,9 +1,10 @@
 /* test_overcommit.c - allocations past the slice spill to host memory
  * (VGPU_OVERCOMMIT=host|managed) and come back (host), data intact.
  *
- * A 64 MiB slice, contexts free. 48 MiB fit on the device; 32 MiB more
- * spill. Data is written before the spill point and checked by the host
- * (cuMemcpyDtoH) and by vgpu_touch kernels, after spilling and after
+ * A 64 MiB slice, contexts free. In host mode the least recently used
+ * allocation spills (kernel arguments mark use); in managed mode the new
+ * one does. Data is written before the spill point and checked by the
+ * host (cuMemcpyDtoH) and by vgpu_touch kernels, after spilling and after
  * promotion; frees return both budgets.
  */
 #include "shimtest.h"
@@ -79,38 +80,54 @@ static uint64_t usage(int kind)
 	return b;
 }
 
-Test(overcommit, host_spills_and_promotes_with_data_intact,
+Test(overcommit, host_spills_the_least_recently_used_and_promotes,
      .fini = shimtest_cleanup)
 {
-	CUdeviceptr a, b;
+	CUdeviceptr a, b, c, d;
 	size_t f, t;
 
 	start("host", NULL);
 	cr_assert_eq(cuMemAlloc(&a, 48 * MIB), CUDA_SUCCESS);
-	cr_assert_eq(cuMemAlloc(&b, 32 * MIB), CUDA_SUCCESS, "spilled");
-	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 48 * MIB);
-	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 32 * MIB);
-	cr_assert_eq(usage(VGPU_USAGE_COUNT), 48 * MIB, "device total");
+	cr_assert_eq(touch_run(a, 48 * MIB, 0, 5), 0);
+
+	/* No room for b: a, the least recently used, goes to the host. */
+	CUdeviceptr a_before = a;
+	cr_assert_eq(cuMemAlloc(&b, 32 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 32 * MIB, "b on the device");
+	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 48 * MIB, "a spilled");
+	cr_assert_eq(usage(VGPU_USAGE_COUNT), 32 * MIB, "device total");
 	cr_assert_eq(cuMemGetInfo(&f, &t), CUDA_SUCCESS);
 	cr_assert_eq(t, 64 * MIB);
-	cr_assert_eq(f, 16 * MIB, "spilled bytes are not device memory");
+	cr_assert_eq(f, 32 * MIB, "spilled bytes are not device memory");
+	cr_assert_eq(a, a_before, "the address does not move");
+	/* Written before the spill, read after it, by the host and a
+	 * kernel. */
+	host_check(a, 48 * MIB, 5);
+	cr_assert_eq(touch_run(a, 48 * MIB, 5, 6), 0);
 
-	/* Written by a kernel on the spilled range, read by the host. */
-	cr_assert_eq(touch_run(b, 32 * MIB, 0, 7), 0);
-	host_check(b, 32 * MIB, 7);
-	cr_assert_eq(touch_run(b, 32 * MIB, 7, 8), 0, "kernel reads it back");
-
-	/* Room frees: b comes back to the device at the same address. */
-	CUdeviceptr before = b;
-	cr_assert_eq(cuMemFree(a), CUDA_SUCCESS);
-	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 0, "promoted");
-	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 32 * MIB);
-	cr_assert_eq(b, before);
-	host_check(b, 32 * MIB, 8);
-	cr_assert_eq(touch_run(b, 32 * MIB, 8, 9), 0, "intact on the device");
-	host_check(b, 32 * MIB, 9);
-
+	/* Room frees: a comes back to the device at the same address. */
 	cr_assert_eq(cuMemFree(b), CUDA_SUCCESS);
+	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 0, "a promoted");
+	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 48 * MIB);
+	host_check(a, 48 * MIB, 6);
+	cr_assert_eq(touch_run(a, 48 * MIB, 6, 7), 0, "intact on the device");
+
+	/* Kernel arguments are the signal of use: c is allocated after a,
+	 * but a is used after c, so d's room comes from c. */
+	cr_assert_eq(cuMemAlloc(&c, 16 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(touch_run(c, 16 * MIB, 0, 3), 0);
+	cr_assert_eq(touch_run(a, 48 * MIB, 7, 8), 0);
+	cr_assert_eq(cuMemAlloc(&d, 16 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 16 * MIB, "c spilled, not a");
+	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 64 * MIB);
+	host_check(c, 16 * MIB, 3);
+	host_check(a, 48 * MIB, 8);
+
+	cr_assert_eq(cuMemFree(d), CUDA_SUCCESS);
+	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 0, "c promoted");
+	host_check(c, 16 * MIB, 3);
+	cr_assert_eq(cuMemFree(c), CUDA_SUCCESS);
+	cr_assert_eq(cuMemFree(a), CUDA_SUCCESS);
 	struct ledger_view v;
 	ledger_view_must(&v, NULL);
 	ledger_assert_zero(&v, TENANT);
