@@ -1,7 +1,7 @@
 /* bench_overcommit.c - vgpu_touch over a working set larger than the slice.
  *
  *   bench_overcommit [-w BYTES] [-c CHUNK] [-r ROUNDS] [-n REPS]
- *                    [-p streaming|random] [-s STAGING]
+ *                    [-p streaming|random] [-s STAGING] [-h]
  *
  * Allocates a working set of BYTES (default 256M) in buffers of CHUNK
  * (default 16M) with cuMemAlloc, so that under the shim with
@@ -23,10 +23,15 @@
  * after it, as a job's set-up might use: in host mode its free lets the
  * shim promote spilled buffers back to the device.
  *
- * Prints "key value" lines: ms (median of the reps), ms_all, buffers,
+ * -h: the working set shrinks before the timed rounds: after the first
+ * pattern, every other buffer (the 1st, 3rd, ...) is freed and the rounds
+ * go over the rest.
+ *
+ * Prints "key value" lines: ms (median of the reps), ms_all, allocated,
  * spilled (buffers backed by host memory once the working set is
  * allocated: managed memory, or a host-located VMM handle), host (the same,
- * counted again after the staging free, as the timed rounds see them),
+ * counted again after the staging free or the halving, as the timed rounds
+ * see them, out of buffers, those left),
  * mismatches. Exits 3 if an allocation fails ("oom" line), 1 on any other
  * error or on mismatches.
  */
@@ -45,7 +50,7 @@
 struct bench {
 	size_t bytes, chunk, staging;
 	unsigned rounds, reps;
-	int random;
+	int random, halve;
 	unsigned nbuf;
 	CUdeviceptr *buf;
 	uint32_t *seed;		/* the seed each buffer last got */
@@ -85,7 +90,8 @@ static size_t parse_size(const char *s)
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_overcommit [-w BYTES] [-c CHUNK] "
-		"[-r ROUNDS] [-n REPS] [-p streaming|random] [-s STAGING]\n");
+		"[-r ROUNDS] [-n REPS] [-p streaming|random] [-s STAGING] "
+		"[-h]\n");
 	exit(2);
 }
 
@@ -97,13 +103,14 @@ static void parse_args(struct bench *b, int argc, char **argv)
 	b->chunk = (size_t)16 << 20;
 	b->rounds = 4;
 	b->reps = 3;
-	while ((c = getopt(argc, argv, "w:c:r:n:p:s:")) != -1) {
+	while ((c = getopt(argc, argv, "w:c:r:n:p:s:h")) != -1) {
 		switch (c) {
 		case 'w': b->bytes = parse_size(optarg); break;
 		case 'c': b->chunk = parse_size(optarg); break;
 		case 'r': b->rounds = (unsigned)atoi(optarg); break;
 		case 'n': b->reps = (unsigned)atoi(optarg); break;
 		case 's': b->staging = parse_size(optarg); break;
+		case 'h': b->halve = 1; break;
 		case 'p':
 			if (strcmp(optarg, "random") && strcmp(optarg, "streaming"))
 				usage();
@@ -190,6 +197,22 @@ static void alloc_set(struct bench *b)
 	}
 }
 
+/* Frees buffers 0, 2, 4, ...; keeps the rest, in order. */
+static void halve(struct bench *b)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < b->nbuf; i++) {
+		if (i % 2 == 0) {
+			CHECK(cuMemFree(b->buf[i]));
+			continue;
+		}
+		b->buf[k] = b->buf[i];
+		b->seed[k++] = b->seed[i];
+	}
+	b->nbuf = k;
+}
+
 static void make_order(struct bench *b)
 {
 	uint64_t x = 0x2545f4914f6cdd1dull;
@@ -244,7 +267,7 @@ int main(int argc, char **argv)
 	struct bench b;
 	CUdeviceptr staging = 0;
 	double ms[MAX_REPS];
-	unsigned spilled, host;
+	unsigned allocated, spilled, host;
 
 	memset(&b, 0, sizeof(b));
 	parse_args(&b, argc, argv);
@@ -254,22 +277,28 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	alloc_set(&b);
+	allocated = b.nbuf;
 	spilled = count_on_host(&b);
 	if (staging)
 		CHECK(cuMemFree(staging));
 	host = count_on_host(&b);
-	make_order(&b);
 	for (unsigned i = 0; i < b.nbuf; i++)	/* the first pattern */
 		touch(&b, i);
 	CHECK(cuCtxSynchronize());
+	if (b.halve) {
+		halve(&b);
+		host = count_on_host(&b);
+	}
+	make_order(&b);
 	for (unsigned r = 0; r < b.reps; r++)
 		ms[r] = timed_rounds(&b);
 	qsort(ms, b.reps, sizeof(ms[0]), cmp_double);
 	printf("ms %.1f\nms_all", ms[b.reps / 2]);
 	for (unsigned r = 0; r < b.reps; r++)
 		printf(" %.1f", ms[r]);
-	printf("\nbuffers %u\nspilled %u\nhost %u\nmismatches %llu\n", b.nbuf,
-	       spilled, host, *b.mismatches);
+	printf("\nallocated %u\nspilled %u\nbuffers %u\nhost %u\n"
+	       "mismatches %llu\n", allocated, spilled, b.nbuf, host,
+	       *b.mismatches);
 	for (unsigned i = b.nbuf; i-- > 0;)	/* spilled first: no promotion */
 		CHECK(cuMemFree(b.buf[i]));
 	return *b.mismatches ? 1 : 0;
