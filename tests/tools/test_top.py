@@ -1,0 +1,598 @@
+#!/usr/bin/env python3
+"""vgpu-top, end to end: real processes under the shim on the simulated GPU.
+
+usage: test_top.py CASE      (the environment comes from meson.build)
+
+json        two tenants, three processes: --json parsed back, every number
+            checked against the ledger (read by tools-ledger-dump through
+            include/vgpu.h) and against what the processes allocated; the
+            ledger's bytes are the same before and after (read-only)
+prometheus  the same through --prometheus: the exposition format's rules
+            (HELP and TYPE before each family, once), and the values
+states      a process killed with SIGKILL shows "exited" with its memory
+            still charged; one that left cleanly "exited" with nothing
+            (the shim leaves its slot to be reclaimed); the rest alive
+compute     a 30% tenant launching kernels: target 30, achieved about 30
+            over the interval, GPU time and launches counted
+spilled     overcommit (host): the bytes past the slice show as spilled
+gpus        two simulated GPUs (two ledgers): both listed, sorted by UUID
+empty       no directory / an empty one: a message, exit 0, no GPUs;
+            --dir naming a file: exit 1
+bad-files   truncated, foreign, other-version, empty, a directory, a FIFO,
+            a UUID that is not the name's: one line each, skipped, no crash
+args        bad options: exit 2 and a message; the live view off a terminal
+live        the live view in tmux: a frame, a sort key, the filter, 'q' and
+            SIGTERM, the terminal restored (skipped without tmux)
+Exit 77 is a skip for meson.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+SHIM = os.environ["VGPU_SHIM"]
+SIM = os.environ["VGPU_SIM_LIBCUDA"]
+TOP = os.environ["VGPU_TOP"]
+HOLDER = os.environ["TOOLS_HOLDER"]
+DUMP = os.environ["LEDGER_DUMP"]
+KERNELS = os.environ.get("HOLDER_KERNELS") == "1"
+MIB = 1 << 20
+SKIP = 77
+KINDS = ["buffer", "array", "pool", "vmm", "graph", "multicast", "context",
+         "managed", "spilled"]
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+    print("ok: " + what)
+
+
+class World:
+    """A ledger directory and simulator state of its own; the processes."""
+
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="vgpu-top-test-")
+        self.ledger = os.path.join(self.root, "ledger")
+        self.procs = []
+
+    def env(self, tenant, limit=None, sim="sim", **extra):
+        e = dict(os.environ, LD_PRELOAD=SHIM, VGPU_REAL_LIBCUDA=SIM,
+                 VGPU_LEDGER_DIR=self.ledger, VGPU_TENANT=tenant,
+                 VGPU_SIM_STATE_DIR=os.path.join(self.root, sim),
+                 VGPU_SIM_MEMORY="1GiB", VGPU_CONTEXT_OVERHEAD="0")
+        if limit:
+            e["VGPU_MEMORY_LIMIT"] = limit
+        e.update(extra)
+        return e
+
+    def hold(self, tenant, sizes, limit=None, us=0, **extra):
+        """Starts a holder; returns (process, pid) once it is ready."""
+        args = [HOLDER, ",".join(str(s) for s in sizes) or "0", str(us)]
+        p = subprocess.Popen(args, env=self.env(tenant, limit, **extra),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        while line.startswith("alloc "):
+            line = p.stdout.readline()
+        m = re.match(r"ready (\d+)", line)
+        if not m:
+            p.kill()
+            raise Fail("holder did not start: %r %s" %
+                       (line, p.stderr.read()))
+        return p, int(m.group(1))
+
+    def stop(self, p):
+        p.stdin.close()
+        check(p.wait(timeout=20) == 0, "holder %d left cleanly" % p.pid)
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def top(self, *args, rc=0, dir=None):
+        r = subprocess.run([TOP, "--dir", dir or self.ledger] + list(args),
+                           capture_output=True, text=True, timeout=30,
+                           stdin=subprocess.DEVNULL)
+        if rc is not None and r.returncode != rc:
+            raise Fail("vgpu-top %s exited %d, expected %d: %s" %
+                       (" ".join(args), r.returncode, rc, r.stderr))
+        return r
+
+    def ledgers(self):
+        return sorted(os.path.join(self.ledger, f)
+                      for f in os.listdir(self.ledger)
+                      if f.endswith(".ledger") and not f.startswith("."))
+
+
+def dump(path):
+    """The ledger as tools-ledger-dump prints it (include/vgpu.h)."""
+    out = subprocess.run([DUMP, path], capture_output=True, text=True,
+                         check=True).stdout
+    d = {"tenants": {}, "slots": {}}
+    for line in out.splitlines():
+        f = line.split()
+        if f[0] == "gpu":
+            d["uuid"], d["physical"], d["joins"] = f[1], int(f[2]), int(f[3])
+        elif f[0] == "tenant":
+            n = [int(x) for x in f[3:]]
+            d["tenants"][f[2]] = dict(
+                index=int(f[1]), limit=n[0], used=n[1], spill_limit=n[2],
+                share=n[3], policy=n[4], gpu_time=n[5], wait=n[6],
+                usage=n[7:])
+        elif f[0] == "slot":
+            n = [int(x) for x in f[1:]]
+            d["slots"][n[2]] = dict(
+                index=n[0], tenant=n[1], pid=n[2], generation=n[3],
+                launches=n[4], throttled=n[5], wait=n[6], gpu_time=n[7],
+                usage=n[8:])
+    return d
+
+
+def limit_json(v):
+    return None if v == (1 << 64) - 1 else v
+
+
+# ---- the cases ----------------------------------------------------------------
+
+
+def three_holders(w):
+    a1 = w.hold("team-a", [64 * MIB], "256MiB")
+    a2 = w.hold("team-a", [32 * MIB], "256MiB")
+    b1 = w.hold("team-b", [16 * MIB, 16 * MIB], "128MiB")
+    return {a1[1]: ("team-a", 64 * MIB), a2[1]: ("team-a", 32 * MIB),
+            b1[1]: ("team-b", 32 * MIB)}
+
+
+def case_json(w):
+    held = three_holders(w)
+    path = w.ledgers()[0]
+    before = open(path, "rb").read()
+    doc = json.loads(w.top("--json", "--interval", "0.3").stdout)
+    after = open(path, "rb").read()
+    check(before == after, "the ledger's bytes did not change (read-only)")
+    d = dump(path)
+    check(doc["schema_version"] == 1, "schema_version 1")
+    check(doc["ledger_dir"] == w.ledger, "ledger_dir")
+    check(len(doc["gpus"]) == 1, "one GPU")
+    g = doc["gpus"][0]
+    check(g["uuid"] == d["uuid"] and g["path"] == path, "uuid and path")
+    check(g["physical_bytes"] == d["physical"] == 1 << 30,
+          "physical bytes: the simulator's 1 GiB")
+    check(g["joins"] == d["joins"] == 3, "joins 3")
+    check(g["slices_bytes"] == 384 * MIB, "slices 256 + 128 MiB")
+    check(g["memory_used_bytes"] == 128 * MIB, "GPU used 128 MiB")
+    check(g["utilization_pct_1s"] == 0, "no GPU time: utilisation 0")
+    check(abs(doc["window_1s_s"] - 0.3) < 0.2, "the window is the interval")
+    tenants = {t["name"]: t for t in g["tenants"]}
+    check(sorted(tenants) == ["team-a", "team-b"], "two tenants")
+    for name, t in tenants.items():
+        dt = d["tenants"][name]
+        check(t["index"] == dt["index"], name + " index")
+        check(t["memory_limit_bytes"] == limit_json(dt["limit"]),
+              name + " limit = ledger")
+        check(t["memory_used_bytes"] == dt["used"], name + " used = ledger")
+        check(t["spill_limit_bytes"] == limit_json(dt["spill_limit"]),
+              name + " spill limit = ledger")
+        check([t["usage_bytes"][k] for k in KINDS] == dt["usage"],
+              name + " usage per kind = ledger")
+        check(t["compute_share_target_pct"] == dt["share"], name + " share")
+        check(t["gpu_time_ns"] == dt["gpu_time"] and
+              t["admission_wait_ns"] == dt["wait"], name + " compute totals")
+        check(t["processes"] == t["processes_alive"] ==
+              sum(1 for v in held.values() if v[0] == name),
+              name + " processes, all alive")
+        for k in ("compute_share_achieved_pct_1s", "launches_per_s_1s",
+                  "admission_wait_pct_1s"):
+            check(t[k] == 0, name + " " + k + " 0 (no launches)")
+    check(tenants["team-a"]["memory_limit_bytes"] == 256 * MIB and
+          tenants["team-a"]["memory_used_bytes"] == 96 * MIB,
+          "team-a: 96 MiB of 256 MiB")
+    check(tenants["team-b"]["usage_bytes"]["buffer"] == 32 * MIB,
+          "team-b: 32 MiB of buffers")
+    procs = {p["pid"]: p for p in g["processes"]}
+    check(sorted(procs) == sorted(held), "the processes are the holders")
+    for pid, (tenant, size) in held.items():
+        p, s = procs[pid], d["slots"][pid]
+        check(p["tenant"] == tenant and p["state"] == "alive",
+              "pid %d: tenant %s, alive" % (pid, tenant))
+        check(p["memory_used_bytes"] == size and
+              p["usage_bytes"]["buffer"] == size,
+              "pid %d: holds %d MiB" % (pid, size // MIB))
+        check([p["usage_bytes"][k] for k in KINDS] == s["usage"] and
+              p["slot"] == s["index"] and p["generation"] == s["generation"]
+              and p["launches"] == s["launches"],
+              "pid %d: slot = ledger" % pid)
+    text = w.top("--once", "--interval", "0").stdout
+    check("\033" not in text, "--once to a pipe: no escape codes")
+    check("team-a" in text and "team-b" in text and
+          all(str(pid) in text for pid in held), "--once shows them all")
+    for p in list(w.procs):
+        w.stop(p)
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    g = doc["gpus"][0]
+    check(all(p["state"] == "exited" and p["memory_used_bytes"] == 0
+              for p in g["processes"]) and g["memory_used_bytes"] == 0,
+          "all left: exited (until reclaimed), nothing used")
+
+
+METRIC = re.compile(r'^([a-z_]+)(\{[^}]*\})? (\S+)$')
+
+
+def parse_prom(text):
+    """{(name, frozenset(labels)): value}, checking the format's rules."""
+    samples, helped, typed, seen, last = {}, set(), set(), set(), None
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            name = line.split()[2]
+            (helped if line[2] == "H" else typed).add(name)
+            if line[2] == "T":
+                check(name not in seen, name + " has one TYPE line")
+                seen.add(name)
+                last = name
+            continue
+        m = METRIC.match(line)
+        if not m:
+            raise Fail("not a sample line: %r" % line)
+        name, labels, value = m.groups()
+        if name != last:
+            raise Fail("%s sampled outside its family" % name)
+        lab = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"',
+                                   labels or ""))
+        samples[(name, lab)] = float(value)
+    check(helped == typed, "every family has HELP and TYPE")
+    return samples
+
+
+def prom_get(s, name, **labels):
+    want = set(labels.items())
+    got = [v for (n, lab), v in s.items() if n == name and want <= set(lab)]
+    if len(got) != 1:
+        raise Fail("%s%s: %d samples" % (name, labels, len(got)))
+    return got[0]
+
+
+def case_prometheus(w):
+    held = three_holders(w)
+    w.hold("free", [8 * MIB])          # no limit
+    r = w.top("--prometheus")
+    check(r.stderr == "", "no messages")
+    s = parse_prom(r.stdout)
+    d = dump(w.ledgers()[0])
+    gpu = d["uuid"]
+    check(prom_get(s, "vgpu_top_ledgers") == 1, "one ledger")
+    check(prom_get(s, "vgpu_gpu_memory_bytes", gpu=gpu) == d["physical"],
+          "GPU memory")
+    check(prom_get(s, "vgpu_gpu_slices_bytes", gpu=gpu) == 384 * MIB and
+          prom_get(s, "vgpu_gpu_unlimited_tenants", gpu=gpu) == 1,
+          "slices 384 MiB, one unlimited tenant")
+    for name, t in d["tenants"].items():
+        lim = float("inf") if t["limit"] == (1 << 64) - 1 else t["limit"]
+        check(prom_get(s, "vgpu_memory_used_bytes", gpu=gpu, tenant=name)
+              == t["used"], name + " used = ledger")
+        check(prom_get(s, "vgpu_memory_limit_bytes", gpu=gpu, tenant=name)
+              == lim, name + " limit = ledger")
+        check(prom_get(s, "vgpu_spilled_bytes", gpu=gpu, tenant=name) ==
+              t["usage"][8], name + " spilled = ledger")
+        for k, kind in enumerate(KINDS):
+            check(prom_get(s, "vgpu_memory_usage_bytes", gpu=gpu,
+                           tenant=name, kind=kind) == t["usage"][k],
+                  "%s %s = ledger" % (name, kind))
+        check(prom_get(s, "vgpu_compute_share_target_percent", gpu=gpu,
+                       tenant=name) == t["share"], name + " share")
+        check(prom_get(s, "vgpu_gpu_time_seconds_total", gpu=gpu,
+                       tenant=name) == t["gpu_time"] / 1e9 and
+              prom_get(s, "vgpu_admission_wait_seconds_total", gpu=gpu,
+                       tenant=name) == t["wait"] / 1e9,
+              name + " compute counters")
+    check(prom_get(s, "vgpu_memory_limit_bytes", tenant="free") ==
+          float("inf"), "an unlimited tenant's limit is +Inf")
+    for pid, (tenant, size) in held.items():
+        check(prom_get(s, "vgpu_process_memory_used_bytes", gpu=gpu,
+                       tenant=tenant, pid=str(pid)) == size,
+              "pid %d holds %d MiB" % (pid, size // MIB))
+        check(prom_get(s, "vgpu_process_alive", pid=str(pid)) == 1,
+              "pid %d alive" % pid)
+
+
+def case_states(w):
+    a, apid = w.hold("team", [16 * MIB], "256MiB")
+    b, bpid = w.hold("team", [8 * MIB], "256MiB")
+    c, cpid = w.hold("team", [4 * MIB], "256MiB")
+    os.kill(apid, signal.SIGKILL)
+    a.wait()
+    w.stop(b)
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    procs = {p["pid"]: p for p in doc["gpus"][0]["processes"]}
+    check(procs[apid]["state"] == "exited" and
+          procs[apid]["memory_used_bytes"] == 16 * MIB,
+          "killed: exited, its 16 MiB still charged")
+    check(procs[bpid]["state"] == "exited" and
+          procs[bpid]["memory_used_bytes"] == 0,
+          "left cleanly: exited, nothing charged")
+    check(procs[cpid]["state"] == "alive", "the other one: alive")
+    t = doc["gpus"][0]["tenants"][0]
+    check(t["processes"] == 3 and t["processes_alive"] == 1,
+          "tenant: 3 slots, 1 alive")
+    s = parse_prom(w.top("--prometheus").stdout)
+    check(prom_get(s, "vgpu_process_alive", pid=str(apid)) == 0,
+          "prometheus: the killed one is not alive")
+    text = w.top("--once", "--interval", "0").stdout
+    check(re.search(r"%d\s+team\s+exited" % apid, text) is not None,
+          "--once shows it exited")
+
+
+def case_compute(w):
+    if not KERNELS:
+        print("SKIP: tools-holder was built without the kernels (no nvcc)")
+        return SKIP
+    w.hold("busy", [], us=1000, VGPU_COMPUTE_LIMIT="30")
+    time.sleep(0.5)
+    doc = json.loads(w.top("--json", "--interval", "1").stdout)
+    d = dump(w.ledgers()[0])
+    t = doc["gpus"][0]["tenants"][0]
+    p = doc["gpus"][0]["processes"][0]
+    check(t["compute_share_target_pct"] == 30 == d["tenants"]["busy"]["share"],
+          "target 30%")
+    check(0 < t["gpu_time_ns"] <= d["tenants"]["busy"]["gpu_time"],
+          "GPU time counted, not past the ledger's later value")
+    check(0 < p["launches"] <= d["slots"][p["pid"]]["launches"],
+          "launches counted")
+    a = t["compute_share_achieved_pct_1s"]
+    check(15 <= a <= 40, "achieved %.1f%%: about 30" % a)
+    check(abs(doc["gpus"][0]["utilization_pct_1s"] - a) < 0.01,
+          "utilisation: the only tenant's share")
+    check(p["launches_per_s_1s"] > 50, "launches per second %.0f"
+          % p["launches_per_s_1s"])
+    check(t["admission_wait_pct_1s"] > 30, "waited %.0f%% of the time"
+          % t["admission_wait_pct_1s"])
+
+
+def case_spilled(w):
+    w.hold("oc", [48 * MIB, 48 * MIB], "64MiB", VGPU_OVERCOMMIT="host")
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    d = dump(w.ledgers()[0])
+    t = doc["gpus"][0]["tenants"][0]
+    check(t["spilled_bytes"] == d["tenants"]["oc"]["usage"][8] == 48 * MIB,
+          "48 MiB spilled")
+    check(t["memory_used_bytes"] == 48 * MIB, "48 MiB on the device")
+    check(doc["gpus"][0]["processes"][0]["spilled_bytes"] == 48 * MIB,
+          "the process's spilled bytes")
+    s = parse_prom(w.top("--prometheus").stdout)
+    check(prom_get(s, "vgpu_spilled_bytes", tenant="oc") == 48 * MIB,
+          "prometheus: vgpu_spilled_bytes")
+    check(prom_get(s, "vgpu_process_spilled_bytes", tenant="oc") ==
+          48 * MIB, "prometheus: vgpu_process_spilled_bytes")
+    check("48.0 MiB" in w.top("--once", "--interval", "0").stdout,
+          "--once shows it")
+
+
+def case_gpus(w):
+    w.hold("one", [8 * MIB], "64MiB", sim="s1", VGPU_SIM_NAME="gpu one")
+    w.hold("two", [4 * MIB], "32MiB", sim="s2", VGPU_SIM_NAME="gpu two")
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    uuids = [g["uuid"] for g in doc["gpus"]]
+    check(len(uuids) == 2 and uuids == sorted(uuids), "two GPUs, by UUID")
+    for g in doc["gpus"]:
+        d = dump(g["path"])
+        check(g["uuid"] == d["uuid"] and len(g["tenants"]) == 1 and
+              g["tenants"][0]["memory_used_bytes"] ==
+              d["tenants"][g["tenants"][0]["name"]]["used"],
+              "GPU %s = its ledger" % g["uuid"])
+
+
+def case_empty(w):
+    missing = os.path.join(w.root, "none")
+    for d in (missing, w.root):
+        r = w.top("--json", "--interval", "0", dir=d)
+        check(json.loads(r.stdout)["gpus"] == [], d + ": no GPUs, exit 0")
+        check("no usable ledger files in '%s'" % d in r.stderr,
+              "a message naming the directory")
+        r = w.top("--once", "--interval", "0", dir=d)
+        check("0 GPUs" in r.stdout, "--once: 0 GPUs, exit 0")
+        s = parse_prom(w.top("--prometheus", dir=d).stdout)
+        check(prom_get(s, "vgpu_top_ledgers") == 0, "prometheus: 0 ledgers")
+    f = os.path.join(w.root, "file")
+    open(f, "w").close()
+    r = w.top("--json", rc=1, dir=f)
+    check("cannot list the ledger directory '%s'" % f in r.stderr,
+          "--dir naming a file: exit 1 and a message")
+
+
+def case_bad_files(w):
+    w.hold("good", [8 * MIB], "64MiB")
+    good = w.ledgers()[0]
+    data = open(good, "rb").read()
+    d = w.ledger
+    bad = {
+        "GPU-trunc.v1.ledger": (data[:100000], "expected 331776 (truncated)"),
+        "GPU-short.v1.ledger": (data[:100], "too short for a ledger header"),
+        "GPU-foreign.v1.ledger": (b"not a ledger at all" * 20000,
+                                  "not a libvgpu ledger"),
+        "GPU-v7.v1.ledger": (data[:8] + (7).to_bytes(4, "little") +
+                             data[12:], "layout version 7, expected 1"),
+        "GPU-empty.v1.ledger": (b"", "an empty file"),
+        "GPU-other.v2.ledger": (data, "its name has layout version 2"),
+        "GPU-renamed.v1.ledger": (data, "expected the UUID of its name"),
+        "GPU-padded.v1.ledger": (data + b"\0" * 4096, "(padded)"),
+    }
+    for name, (content, _) in bad.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(content)
+    os.mkdir(os.path.join(d, "GPU-dir.v1.ledger"))
+    bad["GPU-dir.v1.ledger"] = (None, "a directory, expected a regular file")
+    os.mkfifo(os.path.join(d, "GPU-fifo.v1.ledger"))
+    bad["GPU-fifo.v1.ledger"] = (None, "not a regular file")
+    if os.geteuid() != 0:
+        p = os.path.join(d, "GPU-secret.v1.ledger")
+        with open(p, "wb") as f:
+            f.write(data)
+        os.chmod(p, 0)
+        bad["GPU-secret.v1.ledger"] = (None, "cannot be opened for reading")
+    open(os.path.join(d, "notes.txt"), "w").close()   # not a ledger name
+    for mode in ("--json", "--once", "--prometheus"):
+        r = w.top(mode, "--interval", "0")
+        lines = r.stderr.splitlines()
+        check(len(lines) == len(bad), "%s: one line per bad file (%d)" %
+              (mode, len(lines)))
+        for name, (_, why) in bad.items():
+            path = os.path.join(d, name)
+            hit = [l for l in lines if "'%s'" % path in l]
+            check(len(hit) == 1 and why in hit[0],
+                  "%s: %s: %s" % (mode, name, why))
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    check([g["path"] for g in doc["gpus"]] == [good],
+          "only the good ledger is read")
+
+
+def case_args(w):
+    for args, msg in ((["--interval", "x"], "--interval 'x'"),
+                      (["--interval", "-1"], "--interval '-1'"),
+                      (["--bogus"], "unknown argument '--bogus'"),
+                      (["--once", "--json"], "exclude each other"),
+                      (["--sort", "z"], "--sort 'z'"),
+                      (["--dir"], "--dir needs a value")):
+        r = subprocess.run([TOP] + args, capture_output=True, text=True)
+        check(r.returncode == 2 and msg in r.stderr and "usage:" in r.stderr,
+              "%s: exit 2, %r" % (" ".join(args), msg))
+    r = subprocess.run([TOP, "--help"], capture_output=True, text=True)
+    check(r.returncode == 0 and "usage:" in r.stdout, "--help")
+    r = subprocess.run([TOP, "--dir", w.root], capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL)
+    check(r.returncode == 2 and "needs a terminal" in r.stderr,
+          "the live view off a terminal: exit 2 and a message")
+    r = w.top("--once", "--interval", "0", "--sort", "p", "--filter", "zz")
+    check("sort: pid  filter: zz" in r.stdout, "--sort and --filter")
+
+
+# ---- the live view, in tmux ---------------------------------------------------
+
+
+class Tmux:
+    def __init__(self, root):
+        self.sock = os.path.join(root, "tmux.sock")
+        env = dict(os.environ, TERM="xterm-256color")
+        env.pop("TMUX", None)
+        self.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x",
+                 "180", "-y", "40", "env PS1='$ ' sh", env=env)
+
+    def run(self, *args, env=None):
+        return subprocess.run(["tmux", "-S", self.sock] + list(args),
+                              capture_output=True, text=True, check=True,
+                              env=env, timeout=10).stdout
+
+    def keys(self, *keys):
+        self.run("send-keys", "-t", "t", *keys)
+
+    def screen(self):
+        return self.run("capture-pane", "-p", "-t", "t")
+
+    def wait_for(self, pred, what, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            s = self.screen()
+            if pred(s):
+                check(True, what)
+                return s
+            time.sleep(0.1)
+        raise Fail("%s; the screen:\n%s" % (what, self.screen()))
+
+    def kill(self):
+        subprocess.run(["tmux", "-S", self.sock, "kill-server"],
+                       capture_output=True)
+
+
+def tty_modes(tm, tag):
+    tm.keys("clear; stty -a | tr ' ;' '\\n\\n' | grep -x -e -icanon -e "
+            "icanon -e -echo -e echo | tr '\\n' ' '; echo %s" % tag, "Enter")
+    s = tm.wait_for(lambda s: re.search(r"^\S.* %s$" % tag, s, re.M),
+                    "stty ran (%s)" % tag)
+    return re.search(r"^(\S.*) %s$" % tag, s, re.M).group(1).split()
+
+
+def case_live(w):
+    if not shutil.which("tmux"):
+        print("SKIP: tmux is not installed (apt-get install tmux; "
+              "./quickstart installs it)")
+        return SKIP
+    _, apid = w.hold("tenant-alpha", [64 * MIB], "256MiB")
+    _, bpid = w.hold("tenant-beta", [96 * MIB], "512MiB")
+    tm = Tmux(w.root)
+    try:
+        check(sorted(tty_modes(tm, "BEFORE")) == ["echo", "icanon"],
+              "the shell's terminal: icanon echo")
+        pidfile = os.path.join(w.root, "top.pid")
+        tm.keys("clear; sh -c 'echo $$ > %s; exec %s --dir %s --interval "
+                "0.3'; echo TOP-EXIT=$?" % (pidfile, TOP, w.ledger), "Enter")
+        s = tm.wait_for(lambda s: "tenant-alpha" in s and "tenant-beta" in s
+                        and "sort: memory" in s, "a frame with both tenants")
+        check(str(apid) in s and str(bpid) in s and "alive" in s,
+              "their pids, alive")
+        check("64.0 MiB / 256.0 MiB" in s, "alpha: used / limit")
+        check(s.index("%d " % bpid) < s.index("%d " % apid),
+              "by memory: beta (96 MiB) first")
+        check("q quit" in s, "the key help line")
+        tm.keys("p")
+        s = tm.wait_for(lambda s: "sort: pid" in s, "'p': sorted by pid")
+        lo, hi = sorted([apid, bpid])
+        check(s.index("%d " % lo, s.index("PID")) <
+              s.index("%d " % hi, s.index("PID")), "lower pid first")
+        tm.keys("t")
+        tm.wait_for(lambda s: "sort: tenant" in s, "'t': sorted by tenant")
+        tm.keys("/", "beta", "Enter")
+        s = tm.wait_for(lambda s: "filter: beta" in s and
+                        "tenant-alpha" not in s, "'/beta': only beta shown")
+        tm.keys("/", "Escape")
+        tm.wait_for(lambda s: "filter: -" in s and "tenant-alpha" in s,
+                    "'/' then Esc: the filter cleared")
+        tm.keys("q")
+        s = tm.wait_for(lambda s: "TOP-EXIT=0" in s, "'q': exits 0")
+        check("tenant-alpha" not in s, "the alternate screen is left")
+        check(sorted(tty_modes(tm, "AFTER-Q")) == ["echo", "icanon"],
+              "after 'q': icanon echo restored")
+        os.unlink(pidfile)
+        tm.keys("clear; sh -c 'echo $$ > %s; exec %s --dir %s'; "
+                "echo TOP-EXIT=$?" % (pidfile, TOP, w.ledger), "Enter")
+        tm.wait_for(lambda s: "tenant-alpha" in s, "running again")
+        os.kill(int(open(pidfile).read()), signal.SIGTERM)
+        tm.wait_for(lambda s: "TOP-EXIT=0" in s, "SIGTERM: exits 0")
+        check(sorted(tty_modes(tm, "AFTER-TERM")) == ["echo", "icanon"],
+              "after SIGTERM: icanon echo restored")
+    finally:
+        tm.kill()
+
+
+CASES = {"json": case_json, "prometheus": case_prometheus,
+         "states": case_states, "compute": case_compute,
+         "spilled": case_spilled, "gpus": case_gpus, "empty": case_empty,
+         "bad-files": case_bad_files, "args": case_args, "live": case_live}
+
+
+def main():
+    w = World()
+    try:
+        rc = CASES[sys.argv[1]](w) or 0
+    except Fail as e:
+        print("FAIL: %s" % e)
+        rc = 1
+    finally:
+        w.close()
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+/* vgpu-run-gpus.c - what --gpu needs to know: the GPUs, from the driver,
+ * and what is reserved on each, from the ledger.
+ *
+ * The driver is asked in a child process (vgpu-run --probe-gpus), so that
+ * the process that execs the command has never loaded it. The ledger is
+ * read through include/vgpu.h only, never written.
+ */
+#include "vgpu-run.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- the probe child ---------------------------------------------------- */
+
+typedef CUresult (*init_fn)(unsigned int);
+typedef CUresult (*count_fn)(int *);
+typedef CUresult (*get_fn)(CUdevice *, int);
+typedef CUresult (*uuid_fn)(CUuuid *, CUdevice);
+typedef CUresult (*total_fn)(size_t *, CUdevice);
+typedef CUresult (*errname_fn)(CUresult, const char **);
+
+struct driver {
+	init_fn init;
+	count_fn count;
+	get_fn get;
+	uuid_fn uuid;
+	total_fn total;
+	errname_fn errname;
+};
+
+static int probe_fail(const char *what, const struct driver *d, CUresult rc)
+{
+	const char *name = NULL;
+
+	if (d->errname)
+		d->errname(rc, &name);
+	printf("error %s failed: %s (%d)\n", what, name ? name : "unknown",
+	       (int)rc);
+	return 1;
+}
+
+static bool load_driver(const char *path, struct driver *d)
+{
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		printf("error cannot load the CUDA driver %s: %s\n", path,
+		       dlerror());
+		return false;
+	}
+	d->init = (init_fn)dlsym(h, "cuInit");
+	d->count = (count_fn)dlsym(h, "cuDeviceGetCount");
+	d->get = (get_fn)dlsym(h, "cuDeviceGet");
+	d->uuid = (uuid_fn)dlsym(h, "cuDeviceGetUuid_v2");
+	if (!d->uuid)
+		d->uuid = (uuid_fn)dlsym(h, "cuDeviceGetUuid");
+	d->total = (total_fn)dlsym(h, "cuDeviceTotalMem_v2");
+	d->errname = (errname_fn)dlsym(h, "cuGetErrorName");
+	if (!d->init || !d->count || !d->get || !d->uuid || !d->total) {
+		printf("error %s is not a CUDA driver (cuInit, cuDeviceGetCount,"
+		       " cuDeviceGetUuid or cuDeviceTotalMem_v2 missing)\n",
+		       path);
+		return false;
+	}
+	return true;
+}
+
+int vrun_probe_main(const char *path)
+{
+	struct driver d = { 0 };
+	CUresult rc;
+	int n = 0;
+
+	if (!load_driver(path, &d))
+		return 1;
+	rc = d.init(0);
+	if (rc == CUDA_ERROR_NO_DEVICE)
+		return 0;
+	if (rc != CUDA_SUCCESS)
+		return probe_fail("cuInit", &d, rc);
+	if ((rc = d.count(&n)) != CUDA_SUCCESS)
+		return probe_fail("cuDeviceGetCount", &d, rc);
+	for (int i = 0; i < n && i < VRUN_MAX_GPUS; i++) {
+		const unsigned char *b;
+		CUdevice dev;
+		CUuuid u;
+		size_t total;
+
+		if ((rc = d.get(&dev, i)) != CUDA_SUCCESS)
+			return probe_fail("cuDeviceGet", &d, rc);
+		if ((rc = d.uuid(&u, dev)) != CUDA_SUCCESS)
+			return probe_fail("cuDeviceGetUuid", &d, rc);
+		if ((rc = d.total(&total, dev)) != CUDA_SUCCESS)
+			return probe_fail("cuDeviceTotalMem", &d, rc);
+		b = (const unsigned char *)u.bytes;
+		printf("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+		       "%02x%02x%02x%02x%02x%02x %zu\n", b[0], b[1], b[2], b[3],
+		       b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+		       b[13], b[14], b[15], total);
+	}
+	return 0;
+}
+
+/* ---- the parent: start the probe, read its lines ------------------------ */
+
+static void probe_child(int wfd, const char *self, const char *driver)
+{
+	char *argv[] = { "vgpu-run", "--probe-gpus", (char *)driver, NULL };
+
+	if (dup2(wfd, STDOUT_FILENO) < 0)
+		_exit(127);
+	/* A libvgpu preloaded by /etc/ld.so.preload passes calls through. */
+	setenv("VGPU_DISABLE", "1", 1);
+	unsetenv("LD_PRELOAD");
+	execv(self, argv);
+	printf("error cannot run %s --probe-gpus: %s\n", self, strerror(errno));
+	fflush(stdout);
+	_exit(127);
+}
+
+static int read_all(int fd, char *buf, size_t len)
+{
+	size_t got = 0;
+	ssize_t r;
+
+	while (got + 1 < len) {
+		r = read(fd, buf + got, len - 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	buf[got] = '\0';
+	return (int)got;
+}
+
+static int parse_lines(char *out, struct vrun_gpu *gpus, size_t max,
+		       char *err, size_t errlen)
+{
+	size_t n = 0;
+
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		char uuid[VGPU_LEDGER_UUID_MAX];
+		uint64_t total;
+
+		if (strncmp(line, "error ", 6) == 0) {
+			snprintf(err, errlen, "%s", line + 6);
+			return -VRUN_EXIT_DRIVER;
+		}
+		if (n == max || sscanf(line, "%63s %" SCNu64, uuid, &total) != 2)
+			continue;
+		memset(&gpus[n], 0, sizeof(gpus[n]));
+		gpus[n].index = (unsigned)n;
+		snprintf(gpus[n].uuid, sizeof(gpus[n].uuid), "%s", uuid);
+		gpus[n].total = total;
+		n++;
+	}
+	return (int)n;
+}
+
+int vrun_list_gpus(const char *self, const char *driver,
+		   struct vrun_gpu *gpus, size_t max, char *err, size_t errlen)
+{
+	static char out[VRUN_MAX_GPUS * 96 + 4096];
+	int fds[2], status;
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -VRUN_EXIT_DRIVER;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return -VRUN_EXIT_DRIVER;
+	}
+	if (pid == 0)
+		probe_child(fds[1], self, driver);
+	close(fds[1]);
+	read_all(fds[0], out, sizeof(out));
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	int n = parse_lines(out, gpus, max, err, errlen);
+	if (n >= 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		snprintf(err, errlen, "listing the GPUs through %s failed "
+			 "(the probe %s %d)", driver,
+			 WIFSIGNALED(status) ? "was killed by signal"
+					     : "exited with",
+			 WIFSIGNALED(status) ? WTERMSIG(status)
+					     : WEXITSTATUS(status));
+		return -VRUN_EXIT_DRIVER;
+	}
+	return n;
+}
+
+/* ---- the ledger ---------------------------------------------------------- */
+
+/* Whether slot i's byte is locked: its owner is alive. */
+static bool slot_alive(int fd, unsigned i)
+{
+	struct flock fl = {
+		.l_type = F_WRLCK,
+		.l_whence = SEEK_SET,
+		.l_start = (off_t)VGPU_LEDGER_SLOTS_OFFSET +
+			   (off_t)i * VGPU_LEDGER_SLOT_SIZE,
+		.l_len = 1,
+	};
+
+	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+		return true;	/* cannot tell: count it, the safe side */
+	return fl.l_type != F_UNLCK;
+}
+
+static const char *check_header(const struct vgpu_ledger_header *h)
+{
+	if (h->magic != VGPU_LEDGER_MAGIC)
+		return "no ledger magic";
+	if (h->layout_version != VGPU_LEDGER_VERSION)
+		return "another layout version";
+	if (h->file_size != VGPU_LEDGER_FILE_SIZE ||
+	    h->max_tenants != VGPU_LEDGER_MAX_TENANTS ||
+	    h->max_slots != VGPU_LEDGER_MAX_SLOTS ||
+	    h->tenants_offset != VGPU_LEDGER_TENANTS_OFFSET ||
+	    h->slots_offset != VGPU_LEDGER_SLOTS_OFFSET)
+		return "an unexpected layout";
+	return NULL;
+}
+
+/* Sums the live tenants' reservations of the mapped file into g. */
+static void add_reservations(int fd, const unsigned char *base,
+			     const char *tenant, struct vrun_gpu *g)
+{
+	static bool live[VGPU_LEDGER_MAX_TENANTS];
+	uint64_t bytes = 0;
+	unsigned pct = 0;
+
+	memset(live, 0, sizeof(live));
+	for (unsigned i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		const struct vgpu_ledger_slot *s = (const void *)(base +
+			VGPU_LEDGER_SLOTS_OFFSET + (size_t)i * VGPU_LEDGER_SLOT_SIZE);
+		uint32_t t = __atomic_load_n(&s->tenant, __ATOMIC_RELAXED);
+
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) !=
+			    VGPU_SLOT_ACTIVE || !slot_alive(fd, i))
+			continue;
+		g->tasks++;
+		if (t < VGPU_LEDGER_MAX_TENANTS)
+			live[t] = true;
+	}
+	for (unsigned t = 0; t < VGPU_LEDGER_MAX_TENANTS; t++) {
+		const struct vgpu_ledger_tenant *r = (const void *)(base +
+			VGPU_LEDGER_TENANTS_OFFSET + (size_t)t * VGPU_LEDGER_TENANT_SIZE);
+		uint64_t lim = __atomic_load_n(&r->mem_limit, __ATOMIC_RELAXED);
+		uint32_t share = __atomic_load_n(&r->compute.share_pct,
+						 __ATOMIC_RELAXED);
+
+		if (!live[t] || strncmp(r->name, tenant, sizeof(r->name)) == 0)
+			continue;
+		bytes += lim >= g->total - bytes ? g->total - bytes : lim;
+		pct += share <= 100 ? share : 100;
+	}
+	g->reserved += bytes;
+	if (g->reserved > g->total)
+		g->reserved = g->total;
+	g->reserved_pct = g->reserved_pct + pct > 100 ? 100
+						      : g->reserved_pct + pct;
+}
+
+int vrun_scan_ledger(const char *dir, const char *tenant,
+		     struct vrun_gpu *g, char *err, size_t errlen)
+{
+	char path[VRUN_PATH_MAX + 128];
+	const char *why = NULL;
+	struct stat st;
+	void *base;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s.v%d%s", dir, g->uuid,
+		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot read the ledger %s: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size != (off_t)VGPU_LEDGER_FILE_SIZE) {
+		snprintf(err, errlen, "%s is not a ledger: %s", path,
+			 S_ISREG(st.st_mode) ? "wrong size" : "not a file");
+		close(fd);
+		return -1;
+	}
+	base = mmap(NULL, VGPU_LEDGER_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		snprintf(err, errlen, "cannot map %s: %s", path,
+			 strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if ((why = check_header(base)) != NULL)
+		snprintf(err, errlen, "%s is not a version %d ledger: %s", path,
+			 VGPU_LEDGER_VERSION, why);
+	else
+		add_reservations(fd, base, tenant, g);
+	munmap(base, VGPU_LEDGER_FILE_SIZE);
+	close(fd);
+	return why ? -1 : 0;
+}

@@ -1,0 +1,276 @@
+/* vgpu-run - run a command in a slice of a GPU (docs/vgpu-run.md).
+ *
+ *   vgpu-run [--memory SIZE] [--compute PCT] [--policy P] [--overcommit M]
+ *            [--gpu auto|INDEX|UUID] [--place spread|binpack]
+ *            [--tenant NAME] [--sim] [--verbose] [--] COMMAND [ARGS...]
+ *   vgpu-run --install-preload [PATH]
+ *
+ * Everything is checked first: the command line, the library, the whole
+ * environment as libvgpu will read it, and the GPU. Then the environment
+ * is set and the command exec'd, so its signals and exit status are its
+ * own. vgpu-run's own failures exit with the VRUN_EXIT_* codes.
+ */
+#include "vgpu-run.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "options.h"
+
+#define ERR_MAX 8192
+
+static bool verbose;
+
+__attribute__((format(printf, 1, 2)))
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!verbose)
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "vgpu-run: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+/* Each line of a message, prefixed. */
+static void print_lines(const char *text)
+{
+	while (*text) {
+		size_t n = strcspn(text, "\n");
+
+		fprintf(stderr, "vgpu-run: %.*s\n", (int)n, text);
+		text += n + (text[n] == '\n');
+	}
+}
+
+static int fail(int code, const char *msg)
+{
+	print_lines(msg);
+	return code;
+}
+
+static void set(const char *name, const char *value)
+{
+	if (!value)
+		return;
+	setenv(name, value, 1);
+	say("%s=%s", name, value);
+}
+
+/* The options given on the command line, as libvgpu's variables. */
+static void apply_options(const struct vrun_args *a, const char *sim_lib)
+{
+	set("VGPU_MEMORY_LIMIT", a->memory);
+	set("VGPU_COMPUTE_LIMIT", a->compute);
+	set("VGPU_COMPUTE_POLICY", a->policy);
+	set("VGPU_OVERCOMMIT", a->overcommit);
+	set("VGPU_TENANT", a->tenant);
+	set("VGPU_REAL_LIBCUDA", sim_lib);
+	if (a->verbose)
+		set("VGPU_VERBOSE", "1");
+}
+
+/* The environment as libvgpu will read it: a bad variable that would
+ * refuse the device stops vgpu-run now, with the library's own words. */
+static int check_environment(struct vgpu_options *o)
+{
+	static char err[ERR_MAX];
+	int bad = vgpu__options_load(o, vgpu__options_env, err, sizeof(err));
+
+	if (bad && o->on_error == VGPU_ON_ERROR_REFUSE && !o->disable)
+		return fail(VRUN_EXIT_VALUE, err);
+	return 0;
+}
+
+/* What the job reserves on the GPU it gets (ordinal 0 once placed). */
+static struct vrun_request request_of(const struct vgpu_options *o)
+{
+	struct vrun_request r = { VGPU_LEDGER_UNLIMITED, 0 };
+	unsigned pct = vgpu__options_compute_limit(o, 0);
+
+	if (o->disable)
+		return r;
+	r.bytes = vgpu__options_memory_limit(o, 0);
+	if (pct < 100 && o->compute_policy != VGPU_POLICY_OFF)
+		r.pct = pct;
+	return r;
+}
+
+static int find_uuid(const struct vrun_gpu *g, int n, const char *want)
+{
+	int found = -1;
+
+	for (int i = 0; i < n; i++) {
+		if (strcasecmp(g[i].uuid, want) == 0)
+			return i;
+		if (strncasecmp(g[i].uuid, want, strlen(want)) == 0)
+			found = found == -1 ? i : -2;
+	}
+	return found;
+}
+
+static int no_fit(const struct vrun_gpu *g, int n, const struct vrun_request *r)
+{
+	char mem[32], line[256];
+
+	if (r->bytes == VGPU_LEDGER_UNLIMITED)
+		snprintf(mem, sizeof(mem), "a whole GPU's");
+	else
+		vrun_human_size(r->bytes, mem, sizeof(mem));
+	fprintf(stderr, "vgpu-run: no GPU has room for %s of memory and %u%% "
+		"compute:\n", mem, r->pct);
+	for (int i = 0; i < n; i++) {
+		vrun_describe_gpu(&g[i], line, sizeof(line));
+		fprintf(stderr, "vgpu-run:   %s\n", line);
+	}
+	return VRUN_EXIT_NOFIT;
+}
+
+/* Reads every GPU's reservations and places the job. */
+static int place_auto(struct vrun_gpu *g, int n, const struct vgpu_options *o,
+		      int mode)
+{
+	struct vrun_request r = request_of(o);
+	char err[VRUN_PATH_MAX + 1024], line[256];
+	int pick;
+
+	for (int i = 0; i < n; i++) {
+		if (vrun_scan_ledger(o->ledger_dir, o->tenant, &g[i], err,
+				     sizeof(err)) != 0) {
+			fprintf(stderr, "vgpu-run: warning: %s; GPU %d is not "
+				"considered\n", err, i);
+			g[i].reserved = g[i].total;
+			g[i].reserved_pct = 100;
+		}
+		vrun_describe_gpu(&g[i], line, sizeof(line));
+		say("%s", line);
+	}
+	pick = vrun_place(g, (size_t)n, &r, mode);
+	return pick < 0 ? -no_fit(g, n, &r) : pick;
+}
+
+/* Chooses the GPU of --gpu and sets CUDA_VISIBLE_DEVICES to its UUID. */
+static int choose_gpu(const struct vrun_args *a, const char *self,
+		      const char *driver, const struct vgpu_options *o)
+{
+	static struct vrun_gpu g[VRUN_MAX_GPUS];
+	char err[VRUN_PATH_MAX + 1024];
+	int n, pick;
+
+	n = vrun_list_gpus(self, driver, g, VRUN_MAX_GPUS, err, sizeof(err));
+	if (n < 0)
+		return fail(-n, err);
+	if (n == 0) {
+		snprintf(err, sizeof(err), "no GPU found (driver %s)", driver);
+		return fail(VRUN_EXIT_NOGPU, err);
+	}
+	if (a->gpu_mode == VRUN_GPU_INDEX) {
+		pick = a->gpu_index < (unsigned)n ? (int)a->gpu_index : -1;
+		if (pick < 0)
+			snprintf(err, sizeof(err), "--gpu %s: no such GPU; "
+				 "there %s %d (0 to %d)", a->gpu,
+				 n == 1 ? "is" : "are", n, n - 1);
+	} else if (a->gpu_mode == VRUN_GPU_UUID) {
+		pick = find_uuid(g, n, a->gpu);
+		if (pick < 0)
+			snprintf(err, sizeof(err), "--gpu %s: %s", a->gpu,
+				 pick == -2 ? "more than one GPU has a UUID "
+				 "starting so" : "no GPU has that UUID");
+	} else {
+		pick = place_auto(g, n, o, a->place);
+		if (pick < 0)
+			return -pick;
+	}
+	if (pick < 0)
+		return fail(VRUN_EXIT_NOGPU, err);
+	say("GPU %d (%s) chosen%s", pick, g[pick].uuid,
+	    a->gpu_mode != VRUN_GPU_AUTO ? "" :
+	    a->place == VRUN_PLACE_BINPACK ? " by binpack" : " by spread");
+	set("CUDA_VISIBLE_DEVICES", g[pick].uuid);
+	return 0;
+}
+
+static int install_preload(const struct vrun_args *a, const char *lib)
+{
+	const char *file = a->preload_file ? a->preload_file
+					   : "/etc/ld.so.preload";
+	char err[VRUN_PATH_MAX + 1024];
+	int rc = vrun_install_preload(file, lib, err, sizeof(err));
+
+	if (rc < 0)
+		return fail(VRUN_EXIT_PRELOAD, err);
+	printf("vgpu-run: %s %s %s\n", file, rc == 1 ? "already lists" :
+	       "now lists", lib);
+	return 0;
+}
+
+static int run(const struct vrun_args *a, const char *self, const char *lib)
+{
+	static char preload[3 * VRUN_PATH_MAX], sim_lib[VRUN_PATH_MAX];
+	static struct vgpu_options o;
+	char err[2048];
+	int rc;
+
+	if (a->sim && vrun_find_library(self, true, sim_lib, sizeof(sim_lib),
+					err, sizeof(err)) != 0)
+		return fail(VRUN_EXIT_LIBRARY, err);
+	apply_options(a, a->sim ? sim_lib : NULL);
+	if ((rc = check_environment(&o)))
+		return rc;
+	if (a->gpu_mode != VRUN_GPU_NONE &&
+	    (rc = choose_gpu(a, self, a->sim ? sim_lib : o.real_libcuda[0] ?
+			     o.real_libcuda : "libcuda.so.1", &o)))
+		return rc;
+	if (vrun_merge_preload(getenv("LD_PRELOAD"), lib, preload,
+			       sizeof(preload)) != 0)
+		return fail(VRUN_EXIT_VALUE, "LD_PRELOAD is too long");
+	set("LD_PRELOAD", preload);
+	unsetenv("VGPU_LIBRARY");	/* vgpu-run's own: libvgpu warns of it */
+	say("exec %s", a->command[0]);
+	execvp(a->command[0], a->command);
+	rc = errno == ENOENT || errno == ENOTDIR ? VRUN_EXIT_NOTFOUND
+						  : VRUN_EXIT_NOEXEC;
+	fprintf(stderr, "vgpu-run: cannot run %s: %s\n", a->command[0],
+		strerror(errno));
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static char self[VRUN_PATH_MAX], lib[VRUN_PATH_MAX];
+	struct vrun_args a;
+	char err[2048];
+	ssize_t n;
+	int rc;
+
+	rc = vrun_parse_args(argc, argv, &a, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "vgpu-run: %s\n", err);
+		return rc;
+	}
+	if (a.help) {
+		fputs(vrun_usage, stdout);
+		return 0;
+	}
+	if (a.probe_driver)
+		return vrun_probe_main(a.probe_driver);
+	verbose = a.verbose;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return fail(VRUN_EXIT_LIBRARY, "cannot read /proc/self/exe");
+	self[n] = '\0';
+	if (vrun_find_library(self, false, lib, sizeof(lib), err,
+			      sizeof(err)) != 0)
+		return fail(VRUN_EXIT_LIBRARY, err);
+	if (a.install_preload)
+		return install_preload(&a, lib);
+	return run(&a, self, lib);
+}

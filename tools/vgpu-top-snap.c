@@ -1,0 +1,464 @@
+/* vgpu-top-snap.c - one snapshot of every ledger in a directory.
+ *
+ * Each file is checked from its header (read with pread, before anything is
+ * mapped) as the library checks it when attaching (docs/ledger-abi.md), then
+ * mapped PROT_READ and copied field by field with plain aligned loads. A
+ * slot's liveness is its owner's OFD lock on the slot's first byte, tested
+ * with F_OFD_GETLK (which needs no write access to the file).
+ */
+#include "vgpu-top.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t ld64(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static uint32_t ld32(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* ---- checking a file --------------------------------------------------------- */
+
+#define CHECK_U32(field, want) \
+	{ #field, offsetof(struct vgpu_ledger_header, field), (want) }
+
+static const struct {
+	const char *name;
+	size_t off;
+	uint32_t want;
+} layout_fields[] = {
+	CHECK_U32(max_tenants, VGPU_LEDGER_MAX_TENANTS),
+	CHECK_U32(max_slots, VGPU_LEDGER_MAX_SLOTS),
+	CHECK_U32(tenant_size, VGPU_LEDGER_TENANT_SIZE),
+	CHECK_U32(slot_size, VGPU_LEDGER_SLOT_SIZE),
+	CHECK_U32(tenants_offset, VGPU_LEDGER_TENANTS_OFFSET),
+	CHECK_U32(slots_offset, VGPU_LEDGER_SLOTS_OFFSET),
+	CHECK_U32(kind_slots, VGPU_LEDGER_KIND_SLOTS),
+};
+
+/* The header's identity: magic, version, sizes, layout constants. */
+static int check_header(const struct vgpu_ledger_header *h, char *msg,
+			size_t len)
+{
+	uint32_t v;
+
+	if (h->magic != VGPU_LEDGER_MAGIC) {
+		snprintf(msg, len, "magic 0x%016" PRIx64 ", expected 0x%016"
+			 PRIx64 " (\"VGPULEDG\"): not a libvgpu ledger",
+			 h->magic, VGPU_LEDGER_MAGIC);
+		return -1;
+	}
+	if (h->layout_version != VGPU_LEDGER_VERSION) {
+		snprintf(msg, len, "layout version %" PRIu32 ", expected %d "
+			 "(this vgpu-top reads version %d only)",
+			 h->layout_version, VGPU_LEDGER_VERSION,
+			 VGPU_LEDGER_VERSION);
+		return -1;
+	}
+	if (h->header_size != VGPU_LEDGER_HEADER_SIZE ||
+	    h->file_size != VGPU_LEDGER_FILE_SIZE) {
+		snprintf(msg, len, "header size %" PRIu32 " and file size %"
+			 PRIu64 " in its header, expected %d and %d",
+			 h->header_size, h->file_size, VGPU_LEDGER_HEADER_SIZE,
+			 VGPU_LEDGER_FILE_SIZE);
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(layout_fields) / sizeof(*layout_fields);
+	     i++) {
+		memcpy(&v, (const char *)h + layout_fields[i].off, sizeof(v));
+		if (v != layout_fields[i].want) {
+			snprintf(msg, len, "%s %" PRIu32 ", expected %" PRIu32,
+				 layout_fields[i].name, v,
+				 layout_fields[i].want);
+			return -1;
+		}
+	}
+	if (h->kind_count > VGPU_LEDGER_KIND_SLOTS ||
+	    !memchr(h->gpu_uuid, '\0', sizeof(h->gpu_uuid))) {
+		snprintf(msg, len, "kind count %" PRIu32 " or an unterminated "
+			 "GPU UUID, expected at most %d kinds and a "
+			 "NUL-terminated UUID", h->kind_count,
+			 VGPU_LEDGER_KIND_SLOTS);
+		return -1;
+	}
+	return 0;
+}
+
+int top_ledger_check(const void *base, size_t size, char *msg, size_t len)
+{
+	if (size == 0) {
+		snprintf(msg, len, "an empty file, expected a ledger of %d "
+			 "bytes", VGPU_LEDGER_FILE_SIZE);
+		return -1;
+	}
+	if (size < VGPU_LEDGER_HEADER_SIZE) {
+		snprintf(msg, len, "%zu bytes, too short for a ledger header "
+			 "(%d bytes; a ledger is %d)", size,
+			 VGPU_LEDGER_HEADER_SIZE, VGPU_LEDGER_FILE_SIZE);
+		return -1;
+	}
+	if (check_header(base, msg, len) != 0)
+		return -1;
+	if (size != VGPU_LEDGER_FILE_SIZE) {
+		snprintf(msg, len, "%zu bytes, expected %d (%s)", size,
+			 VGPU_LEDGER_FILE_SIZE,
+			 size < VGPU_LEDGER_FILE_SIZE ? "truncated" : "padded");
+		return -1;
+	}
+	return 0;
+}
+
+/* Opens path and checks its header; returns the descriptor, or -1 with
+ * msg filled. */
+static int open_checked(const char *path, char *msg, size_t len)
+{
+	struct vgpu_ledger_header h;
+	struct stat st;
+	ssize_t got;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0) {
+		snprintf(msg, len, "cannot be opened for reading (%s), "
+			 "expected a readable ledger file", strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0) {
+		snprintf(msg, len, "cannot be examined (%s)", strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(msg, len, "%s, expected a regular file",
+			 S_ISDIR(st.st_mode) ? "a directory" :
+			 "not a regular file");
+		goto fail;
+	}
+	memset(&h, 0, sizeof(h));
+	got = pread(fd, &h, sizeof(h), 0);
+	if (got < 0) {
+		snprintf(msg, len, "cannot be read (%s)", strerror(errno));
+		goto fail;
+	}
+	/* got is the file's size when that is under a header's. */
+	if (top_ledger_check(&h, got < (ssize_t)sizeof(h) ? (size_t)got :
+			     (size_t)st.st_size, msg, len) != 0)
+		goto fail;
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+/* ---- reading one ledger ------------------------------------------------------ */
+
+/* Whether someone holds slot i's byte: its owner, or a reclaimer. */
+static bool slot_locked(int fd, uint32_t i, bool *known)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = (off_t)VGPU_LEDGER_SLOTS_OFFSET +
+				       (off_t)i * VGPU_LEDGER_SLOT_SIZE,
+			    .l_len = 1 };
+
+	*known = fcntl(fd, F_OFD_GETLK, &fl) == 0;
+	return *known && fl.l_type != F_UNLCK;
+}
+
+static void read_tenant(struct top_tenant *t, uint32_t index,
+			const struct vgpu_ledger_tenant *r)
+{
+	memset(t, 0, sizeof(*t));
+	t->index = index;
+	memcpy(t->name, r->name, sizeof(t->name));
+	t->name[sizeof(t->name) - 1] = '\0';
+	t->mem_limit = ld64(&r->mem_limit);
+	t->used = ld64(&r->used);
+	t->spill_limit = ld64(&r->spill_limit);
+	for (int k = 0; k < VGPU_USAGE_COUNT; k++)
+		t->usage[k] = ld64(&r->usage[k]);
+	t->share_pct = ld32(&r->compute.share_pct);
+	t->policy = ld32(&r->compute.policy);
+	t->gpu_time_ns = ld64(&r->compute.gpu_time_ns);
+	t->wait_ns = ld64(&r->compute.wait_ns);
+}
+
+static void read_slot(struct top_proc *p, uint32_t index,
+		      const struct vgpu_ledger_slot *r)
+{
+	memset(p, 0, sizeof(*p));
+	p->slot = index;
+	p->generation = ld32(&r->generation);
+	p->tenant = ld32(&r->tenant);
+	p->pid = (int32_t)ld32((const uint32_t *)&r->pid);
+	p->host_pid = (int32_t)ld32((const uint32_t *)&r->host_pid);
+	p->start_ns = ld64(&r->start_ns);
+	p->allocs = ld64(&r->allocs);
+	p->frees = ld64(&r->frees);
+	p->failures = ld64(&r->failures);
+	for (int k = 0; k < VGPU_USAGE_COUNT; k++) {
+		p->usage[k] = ld64(&r->usage[k]);
+		if (VGPU_USAGE_IS_DEVICE(k))
+			p->used += p->usage[k];
+	}
+	p->launches = ld64(&r->launches);
+	p->launches_throttled = ld64(&r->launches_throttled);
+	p->wait_ns = ld64(&r->launch_wait_ns);
+	p->gpu_time_ns = ld64(&r->gpu_time_ns);
+}
+
+static struct top_tenant *find_tenant(struct top_gpu *g, uint32_t index)
+{
+	for (int i = 0; i < g->ntenants; i++)
+		if (g->tenants[i].index == index)
+			return &g->tenants[i];
+	return NULL;
+}
+
+static void read_slots(struct top_gpu *g, const unsigned char *base, int fd)
+{
+	const struct vgpu_ledger_slot *slots =
+		(const void *)(base + VGPU_LEDGER_SLOTS_OFFSET);
+	struct top_tenant *t;
+	bool known;
+
+	for (uint32_t i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		struct top_proc *p = &g->procs[g->nprocs];
+
+		if (ld32(&slots[i].state) != VGPU_SLOT_ACTIVE)
+			continue;
+		read_slot(p, i, &slots[i]);
+		p->state = slot_locked(fd, i, &known) || !known ?
+			   TOP_ALIVE : TOP_EXITED;
+		if (ld32(&slots[i].state) != VGPU_SLOT_ACTIVE)
+			continue;	/* left while we looked */
+		t = find_tenant(g, p->tenant);
+		if (t) {
+			t->procs++;
+			t->alive += p->state == TOP_ALIVE;
+			t->launches += p->launches;
+		}
+		g->nprocs++;
+	}
+}
+
+static void read_gpu(struct top_gpu *g, const unsigned char *base, int fd)
+{
+	const struct vgpu_ledger_header *h = (const void *)base;
+	const struct vgpu_ledger_tenant *tens =
+		(const void *)(base + VGPU_LEDGER_TENANTS_OFFSET);
+
+	memcpy(g->uuid, h->gpu_uuid, sizeof(g->uuid));
+	g->uuid[sizeof(g->uuid) - 1] = '\0';
+	g->physical_bytes = h->physical_bytes;
+	g->created_ns = h->created_ns;
+	g->joins = ld64(&h->joins);
+	for (uint32_t i = 0; i < VGPU_LEDGER_MAX_TENANTS; i++) {
+		struct top_tenant *t = &g->tenants[g->ntenants];
+
+		if (ld32(&tens[i].state) != VGPU_TENANT_ACTIVE)
+			continue;
+		read_tenant(t, i, &tens[i]);
+		if (t->mem_limit == VGPU_LEDGER_UNLIMITED)
+			g->unlimited_tenants++;
+		else
+			g->slices_bytes += t->mem_limit;
+		g->used += t->used;
+		g->spilled += t->usage[VGPU_USAGE_SPILLED];
+		g->gpu_time_ns += t->gpu_time_ns;
+		g->ntenants++;
+	}
+	read_slots(g, base, fd);
+}
+
+/* Gives back the room of records not in use (snapshots are kept). */
+static void shrink(struct top_gpu *g)
+{
+	void *t = realloc(g->tenants, (size_t)(g->ntenants ? g->ntenants : 1) *
+				      sizeof(*g->tenants));
+	void *p = realloc(g->procs, (size_t)(g->nprocs ? g->nprocs : 1) *
+				    sizeof(*g->procs));
+
+	if (t)
+		g->tenants = t;
+	if (p)
+		g->procs = p;
+}
+
+/* The file's name must be the UUID in its header. */
+static int check_name(const struct top_gpu *g, const char *name, char *msg,
+		      size_t len)
+{
+	size_t n = strlen(g->uuid);
+
+	if (strncmp(name, g->uuid, n) == 0 && name[n] == '.')
+		return 0;
+	snprintf(msg, len, "GPU UUID '%s' in its header, expected the UUID "
+		 "of its name", g->uuid);
+	return -1;
+}
+
+/* Reads path into g; -1 with msg filled when it is not a usable ledger. */
+static int read_file(struct top_gpu *g, const char *path, char *msg,
+		     size_t len)
+{
+	void *base;
+	int fd = open_checked(path, msg, len);
+
+	if (fd < 0)
+		return -1;
+	base = mmap(NULL, VGPU_LEDGER_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		snprintf(msg, len, "cannot be mapped (%s)", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	g->tenants = calloc(VGPU_LEDGER_MAX_TENANTS, sizeof(*g->tenants));
+	g->procs = calloc(VGPU_LEDGER_MAX_SLOTS, sizeof(*g->procs));
+	if (!g->tenants || !g->procs) {
+		snprintf(msg, len, "out of memory reading it");
+		munmap(base, VGPU_LEDGER_FILE_SIZE);
+		close(fd);
+		return -1;
+	}
+	snprintf(g->path, sizeof(g->path), "%s", path);
+	read_gpu(g, base, fd);
+	munmap(base, VGPU_LEDGER_FILE_SIZE);
+	close(fd);
+	shrink(g);
+	return 0;
+}
+
+/* ---- the directory ------------------------------------------------------------- */
+
+/* Whether name looks like a ledger ("<uuid>.v<N>.ledger", not a dot file);
+ * *version gets N (-1 if the name has none). */
+static bool ledger_name(const char *name, long *version)
+{
+	size_t n = strlen(name), sl = strlen(VGPU_LEDGER_SUFFIX);
+	const char *v;
+	char *end;
+
+	*version = -1;
+	if (name[0] == '.' || n <= sl ||
+	    strcmp(name + n - sl, VGPU_LEDGER_SUFFIX) != 0)
+		return false;
+	for (v = name + n - sl; v > name && v[-1] != '.'; v--)
+		;
+	if (v > name + 1 && v[0] == 'v') {
+		*version = strtol(v + 1, &end, 10);
+		if (end != name + n - sl || end == v + 1)
+			*version = -1;
+	}
+	return true;
+}
+
+static int cmp_gpu(const void *a, const void *b)
+{
+	return strcmp(((const struct top_gpu *)a)->uuid,
+		      ((const struct top_gpu *)b)->uuid);
+}
+
+static void add_file(struct top_snap *s, const char *dir, const char *name,
+		     FILE *problems)
+{
+	char path[TOP_PATH_MAX], msg[512];
+	struct top_gpu *g = &s->gpus[s->ngpus];
+	long version;
+
+	if (!ledger_name(name, &version))
+		return;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (version != VGPU_LEDGER_VERSION) {
+		if (problems && version < 0)
+			fprintf(problems, "vgpu-top: skipping '%s': its name "
+				"has no layout version, expected "
+				"<uuid>.v%d.ledger\n", path,
+				VGPU_LEDGER_VERSION);
+		else if (problems)
+			fprintf(problems, "vgpu-top: skipping '%s': its name "
+				"has layout version %ld, expected %d (this "
+				"vgpu-top reads version %d only)\n", path,
+				version, VGPU_LEDGER_VERSION,
+				VGPU_LEDGER_VERSION);
+		return;
+	}
+	memset(g, 0, sizeof(*g));
+	if (read_file(g, path, msg, sizeof(msg)) != 0 ||
+	    check_name(g, name, msg, sizeof(msg)) != 0) {
+		free(g->tenants);
+		free(g->procs);
+		if (problems)
+			fprintf(problems, "vgpu-top: skipping '%s': %s\n",
+				path, msg);
+		return;
+	}
+	s->ngpus++;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int top_snap_read(struct top_snap *s, const char *dir, FILE *problems)
+{
+	struct timespec rt;
+	struct dirent *e;
+	int cap = 0;
+	DIR *d;
+
+	memset(s, 0, sizeof(*s));
+	s->t = mono_s();
+	clock_gettime(CLOCK_REALTIME, &rt);
+	s->realtime_ns = (uint64_t)rt.tv_sec * 1000000000u +
+			 (uint64_t)rt.tv_nsec;
+	d = opendir(dir);
+	if (!d) {
+		if (errno == ENOENT)
+			return 0;
+		if (problems)
+			fprintf(problems, "vgpu-top: cannot list the ledger "
+				"directory '%s': %s\n", dir, strerror(errno));
+		return -1;
+	}
+	while ((e = readdir(d))) {
+		if (s->ngpus == cap) {
+			struct top_gpu *n;
+
+			cap = cap ? cap * 2 : 8;
+			n = realloc(s->gpus, (size_t)cap * sizeof(*n));
+			if (!n)
+				break;
+			s->gpus = n;
+		}
+		add_file(s, dir, e->d_name, problems);
+	}
+	closedir(d);
+	if (s->ngpus > 1)
+		qsort(s->gpus, (size_t)s->ngpus, sizeof(*s->gpus), cmp_gpu);
+	return 0;
+}
+
+void top_snap_free(struct top_snap *s)
+{
+	for (int i = 0; i < s->ngpus; i++) {
+		free(s->gpus[i].tenants);
+		free(s->gpus[i].procs);
+	}
+	free(s->gpus);
+	memset(s, 0, sizeof(*s));
+}

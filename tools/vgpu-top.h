@@ -1,0 +1,143 @@
+/* vgpu-top.h - vgpu-top's internal header: the snapshot of every ledger
+ * in a directory, the rates computed from a history of snapshots, and the
+ * output formats. Prototypes are grouped by the file that defines them.
+ *
+ * vgpu-top reads ledgers through include/vgpu.h only (mmap PROT_READ); it
+ * never writes one and depends on nothing in vgpu/.
+ */
+#ifndef VGPU_TOP_H
+#define VGPU_TOP_H
+
+#include "vgpu.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TOP_SCHEMA_VERSION	1
+#define TOP_PATH_MAX		4096
+
+/* A slot's state, as seen from outside. */
+enum top_state {
+	TOP_ALIVE,		/* its owner holds the slot's lock */
+	TOP_EXITED,		/* owner gone, usage still charged until reclaimed */
+	TOP_REAPING,		/* a reclaimer holds it right now */
+};
+
+/* Rates over a window; `valid` false when there is no earlier sample. */
+struct top_rates {
+	bool valid;
+	double window_s;	/* the span actually measured */
+	double share_pct;	/* GPU time / wall time, percent */
+	double launches_per_s;
+	double wait_pct;	/* admission wait / wall time, percent */
+};
+
+struct top_proc {
+	uint32_t slot;
+	uint32_t generation;
+	uint32_t tenant;	/* index of its tenant record */
+	int32_t pid;
+	int32_t host_pid;
+	uint64_t start_ns;	/* CLOCK_REALTIME at join */
+	enum top_state state;
+	uint64_t usage[VGPU_USAGE_COUNT];
+	uint64_t used;		/* the device kinds' sum */
+	uint64_t allocs, frees, failures;
+	uint64_t launches, launches_throttled, wait_ns, gpu_time_ns;
+	struct top_rates r1, r10;
+};
+
+struct top_tenant {
+	uint32_t index;
+	char name[VGPU_LEDGER_NAME_MAX];
+	uint64_t mem_limit;	/* VGPU_LEDGER_UNLIMITED: none */
+	uint64_t used;
+	uint64_t spill_limit;
+	uint64_t usage[VGPU_USAGE_COUNT];
+	uint32_t share_pct;	/* 0: no compute cap */
+	uint32_t policy;
+	uint64_t gpu_time_ns, wait_ns;
+	uint64_t launches;	/* the sum over its slots in this snapshot */
+	int procs, alive;
+	struct top_rates r1, r10;
+};
+
+struct top_gpu {
+	char path[TOP_PATH_MAX];
+	char uuid[VGPU_LEDGER_UUID_MAX];
+	uint64_t physical_bytes;
+	uint64_t created_ns;
+	uint64_t joins;
+	uint64_t slices_bytes;	/* sum of the finite tenant limits */
+	int unlimited_tenants;	/* tenants with no memory limit */
+	uint64_t used, spilled;	/* over all tenants */
+	uint64_t gpu_time_ns;	/* over all tenants */
+	struct top_rates r1, r10;	/* share_pct: utilisation */
+	struct top_tenant *tenants;
+	int ntenants;
+	struct top_proc *procs;
+	int nprocs;
+};
+
+struct top_snap {
+	double t;		/* CLOCK_MONOTONIC, seconds */
+	uint64_t realtime_ns;
+	struct top_gpu *gpus;
+	int ngpus;
+};
+
+/* ---- vgpu-top-snap.c ------------------------------------------------------ */
+
+/* Reads every <uuid>.v<N>.ledger in dir into s (sorted by UUID). Each file
+ * that cannot be used gets one line on `problems` (path, what was found,
+ * what was expected) and is skipped. Returns 0, or -1 (with a message)
+ * when the directory cannot be listed; a missing directory is empty. */
+int top_snap_read(struct top_snap *s, const char *dir, FILE *problems);
+void top_snap_free(struct top_snap *s);
+/* Checks one mapped file; 0, or -1 with why in msg. */
+int top_ledger_check(const void *base, size_t size, char *msg, size_t len);
+
+/* ---- vgpu-top-hist.c ------------------------------------------------------ */
+
+/* A ring of recent snapshots, from which the rates over the last second
+ * and the last ten are computed. */
+struct top_hist {
+	struct top_snap *ring;
+	int cap, count, head;	/* head: the next to write */
+};
+
+int top_hist_init(struct top_hist *h, int cap);
+void top_hist_free(struct top_hist *h);
+/* Fills s's rates from the history, then takes s into it (s is moved;
+ * the caller must not free it). Returns the stored copy. */
+const struct top_snap *top_hist_push(struct top_hist *h, struct top_snap *s);
+/* Marks slots whose generation moved while the owner stayed the same
+ * (a reclaimer holds them) as TOP_REAPING. Done by top_hist_push. */
+
+/* ---- vgpu-top-fmt.c ------------------------------------------------------- */
+
+enum top_sort { TOP_SORT_MEMORY, TOP_SORT_COMPUTE, TOP_SORT_PID,
+		TOP_SORT_TENANT };
+
+struct top_view {
+	enum top_sort sort;
+	const char *filter;	/* substring of tenant name or pid; NULL */
+	bool color;		/* ANSI attributes */
+	int width, height;	/* 0: unlimited */
+};
+
+const char *top_state_name(enum top_state st);
+const char *top_policy_name(uint32_t policy);
+/* "1.5 GiB" and the like, into buf. */
+const char *top_bytes(uint64_t b, char *buf, size_t len);
+
+/* One frame of text: the GPUs, their tenants and processes. */
+void top_print_text(FILE *f, const struct top_snap *s,
+		    const struct top_view *v);
+void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
+		    double interval_s);
+void top_print_prometheus(FILE *f, const struct top_snap *s);
+
+#endif
