@@ -228,6 +228,15 @@ void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 	fprintf(f, ",\n  \"time_unix_ns\": %" PRIu64 ",\n  \"interval_s\": %.3f,\n",
 		s->realtime_ns, interval_s);
 	json_windows(f, s);
+	fputs("  \"skipped_files\": [", f);
+	for (int i = 0; i < s->nskipped; i++) {
+		fputs(i ? ",\n    {\"path\": " : "\n    {\"path\": ", f);
+		json_str(f, s->skipped[i].path);
+		fputs(", \"reason\": ", f);
+		json_str(f, s->skipped[i].reason);
+		fputs("}", f);
+	}
+	fprintf(f, "%s],\n", s->nskipped ? "\n  " : "");
 	fputs("  \"gpus\": [", f);
 	for (int i = 0; i < s->ngpus; i++) {
 		fputs(i ? ",\n" : "\n", f);
@@ -447,6 +456,9 @@ void top_print_prometheus(FILE *f, const struct top_snap *s)
 	fputs("# HELP vgpu_top_ledgers Usable ledger files read.\n"
 	      "# TYPE vgpu_top_ledgers gauge\n", f);
 	fprintf(f, "vgpu_top_ledgers %d\n", s->ngpus);
+	fputs("# HELP vgpu_top_skipped_files Files named like ledgers that "
+	      "could not be used.\n# TYPE vgpu_top_skipped_files gauge\n", f);
+	fprintf(f, "vgpu_top_skipped_files %d\n", s->nskipped);
 	for (size_t i = 0; i < sizeof(metrics) / sizeof(*metrics); i++)
 		prom_family(f, &metrics[i], s);
 }

@@ -369,6 +369,28 @@ static int cmp_gpu(const void *a, const void *b)
 		      ((const struct top_gpu *)b)->uuid);
 }
 
+/* Records a skipped file, and says so on `problems`. */
+static void skip(struct top_snap *s, const char *path, const char *why,
+		 FILE *problems)
+{
+	struct top_skip *n = realloc(s->skipped, (size_t)(s->nskipped + 1) *
+						 sizeof(*n));
+
+	if (problems)
+		fprintf(problems, "vgpu-top: skipping '%s': %s\n", path, why);
+	if (!n)
+		return;
+	s->skipped = n;
+	n[s->nskipped].path = strdup(path);
+	n[s->nskipped].reason = strdup(why);
+	if (n[s->nskipped].path && n[s->nskipped].reason)
+		s->nskipped++;
+	else {
+		free(n[s->nskipped].path);
+		free(n[s->nskipped].reason);
+	}
+}
+
 static void add_file(struct top_snap *s, const char *dir, const char *name,
 		     FILE *problems)
 {
@@ -380,17 +402,16 @@ static void add_file(struct top_snap *s, const char *dir, const char *name,
 		return;
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	if (version != VGPU_LEDGER_VERSION) {
-		if (problems && version < 0)
-			fprintf(problems, "vgpu-top: skipping '%s': its name "
-				"has no layout version, expected "
-				"<uuid>.v%d.ledger\n", path,
-				VGPU_LEDGER_VERSION);
-		else if (problems)
-			fprintf(problems, "vgpu-top: skipping '%s': its name "
-				"has layout version %ld, expected %d (this "
-				"vgpu-top reads version %d only)\n", path,
-				version, VGPU_LEDGER_VERSION,
-				VGPU_LEDGER_VERSION);
+		if (version < 0)
+			snprintf(msg, sizeof(msg), "its name has no layout "
+				 "version, expected <uuid>.v%d.ledger",
+				 VGPU_LEDGER_VERSION);
+		else
+			snprintf(msg, sizeof(msg), "its name has layout "
+				 "version %ld, expected %d (this vgpu-top "
+				 "reads version %d only)", version,
+				 VGPU_LEDGER_VERSION, VGPU_LEDGER_VERSION);
+		skip(s, path, msg, problems);
 		return;
 	}
 	memset(g, 0, sizeof(*g));
@@ -398,9 +419,7 @@ static void add_file(struct top_snap *s, const char *dir, const char *name,
 	    check_name(g, name, msg, sizeof(msg)) != 0) {
 		free(g->tenants);
 		free(g->procs);
-		if (problems)
-			fprintf(problems, "vgpu-top: skipping '%s': %s\n",
-				path, msg);
+		skip(s, path, msg, problems);
 		return;
 	}
 	s->ngpus++;
@@ -460,5 +479,10 @@ void top_snap_free(struct top_snap *s)
 		free(s->gpus[i].procs);
 	}
 	free(s->gpus);
+	for (int i = 0; i < s->nskipped; i++) {
+		free(s->skipped[i].path);
+		free(s->skipped[i].reason);
+	}
+	free(s->skipped);
 	memset(s, 0, sizeof(*s));
 }

@@ -279,6 +279,10 @@ void top_print_text(FILE *f, const struct top_snap *s,
 	emit(&o, "\033[1m", "vgpu-top %s  %s  %d GPU%s  sort: %s  filter: %s",
 	     VGPU_VERSION_STRING, when, s->ngpus, s->ngpus == 1 ? "" : "s",
 	     sort_name(v->sort), v->filter && *v->filter ? v->filter : "-");
+	if (s->nskipped)
+		emit(&o, "\033[1m", "%d file%s skipped, not usable ledgers "
+		     "(vgpu-top --once lists them): %s", s->nskipped,
+		     s->nskipped == 1 ? "" : "s", s->skipped[0].path);
 	for (int i = 0; i < s->ngpus; i++) {
 		emit(&o, NULL, "%s", "");
 		print_gpu(&o, &s->gpus[i]);

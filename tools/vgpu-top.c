@@ -247,6 +247,38 @@ static void term_restore(void)
 	tio_saved = false;
 }
 
+static struct termios raw_tio;
+
+/* Ctrl-Z: the terminal back as it was, stop; on SIGCONT, the view again
+ * (redrawn through the SIGWINCH path). Only async-signal-safe calls. */
+static void on_tstp(int sig)
+{
+	static const char leave[] = "\033[0m\033[?25h\033[?1049l";
+	static const char enter[] = "\033[?1049h\033[?25l";
+	struct sigaction dfl = { .sa_handler = SIG_DFL }, me = { .sa_handler =
+								  on_tstp };
+	int saved = errno;
+	sigset_t set;
+
+	tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
+	if (write(STDOUT_FILENO, leave, sizeof(leave) - 1) < 0)
+		(void)0;
+	sigemptyset(&dfl.sa_mask);
+	sigaction(sig, &dfl, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	sigprocmask(SIG_UNBLOCK, &set, NULL);	/* blocked in its handler */
+	raise(sig);
+	/* continued */
+	sigemptyset(&me.sa_mask);
+	sigaction(sig, &me, NULL);
+	tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw_tio);
+	if (write(STDOUT_FILENO, enter, sizeof(enter) - 1) < 0)
+		(void)0;
+	got_winch = 1;
+	errno = saved;
+}
+
 static int term_setup(void)
 {
 	static const char seq[] = "\033[?1049h\033[?25l\033[H\033[2J";
@@ -266,6 +298,9 @@ static int term_setup(void)
 	sigaction(SIGHUP, &sa, NULL);
 	sa.sa_handler = on_winch;
 	sigaction(SIGWINCH, &sa, NULL);
+	raw_tio = raw;
+	sa.sa_handler = on_tstp;
+	sigaction(SIGTSTP, &sa, NULL);
 	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw) != 0)
 		return -1;
 	tio_saved = true;

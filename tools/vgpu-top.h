@@ -81,18 +81,26 @@ struct top_gpu {
 	int nprocs;
 };
 
+/* A file skipped: not a usable ledger. */
+struct top_skip {
+	char *path;
+	char *reason;		/* what was found, what was expected */
+};
+
 struct top_snap {
 	double t;		/* CLOCK_MONOTONIC, seconds */
 	uint64_t realtime_ns;
 	struct top_gpu *gpus;
 	int ngpus;
+	struct top_skip *skipped;
+	int nskipped;
 };
 
 /* ---- vgpu-top-snap.c ------------------------------------------------------ */
 
 /* Reads every <uuid>.v<N>.ledger in dir into s (sorted by UUID). Each file
- * that cannot be used gets one line on `problems` (path, what was found,
- * what was expected) and is skipped. Returns 0, or -1 (with a message)
+ * that cannot be used is skipped: it goes into s->skipped and gets one line
+ * on `problems` if not NULL (path, what was found, what was expected). Returns 0, or -1 (with a message)
  * when the directory cannot be listed; a missing directory is empty. */
 int top_snap_read(struct top_snap *s, const char *dir, FILE *problems);
 void top_snap_free(struct top_snap *s);

@@ -21,8 +21,9 @@ empty       no directory / an empty one: a message, exit 0, no GPUs;
 bad-files   truncated, foreign, other-version, empty, a directory, a FIFO,
             a UUID that is not the name's: one line each, skipped, no crash
 args        bad options: exit 2 and a message; the live view off a terminal
-live        the live view in tmux: a frame, a sort key, the filter, 'q' and
-            SIGTERM, the terminal restored (skipped without tmux)
+live        the live view in tmux: a frame, sort keys, the filter, 'q',
+            Ctrl-Z and fg, SIGTERM, the terminal restored (skipped
+            without tmux)
 Exit 77 is a skip for meson.
 """
 import json
@@ -457,6 +458,16 @@ def case_bad_files(w):
     doc = json.loads(w.top("--json", "--interval", "0").stdout)
     check([g["path"] for g in doc["gpus"]] == [good],
           "only the good ledger is read")
+    skipped = {x["path"]: x["reason"] for x in doc["skipped_files"]}
+    check(sorted(skipped) == sorted(os.path.join(d, n) for n in bad) and
+          all(why in skipped[os.path.join(d, n)]
+              for n, (_, why) in bad.items()),
+          "JSON: skipped_files, each with its reason")
+    s = parse_prom(w.top("--prometheus").stdout)
+    check(prom_get(s, "vgpu_top_skipped_files") == len(bad),
+          "prometheus: vgpu_top_skipped_files")
+    text = w.top("--once", "--interval", "0").stdout
+    check("%d files skipped" % len(bad) in text, "--once: the count")
 
 
 def case_args(w):
@@ -517,11 +528,14 @@ class Tmux:
 
 
 def tty_modes(tm, tag):
+    """The terminal's icanon and echo flags, from stty in the pane (the
+    output line cannot be mistaken for the command line typed)."""
     tm.keys("clear; stty -a | tr ' ;' '\\n\\n' | grep -x -e -icanon -e "
-            "icanon -e -echo -e echo | tr '\\n' ' '; echo %s" % tag, "Enter")
-    s = tm.wait_for(lambda s: re.search(r"^\S.* %s$" % tag, s, re.M),
-                    "stty ran (%s)" % tag)
-    return re.search(r"^(\S.*) %s$" % tag, s, re.M).group(1).split()
+            "icanon -e -echo -e echo | tr '\\n' ' ' | sed 's/^/MODES /'; "
+            "echo ':'%s" % tag, "Enter")
+    pat = r"^MODES (.*):%s$" % tag
+    s = tm.wait_for(lambda s: re.search(pat, s, re.M), "stty ran (%s)" % tag)
+    return re.search(pat, s, re.M).group(1).split()
 
 
 def case_live(w):
@@ -568,10 +582,25 @@ def case_live(w):
         tm.keys("clear; sh -c 'echo $$ > %s; exec %s --dir %s'; "
                 "echo TOP-EXIT=$?" % (pidfile, TOP, w.ledger), "Enter")
         tm.wait_for(lambda s: "tenant-alpha" in s, "running again")
-        os.kill(int(open(pidfile).read()), signal.SIGTERM)
+        pid = int(open(pidfile).read())
+        os.kill(pid, signal.SIGTERM)
         tm.wait_for(lambda s: "TOP-EXIT=0" in s, "SIGTERM: exits 0")
         check(sorted(tty_modes(tm, "AFTER-TERM")) == ["echo", "icanon"],
               "after SIGTERM: icanon echo restored")
+        tm.keys("clear; %s --dir %s" % (TOP, w.ledger), "Enter")
+        tm.wait_for(lambda s: "tenant-alpha" in s, "running again")
+        tm.keys("C-z")
+        tm.wait_for(lambda s: "Stopped" in s or "stopped" in s,
+                    "Ctrl-Z: stopped")
+        check(sorted(tty_modes(tm, "STOPPED")) == ["echo", "icanon"],
+              "stopped: icanon echo restored")
+        tm.keys("clear; fg", "Enter")
+        tm.wait_for(lambda s: "tenant-alpha" in s and "q quit" in s,
+                    "fg: the view again")
+        tm.keys("q")
+        tm.wait_for(lambda s: "tenant-alpha" not in s, "'q' after fg: gone")
+        check(sorted(tty_modes(tm, "AFTER-FG")) == ["echo", "icanon"],
+              "after fg and 'q': icanon echo restored")
     finally:
         tm.kill()
 
