@@ -162,6 +162,22 @@ struct vgpu_dev *vgpu__dev_by_uuid(const char *uuid)
 	return NULL;
 }
 
+/* At exit: each slot given back now, not when the next process notices
+ * its owner is gone (a process killed never gets here; its usage is
+ * reclaimed as before). */
+void vgpu__dev_leave_all(void)
+{
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+		struct vgpu_dev *dv = &devs[i];
+
+		if (__atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) !=
+			    VGPU_DEV_READY || !dv->ledger)
+			continue;
+		__atomic_store_n(&dv->state, VGPU_DEV_FAILED, __ATOMIC_RELEASE);
+		vgpu_ledger_close(dv->ledger);	/* leaves its slots */
+	}
+}
+
 void vgpu__dev_fork_child(void)
 {
 	pthread_mutex_init(&attach_lock, NULL);

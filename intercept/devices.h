@@ -52,6 +52,7 @@ struct vgpu_dev *vgpu__dev_attach(CUdevice d);
 struct vgpu_dev *vgpu__dev_peek(int ordinal);
 struct vgpu_dev *vgpu__dev_by_uuid(const char *uuid);
 void vgpu__dev_fork_child(void);
+void vgpu__dev_leave_all(void);
 
 /* The current context's device, attached; NULL when there is no current
  * context (the hook then leaves everything to the driver). */

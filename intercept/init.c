@@ -18,6 +18,7 @@ VGPU_EXPORT const char vgpu_shim_version[] = VGPU_VERSION_STRING;
 static struct vgpu_options opts;
 static int bad_options;
 static pthread_once_t opts_once = PTHREAD_ONCE_INIT;
+static bool options_loaded;
 
 static void child_after_fork(void)
 {
@@ -62,6 +63,15 @@ static void load_options(void)
 		if (vgpu__options_compute_limit(&opts, d) < 100)
 			vgpu__compute_on = true;
 	pthread_atfork(NULL, NULL, child_after_fork);
+	__atomic_store_n(&options_loaded, true, __ATOMIC_RELEASE);
+}
+
+/* At exit, a process that used CUDA leaves the ledger at once. Nothing
+ * else of the shim runs at load or exit. */
+__attribute__((destructor)) static void at_exit(void)
+{
+	if (__atomic_load_n(&options_loaded, __ATOMIC_ACQUIRE))
+		vgpu__dev_leave_all();
 }
 
 const struct vgpu_options *vgpu__options(void)
