@@ -32,8 +32,11 @@ if ! command -v clang >/dev/null; then
 	echo "run.sh: clang not found, installing it with apt-get" >&2
 	sudo=
 	[ "$(id -u)" = 0 ] || sudo=sudo
-	$sudo apt-get update -qq && $sudo apt-get install -y -qq clang ||
-		{ echo "run.sh: cannot install clang" >&2; exit 2; }
+	if ! { $sudo apt-get update -qq &&
+	       $sudo apt-get install -y -qq clang; }; then
+		echo "run.sh: cannot install clang" >&2
+		exit 2
+	fi
 fi
 
 if [ ! -f "$build/build.ninja" ]; then
@@ -64,9 +67,10 @@ for t in "${targets[@]}"; do
 	runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 	cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
 	if [ $rc -eq 0 ]; then
-		result[$t]="ok: ${runs:-?} runs, ${cov:-?} edges, corpus $(ls "$work" | wc -l)"
+		result[$t]="ok: ${runs:-?} runs, ${cov:-?} edges, corpus $(find "$work" -type f | wc -l)"
 	else
 		failed=1
+		# shellcheck disable=SC2012
 		found=$(ls -t "$art" 2>/dev/null | head -1)
 		result[$t]="FAILED (exit $rc): $(grep -m1 -E 'ERROR|SUMMARY|runtime error|deadly signal' "$log")"
 		[ -n "$found" ] && result[$t]+=$'\n'"    input: $art/$found"$'\n'"    reproduce: $build/tests/fuzz/$t $art/$found"
