@@ -209,10 +209,28 @@ static int claim_slot(struct vgpu_ledger *l)
 	return -1;
 }
 
-static void slot_init(struct vgpu_ledger_slot *r, uint32_t t, int32_t pid,
-		      int32_t host_pid)
+/* Whether any tenant's lock word names owner (a stale word in a damaged
+ * file, or one left by the slot's previous owner). */
+static bool owner_named(const struct vgpu_ledger *l, uint32_t owner)
 {
+	for (uint32_t t = 0; t < VGPU_LEDGER_MAX_TENANTS; t++)
+		if ((__atomic_load_n(&l->tenants[t].lock, __ATOMIC_RELAXED) &
+		     ~VGPU__LOCK_WAITERS) == owner)
+			return true;
+	return false;
+}
+
+static void slot_init(struct vgpu_ledger *l, uint32_t i, uint32_t t,
+		      int32_t pid, int32_t host_pid)
+{
+	struct vgpu_ledger_slot *r = &l->slots[i];
 	uint32_t gen = __atomic_load_n(&r->generation, __ATOMIC_RELAXED) + 1;
+
+	/* A generation no lock word names: a word that names this slot then
+	 * always reads as a dead owner's, and is taken over. */
+	for (int n = 0; n <= VGPU_LEDGER_MAX_TENANTS &&
+			owner_named(l, vgpu__owner_word(i, gen)); n++)
+		gen++;
 
 	/* Free, so only owner_dead() reads it: keep the generation word. */
 	memset(&r->pid, 0, sizeof(*r) - offsetof(struct vgpu_ledger_slot, pid));
@@ -256,7 +274,7 @@ static int join_locked(struct vgpu_ledger *l, struct vgpu_slot *s,
 			"ledger '%s' is full: all %d process slots are in use "
 			"by live processes", l->path, VGPU_LEDGER_MAX_SLOTS);
 	rc = set_limit(l, (uint32_t)t, limit, pid, err, errlen);
-	slot_init(&l->slots[i], (uint32_t)t, pid, host_pid);
+	slot_init(l, (uint32_t)i, (uint32_t)t, pid, host_pid);
 	__atomic_fetch_add(&l->hdr->joins, 1, __ATOMIC_RELAXED);
 	s->l = l;
 	s->rec = &l->slots[i];

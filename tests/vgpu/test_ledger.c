@@ -390,3 +390,39 @@ Test(ledger, strerror_names_every_code)
 	cr_expect_str_eq(vgpu_ledger_strerror(0), "success");
 	cr_expect_str_eq(vgpu_ledger_strerror(-99), "unknown error");
 }
+
+/* A tenant's lock word that names the next generation of a free slot (a
+ * damaged file, found by fuzzing): whoever claims the slot must not see its
+ * own word as a live owner and wait a second on every call. */
+Test(ledger, a_stale_lock_word_naming_a_free_slot_is_not_its_next_owner)
+{
+	struct vgpu_ledger *l = ledger_open_ok(), *l2;
+	struct vgpu_slot *s;
+	char err[512];
+
+	cr_assert_eq(vgpu_ledger_join(l, "stale", 64 * MiB, 1, 0, &s, err,
+				      sizeof(err)), 0, "%s", err);
+	const struct vgpu_ledger_slot *rec = vgpu_ledger_slot_record(s);
+	uint32_t index = (uint32_t)(rec - (const struct vgpu_ledger_slot *)
+		((const char *)vgpu_ledger_header(l) + VGPU_LEDGER_SLOTS_OFFSET));
+	uint32_t next_gen = rec->generation + 1;
+	struct vgpu_ledger_tenant *ten = (struct vgpu_ledger_tenant *)
+		vgpu_ledger_tenant_record(s);
+	vgpu_ledger_leave(s);
+	/* The word the slot's next owner would write: (index + 1) | gen << 11. */
+	__atomic_store_n(&ten->lock, (index + 1) | (next_gen << 11),
+			 __ATOMIC_RELEASE);
+
+	cr_assert_eq(vgpu_ledger_open(test_dir, UUID, 80 * GiB, &l2, err,
+				      sizeof(err)), 0, "%s", err);
+	cr_assert_eq(vgpu_ledger_join(l2, "stale", 64 * MiB, 2, 0, &s, err,
+				      sizeof(err)), 0, "%s", err);
+	/* Before the fix: VGPU_LEDGER_ETIMEDOUT after a second's wait. */
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, MiB), 0,
+		     "the stale word is taken over, not waited on");
+	cr_assert_eq(vgpu_ledger_slot_usage(s, VGPU_USAGE_BUFFER), MiB);
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, MiB);
+	cr_assert_eq(vgpu_ledger_tenant_used(s), 0);
+	vgpu_ledger_close(l2);
+	vgpu_ledger_close(l);
+}
