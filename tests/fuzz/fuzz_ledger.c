@@ -120,34 +120,6 @@ static size_t fuzz_build(int mode, const uint8_t *d, size_t n)
 	return VGPU_LEDGER_FILE_SIZE;
 }
 
-/*
- * Known, reported in docs/fuzzing.md and not fixed: a tenant lock word
- * naming the next generation of a free slot makes the process that claims
- * that slot wait on itself, a second per call. Such words are cleared so
- * that these inputs do not slow the whole run down; drop this once
- * slot_init() avoids those generations.
- */
-static void fuzz_skip_known(void)
-{
-	struct vgpu_ledger_tenant *ten;
-	const struct vgpu_ledger_slot *r;
-	uint32_t w, i;
-
-	for (unsigned t = 0; t < VGPU_LEDGER_MAX_TENANTS; t++) {
-		ten = (void *)(fuzz_file + VGPU_LEDGER_TENANTS_OFFSET +
-			       (size_t)t * VGPU_LEDGER_TENANT_SIZE);
-		w = ten->lock & ~VGPU__LOCK_WAITERS;
-		i = (w & VGPU__OWNER_IDX_MASK) - 1;
-		if (i >= VGPU_LEDGER_MAX_SLOTS)
-			continue;
-		r = (const void *)(fuzz_file + VGPU_LEDGER_SLOTS_OFFSET +
-				   (size_t)i * VGPU_LEDGER_SLOT_SIZE);
-		if (r->state == VGPU_SLOT_FREE &&
-		    w == vgpu__owner_word(i, r->generation + 1))
-			ten->lock = 0;
-	}
-}
-
 static int fuzz_write(size_t len)
 {
 	size_t body = len < VGPU_LEDGER_FILE_SIZE ? len : VGPU_LEDGER_FILE_SIZE;
@@ -259,7 +231,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 2)
 		return 0;
 	len = fuzz_build(data[0] % FUZZ_MODES, data + 2, size - 2);
-	fuzz_skip_known();
 	if (fuzz_write(len) != 0)
 		return 0;
 	fuzz_file_tenant(other);
