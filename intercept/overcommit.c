@@ -157,6 +157,46 @@ static bool have_vmm(void)
 	       vgpu__real.cuMemRelease;
 }
 
+/* A range of size bytes backed by a new handle at loc, mapped for dv. */
+static CUresult make_range(struct vgpu_dev *dv, size_t size,
+			   CUmemLocationType loc, CUdeviceptr *va,
+			   CUmemGenericAllocationHandle *h)
+{
+	CUresult r = vgpu__real.cuMemAddressReserve(va, size, 0, 0, 0);
+
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = create(h, size, dv->ordinal, loc);
+	if (r == CUDA_SUCCESS) {
+		r = map_for(*va, size, *h, dv->ordinal);
+		if (r != CUDA_SUCCESS)
+			vgpu__real.cuMemRelease(*h);
+	}
+	if (r != CUDA_SUCCESS)
+		vgpu__real.cuMemAddressFree(*va, size);
+	return r;
+}
+
+/* Entry i now describes the range; the job gets its address. */
+static void record_range(int i, struct vgpu_dev *dv, CUdeviceptr va,
+			 size_t size, size_t asked,
+			 CUmemGenericAllocationHandle h, int state,
+			 CUdeviceptr *dptr)
+{
+	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
+				  (unsigned)dv->ordinal, (unsigned)i };
+
+	spills[i].dev = dv->ordinal;
+	spills[i].va = va;
+	spills[i].size = size;
+	spills[i].asked = asked;
+	spills[i].handle = h;
+	spills[i].last_use = stamp();
+	set_state(i, state);
+	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
+	*dptr = va;
+}
+
 /* host mode: a host-backed range mapped for the device. */
 static CUresult spill_host(struct vgpu_dev *dv, CUdeviceptr *dptr,
 			   size_t bytes)
@@ -176,17 +216,7 @@ static CUresult spill_host(struct vgpu_dev *dv, CUdeviceptr *dptr,
 		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	r = vgpu__real.cuMemAddressReserve(&va, size, 0, 0, 0);
-	if (r == CUDA_SUCCESS) {
-		r = create(&h, size, dv->ordinal, CU_MEM_LOCATION_TYPE_HOST);
-		if (r == CUDA_SUCCESS) {
-			r = map_for(va, size, h, dv->ordinal);
-			if (r != CUDA_SUCCESS)
-				vgpu__real.cuMemRelease(h);
-		}
-		if (r != CUDA_SUCCESS)
-			vgpu__real.cuMemAddressFree(va, size);
-	}
+	r = make_range(dv, size, CU_MEM_LOCATION_TYPE_HOST, &va, &h);
 	if (r != CUDA_SUCCESS) {
 		set_state(i, SPILL_FREE);
 		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, size);
@@ -194,17 +224,7 @@ static CUresult spill_host(struct vgpu_dev *dv, CUdeviceptr *dptr,
 			 "host failed (%d)", dv->ordinal, bytes, (int)r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	spills[i].dev = dv->ordinal;
-	spills[i].va = va;
-	spills[i].size = size;
-	spills[i].asked = bytes;
-	spills[i].handle = h;
-	spills[i].last_use = stamp();
-	set_state(i, SPILL_HOST);
-	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
-				  (unsigned)dv->ordinal, (unsigned)i };
-	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
-	*dptr = va;
+	record_range(i, dv, va, size, bytes, h, SPILL_HOST, dptr);
 	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes spilled to the host at "
 		 "0x%llx", dv->ordinal, bytes, (unsigned long long)va);
 	return CUDA_SUCCESS;
@@ -343,41 +363,27 @@ static bool move_backing(int i, struct vgpu_dev *dv, CUmemLocationType to)
 	return true;
 }
 
-/* Spilled range i back to the device. */
-static bool promote(int i, struct vgpu_dev *dv)
+/* Range i to the device (promote) or to the host (demote): the bytes are
+ * reserved on the new side first (the slice, or the spill budget), given
+ * back on the old side after the move. */
+static bool move(int i, struct vgpu_dev *dv, bool to_device)
 {
 	struct spill *sp = &spills[i];
+	int to = to_device ? VGPU_USAGE_BUFFER : VGPU_USAGE_SPILLED;
+	int from = to_device ? VGPU_USAGE_SPILLED : VGPU_USAGE_BUFFER;
 
-	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_BUFFER, sp->size) != 0)
+	if (vgpu_ledger_reserve(dv->slot, to, sp->size) != 0)
 		return false;
-	if (!move_backing(i, dv, CU_MEM_LOCATION_TYPE_DEVICE)) {
-		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, sp->size);
+	if (!move_backing(i, dv, to_device ? CU_MEM_LOCATION_TYPE_DEVICE
+					   : CU_MEM_LOCATION_TYPE_HOST)) {
+		vgpu__uncharge(dv, to, sp->size);
 		return false;
 	}
-	vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
-	set_state(i, SPILL_DEVICE);
-	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx promoted to "
-		 "the device", dv->ordinal, sp->asked,
-		 (unsigned long long)sp->va);
-	return true;
-}
-
-/* Resident range i out to the host (the spill budget permitting). */
-static bool demote(int i, struct vgpu_dev *dv)
-{
-	struct spill *sp = &spills[i];
-
-	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_SPILLED, sp->size) != 0)
-		return false;
-	if (!move_backing(i, dv, CU_MEM_LOCATION_TYPE_HOST)) {
-		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
-		return false;
-	}
-	vgpu__uncharge(dv, VGPU_USAGE_BUFFER, sp->size);
-	set_state(i, SPILL_HOST);
-	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx, the least "
-		 "recently used, spilled to the host", dv->ordinal, sp->asked,
-		 (unsigned long long)sp->va);
+	vgpu__uncharge(dv, from, sp->size);
+	set_state(i, to_device ? SPILL_DEVICE : SPILL_HOST);
+	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx moved to the "
+		 "%s", dv->ordinal, sp->asked, (unsigned long long)sp->va,
+		 to_device ? "device" : "host (the least recently used)");
 	return true;
 }
 
@@ -402,33 +408,13 @@ CUresult vgpu__alloc_movable(struct vgpu_dev *dv, CUdeviceptr *dptr,
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, size);
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	r = vgpu__real.cuMemAddressReserve(&va, size, 0, 0, 0);
-	if (r == CUDA_SUCCESS) {
-		r = create(&h, size, dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE);
-		if (r == CUDA_SUCCESS) {
-			r = map_for(va, size, h, dv->ordinal);
-			if (r != CUDA_SUCCESS)
-				vgpu__real.cuMemRelease(h);
-		}
-		if (r != CUDA_SUCCESS)
-			vgpu__real.cuMemAddressFree(va, size);
-	}
+	r = make_range(dv, size, CU_MEM_LOCATION_TYPE_DEVICE, &va, &h);
 	if (r != CUDA_SUCCESS) {
 		set_state(i, SPILL_FREE);
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, size);
 		return r;
 	}
-	spills[i].dev = dv->ordinal;
-	spills[i].va = va;
-	spills[i].size = size;
-	spills[i].asked = bytes;
-	spills[i].handle = h;
-	spills[i].last_use = stamp();
-	set_state(i, SPILL_DEVICE);
-	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
-				  (unsigned)dv->ordinal, (unsigned)i };
-	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
-	*dptr = va;
+	record_range(i, dv, va, size, bytes, h, SPILL_DEVICE, dptr);
 	return CUDA_SUCCESS;
 }
 
@@ -465,7 +451,7 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 			vgpu__real.cuCtxSynchronize();
 			synced = true;
 		}
-		if (!demote(lru, dv)) {
+		if (!move(lru, dv, false)) {
 			set_state(lru, SPILL_DEVICE);
 			return false;
 		}
@@ -520,7 +506,7 @@ void vgpu__promote(struct vgpu_dev *dv)
 			vgpu__real.cuCtxSynchronize();
 			synced = true;
 		}
-		if (!promote(best, dv)) {
+		if (!move(best, dv, true)) {
 			set_state(best, SPILL_HOST);
 			return;
 		}
