@@ -199,7 +199,7 @@ Test(run_exec, command_not_found_or_not_executable)
 /* The UUID of simulated GPU i, as vgpu-run --gpu i sets it. */
 static void uuid_of(int i, char *out, size_t len)
 {
-	char idx[8];
+	char idx[12];
 
 	snprintf(idx, sizeof(idx), "%d", i);
 	RUN(&r, VRUN, "--sim", "--gpu", idx, "--", SH, "-c",
