@@ -40,7 +40,9 @@ struct state_slot {
 	int32_t pid;
 	uint64_t used;
 	_Atomic uint32_t sms;          /* held by this process's running kernels */
-	uint32_t pad;
+	_Atomic uint32_t first_ticket; /* next_ticket when claimed: older
+					* tickets naming this slot were a dead
+					* owner's */
 };
 
 struct state_file {
@@ -213,6 +215,8 @@ static int claim_slot(struct dev_state *d)
 			continue;
 		sh->slots[i].used = 0;
 		sh->slots[i].pid = (int32_t)getpid();
+		atomic_store(&sh->slots[i].first_ticket,
+			     atomic_load(&sh->next_ticket));
 		atomic_store(&sh->slots[i].sms, 0);
 		atomic_store(&sh->slots[i].claimed, 1);
 		if (atomic_load(&sh->slots_hi) < (uint32_t)i + 1)
@@ -435,10 +439,13 @@ static void skip_stale(struct dev_state *d, uint32_t s, uint64_t stuck_ns)
 {
 	struct state_file *sh = d->sh;
 	uint64_t entry = atomic_load(&sh->ring[s % STATE_RING]);
+	uint32_t slot = (uint32_t)entry % STATE_SLOTS;
 	bool stale;
 
 	if ((uint32_t)(entry >> 32) == s)
-		stale = !slot_alive(d, (int)(uint32_t)entry);
+		stale = !slot_alive(d, slot) ||
+			(int32_t)(s - atomic_load(
+				&sh->slots[slot].first_ticket)) < 0;
 	else
 		stale = stuck_ns >= ORPHAN_TICKET_NS;
 	if (stale && atomic_compare_exchange_strong(&sh->serving, &s, s + 1))
