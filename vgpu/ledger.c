@@ -125,8 +125,12 @@ static int create_file(const char *dir, const char *path, const char *uuid,
 			"cannot create a ledger in '%s': %s", dir,
 			strerror(errno));
 	fill_header(&h, uuid, physical_bytes);
+	/* Every block allocated now: a full file system then refuses the
+	 * ledger here, with a message, rather than a later store into a
+	 * hole of the mapping killing the job with SIGBUS. */
 	if (fchmod(fd, 0666) != 0 ||
 	    ftruncate(fd, VGPU_LEDGER_FILE_SIZE) != 0 ||
+	    (errno = posix_fallocate(fd, 0, VGPU_LEDGER_FILE_SIZE)) != 0 ||
 	    pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
 		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 			"cannot write ledger '%s': %s", tmp, strerror(errno));
