@@ -21,7 +21,7 @@ struct arg {
 static void *reserve_release(void *p)
 {
 	struct arg *a = p;
-	int held[3], n = 0;
+	int held[6], n = 0;	/* up to 6 MiB: past the 4 MiB limit alone */
 
 	for (int i = 0; i < PAIRS; i++) {
 		int kind = i % VGPU_USAGE_SPILLED;
@@ -30,7 +30,7 @@ static void *reserve_release(void *p)
 			held[n++] = kind;
 		else
 			a->refused++;
-		if (n == 3 || (a->refused && n > 0 && i % 7 == 0))
+		if (n == 6 || (a->refused && n > 0 && i % 7 == 0))
 			while (n > 0)
 				vgpu_ledger_release(a->s, held[--n], MiB);
 	}
