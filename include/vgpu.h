@@ -108,14 +108,14 @@ struct vgpu_ledger_header {
 struct vgpu_ledger_compute {
 	uint32_t share_pct;		/* 0: no compute limit; 1..100 */
 	uint32_t policy;		/* the throttle's policy (hard, elastic) */
-	uint32_t lock;			/* the throttle's own lock word */
+	uint32_t turn;			/* slot index + 1 of a starved waiter; 0 none */
 	uint32_t flags;
 	int64_t tokens_ns;		/* token bucket: GPU time available */
 	uint64_t refill_ns;		/* CLOCK_MONOTONIC of the last refill */
 	uint64_t gpu_time_ns;		/* GPU time used, total */
 	uint64_t wait_ns;		/* time launches waited, total */
 	uint64_t active_ns;		/* active until (CLOCK_MONOTONIC); 0 never */
-	uint64_t reserved[1];
+	uint64_t turn_ns;		/* when `turn` was last claimed */
 };
 
 /* One tenant (VGPU_TENANT): a container, a user, a job. */
@@ -201,14 +201,14 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_header, reserved, 144, 368);
 _Static_assert(sizeof(struct vgpu_ledger_compute) == 64, "compute size");
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, share_pct, 0, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, policy, 4, 4);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, lock, 8, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, turn, 8, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, flags, 12, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, tokens_ns, 16, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, refill_ns, 24, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, gpu_time_ns, 32, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, wait_ns, 40, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, active_ns, 48, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, reserved, 56, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, turn_ns, 56, 8);
 
 _Static_assert(sizeof(struct vgpu_ledger_tenant) == VGPU_LEDGER_TENANT_SIZE,
 	       "tenant size");

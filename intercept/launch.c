@@ -373,7 +373,8 @@ static CUresult throttled(const struct call *call)
 	if (c->count == RING)
 		settle_oldest(c, true);
 	est = c->avg_ns[kind];
-	while ((wait = vgpu_throttle_admit(dv->slot, now, est)) != 0) {
+	while ((wait = vgpu_throttle_admit_waiting(dv->slot, now, est,
+						   t0 ? now - t0 : 0)) != 0) {
 		struct timespec ts;
 
 		if (!t0)

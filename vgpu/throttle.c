@@ -154,8 +154,56 @@ static void admitted(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
 	stamp(c, now);
 }
 
+/* Turns among a tenant's processes: whoever asks when tokens are there
+ * gets them, so a process that asks less often (a new one, a child) can
+ * starve behind one that launches back to back. A process that has waited
+ * VGPU_THROTTLE_STARVE_NS claims the turn; while a fresh turn names another
+ * slot, everyone else waits. The holder refreshes it each time it asks and
+ * gives it up when admitted; one not refreshed for VGPU_THROTTLE_TURN_NS
+ * (its holder died or stopped asking) is ignored and may be taken over. */
+static bool turn_fresh(struct vgpu_ledger_compute *c, uint64_t now)
+{
+	uint64_t at = vgpu__ld(&c->turn_ns);
+
+	return at + VGPU_THROTTLE_TURN_NS > now &&
+	       at < now + VGPU_THROTTLE_CLOCK_SKEW_NS;
+}
+
+/* 0: s may try now; else the wait while another process has the turn. */
+static uint64_t take_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
+			  uint64_t now, uint64_t waiting_ns)
+{
+	uint32_t me = s->index + 1;
+	uint32_t turn = vgpu__ld32(&c->turn);
+	bool fresh = turn && turn_fresh(c, now);
+
+	if (fresh && turn != me)
+		return VGPU_THROTTLE_TURN_WAIT_NS;
+	if (waiting_ns >= VGPU_THROTTLE_STARVE_NS &&
+	    (turn == me || __atomic_compare_exchange_n(&c->turn, &turn, me,
+						      false, __ATOMIC_ACQ_REL,
+						      __ATOMIC_RELAXED)))
+		vgpu__st(&c->turn_ns, now);
+	return 0;
+}
+
+static void give_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c)
+{
+	uint32_t me = s->index + 1;
+
+	if (vgpu__ld32(&c->turn) == me)
+		__atomic_compare_exchange_n(&c->turn, &me, 0, false,
+					    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
 uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
 			     uint64_t estimate_ns)
+{
+	return vgpu_throttle_admit_waiting(s, now_ns, estimate_ns, 0);
+}
+
+uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
+				     uint64_t estimate_ns, uint64_t waiting_ns)
 {
 	struct vgpu_ledger_compute *c = &s->ten->compute;
 	unsigned share = capped_share(c);
@@ -168,6 +216,10 @@ uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
 	if (!share) {
 		admitted(s, c, now_ns);
 		return 0;
+	}
+	if ((wait = take_turn(s, c, now_ns, waiting_ns)) != 0) {
+		stamp(c, now_ns + wait);
+		return wait;
 	}
 	refill(c, share, now_ns);
 	t = tokens_ld(c);
@@ -187,6 +239,7 @@ uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
 		if (tokens_cas(c, &t, 0))
 			break;
 	}
+	give_turn(s, c);
 	admitted(s, c, now_ns);
 	return 0;
 }

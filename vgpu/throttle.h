@@ -51,6 +51,12 @@ struct vgpu_slot;
  * stopped longer than this with a `now` in hand moves the refill back and
  * so gives the tenant at most one burst. */
 #define VGPU_THROTTLE_CLOCK_SKEW_NS	60000000000ull	/* 60 s */
+/* Turns among a tenant's processes (throttle.c): a process that has
+ * waited this long gets the next admission; a turn not claimed again for
+ * TURN_NS is stale; the others are told to wait TURN_WAIT_NS at a time. */
+#define VGPU_THROTTLE_STARVE_NS		50000000ull	/* 50 ms */
+#define VGPU_THROTTLE_TURN_NS		100000000ull	/* 100 ms */
+#define VGPU_THROTTLE_TURN_WAIT_NS	1000000ull	/* 1 ms */
 /* A single charge or measurement larger than this is taken as this. */
 #define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
 
@@ -82,6 +88,14 @@ int vgpu_throttle_configure(struct vgpu_slot *s, unsigned share_pct,
  * records (at most VGPU_LEDGER_MAX_TENANTS). */
 uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
 			     uint64_t estimate_ns);
+
+/* As vgpu_throttle_admit, for a caller that has been waiting waiting_ns
+ * for this launch already: past VGPU_THROTTLE_STARVE_NS it takes the
+ * tenant's turn, and the tenant's other processes wait until it is
+ * admitted (so a process launching back to back cannot starve another of
+ * its tenant). */
+uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
+				     uint64_t estimate_ns, uint64_t waiting_ns);
 
 /* Settles an admitted launch: measured_ns is the GPU time it really took
  * (0 if it never ran), estimate_ns exactly what admit was given for it.

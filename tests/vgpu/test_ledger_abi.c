@@ -89,14 +89,14 @@ Test(ledger_abi, compute)
 	cr_expect_eq(sizeof(struct vgpu_ledger_compute), 64);
 	PIN(vgpu_ledger_compute, share_pct, 0, 4);
 	PIN(vgpu_ledger_compute, policy, 4, 4);
-	PIN(vgpu_ledger_compute, lock, 8, 4);
+	PIN(vgpu_ledger_compute, turn, 8, 4);
 	PIN(vgpu_ledger_compute, flags, 12, 4);
 	PIN(vgpu_ledger_compute, tokens_ns, 16, 8);
 	PIN(vgpu_ledger_compute, refill_ns, 24, 8);
 	PIN(vgpu_ledger_compute, gpu_time_ns, 32, 8);
 	PIN(vgpu_ledger_compute, wait_ns, 40, 8);
 	PIN(vgpu_ledger_compute, active_ns, 48, 8);
-	PIN(vgpu_ledger_compute, reserved, 56, 8);
+	PIN(vgpu_ledger_compute, turn_ns, 56, 8);
 }
 
 Test(ledger_abi, slot)

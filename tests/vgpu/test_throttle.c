@@ -680,3 +680,46 @@ Test(throttle, a_ledger_kept_across_a_reboot_does_not_stall_the_bucket)
 	cr_expect_eq(w, 10 * MS, "%llu", (unsigned long long)w);
 	vgpu_ledger_close(l);
 }
+
+/* Two processes of one tenant: one launches back to back (asks every
+ * 100 us), the other asks every 2 ms. Without turns the second never finds
+ * the tokens (the first takes them the moment they are there); with them it
+ * is admitted within the starvation threshold plus a refill. */
+static uint64_t starved_for(bool use_waiting)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = capped(l, "turns", 10, VGPU_POLICY_HARD);
+	struct vgpu_slot *b = ledger_join_ok(l, vgpu_ledger_tenant_record(a)->name,
+					     VGPU_LEDGER_UNLIMITED);
+	uint64_t b_start = T0 + 20 * MS, b_next = b_start, admitted = NEVER;
+
+	for (uint64_t t = T0; t < T0 + 2 * SEC && admitted == NEVER;
+	     t += 100 * US) {
+		if (vgpu_throttle_admit(a, t, 1 * MS) == 0)
+			vgpu_throttle_settle(a, 1 * MS, 1 * MS);
+		if (t >= b_next) {
+			uint64_t w = use_waiting
+				? vgpu_throttle_admit_waiting(b, t, 1 * MS,
+							      t - b_start)
+				: vgpu_throttle_admit(b, t, 1 * MS);
+			if (w == 0) {
+				vgpu_throttle_settle(b, 1 * MS, 1 * MS);
+				admitted = t;
+			}
+			b_next = t + 2 * MS;
+		}
+	}
+	ledger_done(l);
+	return admitted == NEVER ? NEVER : admitted - b_start;
+}
+
+Test(throttle, a_process_waiting_long_gets_its_turn)
+{
+	uint64_t without = starved_for(false), with = starved_for(true);
+
+	cr_expect_eq(without, NEVER, "without turns: starved for 2 s "
+		     "(got in after %llu ms)", (unsigned long long)(without / MS));
+	cr_assert_leq(with, VGPU_THROTTLE_STARVE_NS + 20 * MS,
+		      "with turns: in after %llu ms",
+		      (unsigned long long)(with / MS));
+}
