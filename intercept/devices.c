@@ -126,11 +126,14 @@ struct vgpu_dev *vgpu__dev_attach(CUdevice d)
 	CUuuid u;
 	size_t total = 0;
 
-	if (d < 0 || d >= VGPU_MAX_DEVICES || !vgpu__track_init())
+	if (d < 0 || d >= VGPU_MAX_DEVICES)
 		return NULL;
 	dv = &devs[d];
+	/* The allocation path: one load once the device is attached. */
 	if (__atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) != VGPU_DEV_NEW)
 		return dv;
+	if (!vgpu__track_init())
+		return NULL;
 	/* Driver calls first, then the lock. */
 	if (!vgpu__real.cuDeviceGetUuid_v2 || !vgpu__real.cuDeviceTotalMem_v2 ||
 	    vgpu__real.cuDeviceGetUuid_v2(&u, d) != CUDA_SUCCESS ||

@@ -45,7 +45,6 @@ static pthread_mutex_t spill_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t spill_seq;
 static unsigned spilled_host;	/* SPILL_HOST entries, atomic */
 unsigned vgpu__movable_count;	/* SPILL_HOST + SPILL_DEVICE entries, atomic */
-#define movable vgpu__movable_count
 static uint64_t use_clock;	/* use stamps, atomic */
 
 static int claim_entry(void)
@@ -76,14 +75,14 @@ static void set_state(int i, int state)
 	if (spills[i].state == SPILL_HOST)
 		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	if (is_movable(spills[i].state))
-		__atomic_sub_fetch(&movable, 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
 	spills[i].state = state;
 	if (state == SPILL_HOST) {
 		spills[i].seq = ++spill_seq;
 		__atomic_add_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	}
 	if (is_movable(state))
-		__atomic_add_fetch(&movable, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&spill_lock);
 }
 
@@ -98,15 +97,21 @@ static void take(int i)
 	if (spills[i].state == SPILL_HOST)
 		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	if (is_movable(spills[i].state))
-		__atomic_sub_fetch(&movable, 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
 	spills[i].state = SPILL_BUSY;
 }
 
+/* The recommended mapping granularity of dev for device or host handles:
+ * asked of the driver once per device and kind, not on every allocation. */
 static size_t granularity(int dev, CUmemLocationType type)
 {
+	static size_t cache[VGPU_MAX_DEVICES][2];
+	size_t *slot = &cache[dev][type == CU_MEM_LOCATION_TYPE_DEVICE];
+	size_t g = __atomic_load_n(slot, __ATOMIC_RELAXED);
 	CUmemAllocationProp prop;
-	size_t g = 0;
 
+	if (g)
+		return g;
 	memset(&prop, 0, sizeof(prop));
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = type;
@@ -116,6 +121,7 @@ static size_t granularity(int dev, CUmemLocationType type)
 				CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
 		    CUDA_SUCCESS || g == 0)
 		g = (size_t)2 << 20;
+	__atomic_store_n(slot, g, __ATOMIC_RELAXED);
 	return g;
 }
 
@@ -461,7 +467,7 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 /* Kernel arguments that point into a movable range mark it used. */
 void vgpu__note_use(CUdeviceptr p)
 {
-	if (!__atomic_load_n(&movable, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&vgpu__movable_count, __ATOMIC_RELAXED))
 		return;
 	for (int i = 0; i < MAX_SPILLS; i++) {
 		struct spill *sp = &spills[i];
@@ -535,6 +541,6 @@ void vgpu__overcommit_fork_child(void)
 	pthread_mutex_init(&spill_lock, NULL);
 	memset(spills, 0, sizeof(spills));
 	spilled_host = 0;
-	movable = 0;
+	vgpu__movable_count = 0;
 	spill_seq = 0;
 }
