@@ -128,7 +128,8 @@ struct vgpu_ledger_tenant {
 	uint64_t limit_set_ns;		/* CLOCK_REALTIME of the last set */
 	int32_t limit_set_pid;		/* pid (own namespace) that set it */
 	uint32_t limit_changes;		/* times a joiner changed the limit */
-	uint64_t reserved0[2];
+	uint64_t turn_since_ns;		/* when compute.turn's holder began waiting */
+	uint64_t reserved0;
 	char name[VGPU_LEDGER_NAME_MAX];	/* NUL-terminated */
 	uint64_t usage[VGPU_LEDGER_KIND_SLOTS];	/* bytes per kind (lock) */
 	struct vgpu_ledger_compute compute;
@@ -220,7 +221,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, spill_limit, 24, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_set_ns, 32, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_set_pid, 40, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_changes, 44, 4);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 48, 16);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, turn_since_ns, 48, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 56, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, name, 64, 64);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, usage, 128, 128);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, compute, 256, 64);

@@ -21,6 +21,7 @@
 #include "timeline.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,6 +34,10 @@
 /* The reference event is recorded again this often (cuEventElapsedTime's
  * float loses precision as the distance from it grows). */
 #define CALIBRATE_NS 4000000000ull
+/* Calibration's tries stop after this long; a wait for one spins this long
+ * before it yields. */
+#define CAL_BUDGET_NS 1000000ull
+#define CAL_SPIN_NS 50000ull
 
 enum { EST_KERNEL, EST_GRAPH, EST_KINDS };
 
@@ -48,7 +53,7 @@ struct pending {
 /* A measured launch waiting to be charged. */
 struct measured {
 	uint64_t start, end;	/* CLOCK_MONOTONIC ns */
-	uint64_t estimate;
+	uint64_t estimate;	/* what the bucket is charged for it so far */
 	struct vgpu_dev *dv;
 	int kind;
 };
@@ -100,13 +105,28 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* Waits for the reference event: spins briefly, then yields the CPU (on
+ * a loaded host the thread that completes it may need this one's core). */
+static CUresult cal_wait(CUevent e)
+{
+	uint64_t t0 = now_ns();
+	CUresult q;
+
+	while ((q = vgpu__real.cuEventQuery(e)) == CUDA_ERROR_NOT_READY)
+		if (now_ns() - t0 > CAL_SPIN_NS)
+			sched_yield();
+	return q;
+}
+
 /* Records the reference event and reads when it completed: the middle of
- * its record-to-completion window, recording it again (up to twenty
- * times: the first tries wake the stream up) until the window is narrow. */
+ * its record-to-completion window, recording it again (the first tries
+ * wake the stream up) until the window is narrow, for up to twenty tries
+ * and CAL_BUDGET_NS: on a host too busy to give a narrow window, the last
+ * one is kept with its error (ref_err) rather than holding up the launch. */
 static bool calibrate(struct ctx_state *c)
 {
 	int r = c->ref < 0 ? 0 : 1 - c->ref;
-	uint64_t window = UINT64_MAX, at = 0;
+	uint64_t window = UINT64_MAX, at = 0, begin = now_ns();
 
 	if (!c->cal_stream && vgpu__real.cuStreamCreate &&
 	    vgpu__real.cuStreamCreate(&c->cal_stream,
@@ -120,16 +140,15 @@ static bool calibrate(struct ctx_state *c)
 		return false;
 	/* Each try records the event again: the last try is the one that
 	 * counts, so stop at the first narrow window. */
-	for (int i = 0; i < 20 && window > 10000; i++) {
+	for (int i = 0; i < 20 && window > 10000 &&
+			(i == 0 || now_ns() - begin < CAL_BUDGET_NS); i++) {
 		uint64_t t0 = now_ns(), t1;
 		CUresult q;
 
 		if (vgpu__real.cuEventRecord(c->ref_ev[r], c->cal_stream) !=
 		    CUDA_SUCCESS)
 			return false;
-		while ((q = vgpu__real.cuEventQuery(c->ref_ev[r])) ==
-		       CUDA_ERROR_NOT_READY)
-			;
+		q = cal_wait(c->ref_ev[r]);
 		t1 = now_ns();
 		if (q != CUDA_SUCCESS)
 			return false;
@@ -202,11 +221,21 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 	}
 	if (c->done_count == 2 * RING)
 		charge_done(c, 0, true);
+	/* A first reading of its own time, from the ends recorded so far
+	 * (ends recorded later can only shorten it): the estimate it was
+	 * admitted with is corrected to it now rather than at the charge,
+	 * so that an estimate too high does not hold up the tenant for
+	 * CHARGE_DELAY_NS or until this thread launches again. */
+	uint64_t first = p->dv->ledger ? vgpu_timeline_exclusive(p->dv->ledger,
+							 start, start + len)
+				       : len;
+	if (p->dv->slot)
+		vgpu_throttle_correct(p->dv->slot, p->estimate, first);
 	struct measured *m =
 		&c->done[(c->done_head + c->done_count) % (2 * RING)];
 	m->start = start;
 	m->end = start + len;
-	m->estimate = p->estimate;
+	m->estimate = first;
 	m->dv = p->dv;
 	m->kind = p->kind;
 	c->done_count++;
@@ -214,7 +243,7 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 		vgpu_timeline_record(p->dv->ledger, m->end);
 	/* A first estimate, until charges refine it. */
 	if (!c->avg_ns[p->kind])
-		c->avg_ns[p->kind] = len ? len : 1;
+		c->avg_ns[p->kind] = first ? first : 1;
 	c->free_ev[c->nfree++] = p->start;
 	c->free_ev[c->nfree++] = p->end;
 	c->head = (c->head + 1) % RING;

@@ -158,9 +158,13 @@ static void admitted(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
  * gets them, so a process that asks less often (a new one, a child) can
  * starve behind one that launches back to back. A process that has waited
  * VGPU_THROTTLE_STARVE_NS claims the turn; while a fresh turn names another
- * slot, everyone else waits. The holder refreshes it each time it asks and
- * gives it up when admitted; one not refreshed for VGPU_THROTTLE_TURN_NS
- * (its holder died or stopped asking) is ignored and may be taken over. */
+ * slot, everyone else waits. Of the starved, the one waiting longest holds
+ * it: a claim takes the turn from a holder that began waiting later
+ * (turn_since_ns), so the starved are admitted in the order they began to
+ * wait, not in the order they happen to ask. The holder refreshes it each
+ * time it asks and gives it up when admitted; one not refreshed for
+ * VGPU_THROTTLE_TURN_NS (its holder died or stopped asking) is ignored and
+ * may be taken over. */
 static bool turn_fresh(struct vgpu_ledger_compute *c, uint64_t now)
 {
 	uint64_t at = vgpu__ld(&c->turn_ns);
@@ -176,14 +180,23 @@ static uint64_t take_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
 	uint32_t me = s->index + 1;
 	uint32_t turn = vgpu__ld32(&c->turn);
 	bool fresh = turn && turn_fresh(c, now);
+	uint64_t since = now - waiting_ns;
 
-	if (fresh && turn != me)
-		return VGPU_THROTTLE_TURN_WAIT_NS;
-	if (waiting_ns >= VGPU_THROTTLE_STARVE_NS &&
-	    (turn == me || __atomic_compare_exchange_n(&c->turn, &turn, me,
-						      false, __ATOMIC_ACQ_REL,
-						      __ATOMIC_RELAXED)))
+	if (turn == me) {
 		vgpu__st(&c->turn_ns, now);
+		return 0;
+	}
+	if (waiting_ns < VGPU_THROTTLE_STARVE_NS)
+		return fresh ? VGPU_THROTTLE_TURN_WAIT_NS : 0;
+	/* Starved: the turn is ours if it is free, stale, or held by one
+	 * that began waiting after us. */
+	if (fresh && vgpu__ld(&s->ten->turn_since_ns) <= since)
+		return VGPU_THROTTLE_TURN_WAIT_NS;
+	if (!__atomic_compare_exchange_n(&c->turn, &turn, me, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return VGPU_THROTTLE_TURN_WAIT_NS;	/* just claimed */
+	vgpu__st(&s->ten->turn_since_ns, since);
+	vgpu__st(&c->turn_ns, now);
 	return 0;
 }
 
@@ -244,19 +257,28 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	return 0;
 }
 
-void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
-			  uint64_t estimate_ns)
+void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
+			   uint64_t now_ns)
 {
 	struct vgpu_ledger_compute *c = &s->ten->compute;
-	int64_t m = (int64_t)clamp_charge(measured_ns);
-	int64_t e = (int64_t)clamp_charge(estimate_ns);
+	int64_t m = (int64_t)clamp_charge(now_ns);
+	int64_t e = (int64_t)clamp_charge(charged_ns);
 
-	counter_add(&c->gpu_time_ns, (uint64_t)m);
-	counter_add(&s->rec->gpu_time_ns, (uint64_t)m);
 	if (e > m)	/* a refund: may not fill the bucket past the burst */
 		clamp_burst(c, tokens_add(c, e - m));
 	else if (m > e)
 		tokens_add(c, e - m);
+}
+
+void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
+			  uint64_t estimate_ns)
+{
+	struct vgpu_ledger_compute *c = &s->ten->compute;
+	uint64_t m = clamp_charge(measured_ns);
+
+	counter_add(&c->gpu_time_ns, m);
+	counter_add(&s->rec->gpu_time_ns, m);
+	vgpu_throttle_correct(s, estimate_ns, measured_ns);
 }
 
 void vgpu_throttle_waited(struct vgpu_slot *s, uint64_t wait_ns)

@@ -13,6 +13,9 @@
  *   launch; later, once its GPU time is known:
  *   vgpu_throttle_settle(s, measured, estimate)   (exactly once per admit;
  *   a launch that failed settles with measured = 0, which refunds it).
+ * A first reading of the GPU time may correct the charge before the final
+ * one: vgpu_throttle_correct(s, estimate, first); then
+ * vgpu_throttle_settle(s, measured, first).
  *
  * Clock: every now_ns is CLOCK_MONOTONIC in ns (one clock for all the
  * processes of a host); a tenant's callers must use the same clock. 0 is
@@ -103,6 +106,12 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
  * tenant's compute.gpu_time_ns. */
 void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
 			  uint64_t estimate_ns);
+
+/* Moves an admitted launch's charge from charged_ns (what the bucket was
+ * charged for it so far) to now_ns, counting nothing: a refund may not fill
+ * the bucket past the burst. Settle it later with now_ns as its estimate. */
+void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
+			   uint64_t now_ns);
 
 /* Accounts one launch that was told to wait, and the wall time it waited
  * in all: the tenant's compute.wait_ns, the slot's launch_wait_ns and

@@ -77,7 +77,8 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, limit_set_ns, 32, 8);
 	PIN(vgpu_ledger_tenant, limit_set_pid, 40, 4);
 	PIN(vgpu_ledger_tenant, limit_changes, 44, 4);
-	PIN(vgpu_ledger_tenant, reserved0, 48, 16);
+	PIN(vgpu_ledger_tenant, turn_since_ns, 48, 8);
+	PIN(vgpu_ledger_tenant, reserved0, 56, 8);
 	PIN(vgpu_ledger_tenant, name, 64, 64);
 	PIN(vgpu_ledger_tenant, usage, 128, 128);
 	PIN(vgpu_ledger_tenant, compute, 256, 64);

@@ -174,6 +174,32 @@ Test(throttle, settle_charges_the_difference_and_counts_gpu_time)
 	vgpu_ledger_close(l);
 }
 
+Test(throttle, a_correction_moves_the_charge_and_counts_nothing)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = capped(l, "t", 50, VGPU_POLICY_HARD);
+
+	/* Admitted on a full bucket with an estimate of 60 ms: 40 ms debt. */
+	cr_assert_eq(vgpu_throttle_admit(s, T0 + 40 * MS, 60 * MS), 0);
+	cr_expect_eq(tokens(s), -40 * (int64_t)MS);
+	/* Read first at 2 ms: the debt is gone at once. */
+	vgpu_throttle_correct(s, 60 * MS, 2 * MS);
+	cr_expect_eq(tokens(s), 18 * (int64_t)MS);
+	cr_expect_eq(compute(s)->gpu_time_ns, 0);
+	/* The final reading, 1.5 ms: charged that, counted once. */
+	vgpu_throttle_settle(s, 1500 * US, 2 * MS);
+	cr_expect_eq(tokens(s), 18500 * (int64_t)US);
+	cr_expect_eq(compute(s)->gpu_time_ns, 1500 * US);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->gpu_time_ns, 1500 * US);
+	/* A correction upwards charges; a refund stops at the burst. */
+	vgpu_throttle_correct(s, 1 * MS, 4 * MS);
+	cr_expect_eq(tokens(s), 15500 * (int64_t)US);
+	vgpu_throttle_correct(s, 30 * MS, 0);
+	cr_expect_eq(tokens(s), VGPU_THROTTLE_BURST_NS);
+	cr_expect_eq(compute(s)->gpu_time_ns, 1500 * US);
+	vgpu_ledger_close(l);
+}
+
 Test(throttle, the_most_recent_settings_apply_and_same_ones_keep_the_bucket)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
@@ -722,4 +748,57 @@ Test(throttle, a_process_waiting_long_gets_its_turn)
 	cr_assert_leq(with, VGPU_THROTTLE_STARVE_NS + 20 * MS,
 		      "with turns: in after %llu ms",
 		      (unsigned long long)(with / MS));
+}
+
+/* Four processes of one tenant at 10%, each launching 5 ms kernels again
+ * as soon as one is admitted: three ask every 100 us, one every 2 ms. The
+ * turn goes to whoever began waiting first, so the slow asker is never
+ * passed over by the fast ones: it waits at most for the three admitted
+ * before it and its own tokens (4 x 5 ms at 10%: 200 ms), plus the
+ * starvation threshold before it claims. Returns its longest wait. */
+static uint64_t slow_askers_longest_wait(void)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *p[4];
+	uint64_t since[4], next[4], longest = 0;
+	unsigned admitted[4] = { 0 };
+
+	p[0] = capped(l, "fifo", 10, VGPU_POLICY_HARD);
+	for (int i = 1; i < 4; i++)
+		p[i] = ledger_join_ok(l, vgpu_ledger_tenant_record(p[0])->name,
+				      VGPU_LEDGER_UNLIMITED);
+	for (int i = 0; i < 4; i++)
+		since[i] = next[i] = T0 + (uint64_t)i * 10 * US;
+	for (uint64_t t = T0; t < T0 + 5 * SEC; t += 100 * US) {
+		for (int i = 0; i < 4; i++) {
+			if (t < next[i])
+				continue;
+			next[i] = t + (i == 3 ? 2 * MS : 100 * US);
+			if (vgpu_throttle_admit_waiting(p[i], t, 5 * MS,
+							t - since[i]) != 0)
+				continue;
+			vgpu_throttle_settle(p[i], 5 * MS, 5 * MS);
+			if (i == 3 && t - since[i] > longest)
+				longest = t - since[i];
+			admitted[i]++;
+			since[i] = t;
+		}
+	}
+	/* One still waiting at the end counts too. */
+	if (T0 + 5 * SEC - since[3] > longest)
+		longest = T0 + 5 * SEC - since[3];
+	for (int i = 0; i < 4; i++)
+		cr_expect_gt(admitted[i], 10, "process %d admitted %u times", i,
+			     admitted[i]);
+	ledger_done(l);
+	return longest;
+}
+
+Test(throttle, the_starved_are_admitted_in_the_order_they_began_to_wait)
+{
+	uint64_t longest = slow_askers_longest_wait();
+
+	cr_expect_leq(longest, VGPU_THROTTLE_STARVE_NS + 4 * 50 * MS + 10 * MS,
+		      "the slow asker waited %llu ms",
+		      (unsigned long long)(longest / MS));
 }
