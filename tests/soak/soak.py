@@ -40,8 +40,13 @@ CTX_OVERHEAD = MIB
 SLOW_NS = 1_000_000_000
 SHARE_TOLERANCE = 3.0
 FILL_MIB = 2
+EXIT_NOROOM = 4      # the context refused: the tenant's slice is full
 EXIT_NAMES = {2: "unexpected CUDA result", 3: "no device",
               10: "DATA LOSS", 11: "a forked child failed"}
+# Busy processes per CPU at which the simulated GPU still runs kernels at
+# about their own speed; past it workers rest between steps (--duty).
+PROCS_PER_CPU = 6
+NOROOM_RESPAWN_S = 0.5
 
 
 def parse_args():
@@ -53,6 +58,13 @@ def parse_args():
     p.add_argument("--no-fill", action="store_true",
                    help="no tmpfs for the ledger (no user namespaces)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
+    p.add_argument("--max-mib", type=int, default=None,
+                   help="largest ordinary allocation (default: 8, or 2 when "
+                   "workers rest: see --duty)")
+    p.add_argument("--duty", type=float, default=None,
+                   help="fraction of the time each worker is busy (default: "
+                   "1, or less when there are more than %d workers per CPU)"
+                   % PROCS_PER_CPU)
     p.add_argument("--ci", action="store_true",
                    help="skip (77) unless VGPU_SOAK=1: not yet reliable")
     return p.parse_args()
@@ -113,6 +125,14 @@ class Soak:
         self.failures = []
         self.ended = []      # (worker, returncode, last status)
         self.fill = None     # (when filled, bytes, when freed)
+        self.refused = 0     # workers refused a context (slice full)
+        self.respawn_at = {}  # index -> when to start it again
+        cpus = len(os.sched_getaffinity(0))
+        if args.duty is None:
+            args.duty = min(1.0, PROCS_PER_CPU * cpus / args.processes)
+        if args.max_mib is None:
+            args.max_mib = 8 if args.duty >= 1 else 2
+        self.cpus = cpus
 
     def env(self, tenant):
         mem, share = TENANTS[tenant]
@@ -141,7 +161,8 @@ class Soak:
         proc = subprocess.Popen(
             [self.worker_bin, "--device", str(device),
              "--seconds", str(self.args.seconds + 120), "--status", path,
-             "--seed", str(self.rng.getrandbits(31)), "--max-mib", "8"],
+             "--seed", str(self.rng.getrandbits(31)), "--max-mib", str(self.args.max_mib),
+             "--duty", "%.4f" % self.args.duty],
             env=self.env(tenant), stdout=log, stderr=subprocess.STDOUT)
         self.workers[index] = Worker(index, tenant, device, path, proc, log)
 
@@ -149,6 +170,9 @@ class Soak:
         w.log.close()
         self.ended.append((w, rc, w.status(), killed))
         if killed:
+            return
+        if rc == EXIT_NOROOM:
+            self.refused += 1
             return
         what = EXIT_NAMES.get(rc, "signal %d" % -rc if rc < 0 else
                               "exit %d" % rc)
@@ -160,14 +184,23 @@ class Soak:
                                                 tail))
 
     def poll(self):
+        now = time.monotonic()
         for i, w in list(self.workers.items()):
             rc = w.proc.poll()
             if rc is not None:
                 self.ended_worker(w, rc, False)
                 del self.workers[i]
+                # A full slice stays full for a while: no busy restarts.
+                self.respawn_at[i] = now + (NOROOM_RESPAWN_S
+                                            if rc == EXIT_NOROOM else 0)
+        for i, at in list(self.respawn_at.items()):
+            if now >= at:
+                del self.respawn_at[i]
                 self.spawn(i)
 
     def kill_one(self):
+        if not self.workers:
+            return
         i = self.rng.choice(list(self.workers))
         w = self.workers.pop(i)
         w.proc.send_signal(signal.SIGKILL)
@@ -343,10 +376,13 @@ class Soak:
                 "checks", "forks", "child_fail", "child_slow")}
         killed_slowest = max([st["max_ns"] for _, _, st, k in self.ended
                               if st and k] or [0])
-        print("soak: %d processes, 8 tenants, 2 GPUs, %.0f s; seed %s"
-              % (self.args.processes, self.wall_ns / 1e9, self.args.seed))
-        print("  workers started %d, SIGKILLed %d, survivors %d"
-              % (self.spawned, self.kills, r["survivors"]))
+        print("soak: %d processes, 8 tenants, 2 GPUs, %.0f s; seed %s; "
+              "%d CPUs, duty %.2f, buffers up to %d MiB"
+              % (self.args.processes, self.wall_ns / 1e9, self.args.seed,
+                 self.cpus, self.args.duty, self.args.max_mib))
+        print("  workers started %d, SIGKILLed %d, refused a context (slice "
+              "full) %d, survivors %d"
+              % (self.spawned, self.kills, self.refused, r["survivors"]))
         print("  calls %(calls)d: allocations %(alloc_ok)d ok, %(ooms)d OOM "
               "(over the slice or injected); launches %(launches)d, "
               "%(launch_fail)d failed (injected); data checks %(checks)d; "

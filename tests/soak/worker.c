@@ -3,10 +3,13 @@
  * shim, until SIGTERM or its time ends.
  *
  *   soak-worker --device D --seconds S --status FILE --seed N --max-mib M
+ *               [--duty F]
  *
  * Its tenant, slice, compute share and injected faults come from the
  * environment (VGPU_*, VGPU_SIM_FAIL). Every CUDA call is timed; the slowest
- * is reported. Each allocation holds the vgpu_touch pattern of its own seed;
+ * is reported. --duty F (0 < F <= 1): after each step, sleep so that steps
+ * take about F of the time (soak.py keeps the host's CPUs from being
+ * oversubscribed, which would slow the simulated GPU itself down). Each allocation holds the vgpu_touch pattern of its own seed;
  * every check reads it back with a kernel, and a word that differs is data
  * loss. An injected allocation failure is an OOM; an injected launch
  * failure leaves the buffer as it was (the kernel never ran).
@@ -18,8 +21,9 @@
  *   launch_fail N launches N checks N forks N child_fail N paused 0|1
  *
  * Exit codes: 0 done, 2 an unexpected CUDA result, 3 no device (cuInit or
- * the context refused: e.g. a ledger that cannot be created), 10 data loss,
- * 11 a forked child failed.
+ * the context refused: e.g. a ledger that cannot be created), 4 no room
+ * (the context refused with CUDA_ERROR_OUT_OF_MEMORY: the tenant's slice
+ * is full, as designed), 10 data loss, 11 a forked child failed.
  */
 #include <cuda.h>
 #include <errno.h>
@@ -37,6 +41,7 @@
 
 #define EXIT_CUDA 2
 #define EXIT_NODEV 3
+#define EXIT_NOROOM 4
 #define EXIT_LOSS 10
 #define EXIT_CHILD 11
 #define EXIT_CHILD_SLOW 12	/* a child's call past 1 s: known issue */
@@ -162,7 +167,9 @@ static int start_cuda(int dev)
 		return fail("cuDeviceGet", r, EXIT_NODEV);
 	t0 = now_ns();
 	if ((r = timed("cuDevicePrimaryCtxRetain", t0, cuDevicePrimaryCtxRetain(&ctx, d))) != CUDA_SUCCESS)
-		return fail("cuDevicePrimaryCtxRetain", r, EXIT_NODEV);
+		return fail("cuDevicePrimaryCtxRetain", r,
+			    r == CUDA_ERROR_OUT_OF_MEMORY ? EXIT_NOROOM
+							  : EXIT_NODEV);
 	have_ctx = 1;
 	if ((r = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS)
 		return fail("cuCtxSetCurrent", r, EXIT_CUDA);
@@ -343,7 +350,7 @@ static int child_main(void)
 	memset(&st, 0, sizeof(st));
 	have_ctx = 0;
 	if ((rc = start_cuda(device)) != 0)
-		return rc == EXIT_NODEV ? 0 : rc;
+		return rc == EXIT_NODEV || rc == EXIT_NOROOM ? 0 : rc;
 	b.bytes = 1 * MIB;
 	t0 = now_ns();
 	r = timed("cuMemAlloc", t0, cuMemAlloc(&b.p, b.bytes));
@@ -412,6 +419,18 @@ static int step(size_t max_mib)
 	return 0;
 }
 
+/* Sleeps ns, at most 100 ms; a signal cuts it short. */
+static void rest(uint64_t ns)
+{
+	struct timespec ts;
+
+	if (ns > 100000000ull)
+		ns = 100000000ull;
+	ts.tv_sec = 0;
+	ts.tv_nsec = (long)ns;
+	nanosleep(&ts, NULL);
+}
+
 static void hold_still(const char *status)
 {
 	sigset_t none;
@@ -429,6 +448,7 @@ int main(int argc, char **argv)
 	const char *status = "/dev/null";
 	double seconds = 10;
 	size_t max_mib = 8;
+	double duty = 1;
 	uint64_t end, next_status = 0;
 	struct sigaction sa;
 	int rc = 0;
@@ -450,6 +470,8 @@ int main(int argc, char **argv)
 			seed_state = (unsigned)strtoul(argv[i + 1], NULL, 0);
 		else if (!strcmp(argv[i], "--max-mib"))
 			max_mib = (size_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--duty"))
+			duty = atof(argv[i + 1]);
 	}
 	write_status(status, 0);
 	if ((rc = start_cuda(device)) != 0)
@@ -460,8 +482,12 @@ int main(int argc, char **argv)
 			hold_still(status);
 			break;
 		}
+		uint64_t t0 = now_ns();
+
 		if ((rc = step(max_mib)) != 0)
 			goto out;
+		if (duty > 0 && duty < 1)
+			rest((now_ns() - t0) * (1 - duty) / duty);
 		if (now_ns() >= next_status) {
 			write_status(status, 0);
 			next_status = now_ns() + STATUS_NS;
