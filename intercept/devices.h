@@ -44,6 +44,13 @@ static inline uint64_t vgpu__mono_ns(void)
  * options, before any launch). */
 extern bool vgpu__compute_on;
 void vgpu__launch_fork_child(void);
+/* Bumped before any context is destroyed, released or reset: a thread's
+ * launch state made before then is not given back to the driver. */
+extern unsigned vgpu__ctx_epoch;
+static inline void vgpu__ctx_teardown(void)
+{
+	__atomic_add_fetch(&vgpu__ctx_epoch, 1, __ATOMIC_ACQ_REL);
+}
 
 /* The device's state, attached on first use; NULL if d is not a device.
  * A FAILED device was refused: its hooks answer CUDA_ERROR_INVALID_DEVICE. */

@@ -46,6 +46,7 @@ struct vgpu_real {
 					    CUarray a);
 	CUresult (*cuCtxGetCurrent)(CUcontext *pctx);
 	CUresult (*cuStreamCreate)(CUstream *s, unsigned int flags);
+	CUresult (*cuStreamDestroy_v2)(CUstream s);
 	CUresult (*cuCtxSynchronize)(void);
 	CUresult (*cuDeviceGetAttribute)(int *pi, CUdevice_attribute a,
 					 CUdevice dev);

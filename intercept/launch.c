@@ -61,6 +61,7 @@ struct measured {
 /* One thread's measurements in one context (events belong to a context). */
 struct ctx_state {
 	CUcontext ctx;
+	unsigned epoch;		/* vgpu__ctx_epoch when it was taken */
 	uint64_t used;		/* last use, for eviction */
 	CUevent free_ev[2 * RING];
 	int nfree;
@@ -91,6 +92,16 @@ struct param_info {
 static struct param_info param_cache[PARAM_CACHE];
 static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint64_t tls_clock;
+
+/* A thread's events and calibration stream are given back when it exits
+ * (a key's destructor), if no context has been torn down since they were
+ * made: then the driver has freed them with their context, or their
+ * handle may name another one. */
+unsigned vgpu__ctx_epoch;
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static bool exit_key_ok;
+static __thread bool tls_exit_armed;
 
 bool vgpu__compute_on;
 
@@ -259,6 +270,56 @@ static void collect(struct ctx_state *c, uint64_t now)
 		charge_done(c, now, false);
 }
 
+/* Gives c's events and stream back to the driver (c->ctx current); its
+ * launches not yet complete stay charged at their estimate. */
+static void release(struct ctx_state *c)
+{
+	for (unsigned i = 0; i < c->count; i++) {
+		struct pending *p = &c->ring[(c->head + i) % RING];
+
+		/* Still recorded: the driver frees them once complete. */
+		vgpu__real.cuEventDestroy_v2(p->start);
+		vgpu__real.cuEventDestroy_v2(p->end);
+	}
+	for (int i = 0; i < c->nfree; i++)
+		vgpu__real.cuEventDestroy_v2(c->free_ev[i]);
+	for (int r = 0; r < 2; r++)
+		if (c->ref_ev[r])
+			vgpu__real.cuEventDestroy_v2(c->ref_ev[r]);
+	if (c->cal_stream && vgpu__real.cuStreamDestroy_v2)
+		vgpu__real.cuStreamDestroy_v2(c->cal_stream);
+	memset(c, 0, sizeof(*c));
+}
+
+static void thread_exit(void *arg)
+{
+	CUcontext top;
+
+	(void)arg;
+	for (int i = 0; i < CTXS; i++) {
+		struct ctx_state *c = &tls_ctx[i];
+
+		if (!c->ctx)
+			continue;
+		if (c->epoch != __atomic_load_n(&vgpu__ctx_epoch,
+						__ATOMIC_ACQUIRE) ||
+		    vgpu__real.cuCtxPushCurrent_v2(c->ctx) != CUDA_SUCCESS) {
+			memset(c, 0, sizeof(*c));
+			continue;
+		}
+		while (c->count && settle_oldest(c, false))
+			;
+		charge_done(c, 0, true);
+		release(c);
+		vgpu__real.cuCtxPopCurrent_v2(&top);
+	}
+}
+
+static void make_exit_key(void)
+{
+	exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
+}
+
 /* This thread's state for the current context, NULL if none is current. */
 static struct ctx_state *ctx_state(void)
 {
@@ -281,20 +342,33 @@ static struct ctx_state *ctx_state(void)
 	 * settled and its events left to its context (they cannot be
 	 * destroyed from here without making it current). */
 	if (lru->ctx) {
-		vgpu__real.cuCtxPushCurrent_v2(lru->ctx);
-		while (lru->count)
-			settle_oldest(lru, true);
-		charge_done(lru, 0, true);
-		for (int i = 0; i < lru->nfree; i++)
-			vgpu__real.cuEventDestroy_v2(lru->free_ev[i]);
-		vgpu__real.cuCtxPopCurrent_v2(&ctx);
+		CUcontext top;
+		bool live = lru->epoch == __atomic_load_n(&vgpu__ctx_epoch,
+							  __ATOMIC_ACQUIRE) &&
+			    vgpu__real.cuCtxPushCurrent_v2(lru->ctx) ==
+				    CUDA_SUCCESS;
+
+		if (live) {
+			while (lru->count)
+				settle_oldest(lru, true);
+			charge_done(lru, 0, true);
+			release(lru);
+			vgpu__real.cuCtxPopCurrent_v2(&top);
+		}
 		vgpu_log(VGPU_LOG_DEBUG, "a thread uses more than %d contexts: "
 			 "measurements of the oldest settled", CTXS);
 	}
 	memset(lru, 0, sizeof(*lru));
 	lru->ctx = ctx;
+	lru->epoch = __atomic_load_n(&vgpu__ctx_epoch, __ATOMIC_ACQUIRE);
 	lru->used = ++tls_clock;
 	lru->ref = -1;
+	if (!tls_exit_armed) {
+		tls_exit_armed = true;
+		pthread_once(&exit_once, make_exit_key);
+		if (exit_key_ok)
+			pthread_setspecific(exit_key, &tls_exit_armed);
+	}
 	return lru;
 }
 

@@ -398,6 +398,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 	if (!vgpu__real.cuCtxDestroy_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	vgpu__ctx_teardown();
 	known = vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
 	r = forget_handle(key, vgpu__real.cuCtxDestroy_v2(ctx), &t, known);
 	if (r == CUDA_SUCCESS && known)
@@ -447,6 +448,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 	if (!vgpu__real.cuDevicePrimaryCtxRelease_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	vgpu__ctx_teardown();
 	r = dv && __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE)
 		    ? CUDA_SUCCESS
 		    : vgpu__real.cuDevicePrimaryCtxRelease_v2(dev);
@@ -472,6 +474,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 	if (!vgpu__real.cuDevicePrimaryCtxReset_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	vgpu__ctx_teardown();
 	r = vgpu__real.cuDevicePrimaryCtxReset_v2(dev);
 	/* The context and its allocations are gone; its retains stay (it is
 	 * created again on next use), and so does its charge. */

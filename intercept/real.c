@@ -214,6 +214,7 @@ static void load(void)
 	EXTRA(cuArrayGetDescriptor_v2);
 	EXTRA(cuCtxGetCurrent);
 	EXTRA(cuStreamCreate);
+	EXTRA(cuStreamDestroy_v2);
 	EXTRA(cuCtxSynchronize);
 	EXTRA(cuDeviceGetAttribute);
 	EXTRA(cuMemAddressReserve);

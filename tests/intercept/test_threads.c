@@ -1,0 +1,162 @@
+/* test_threads.c - a thread that launched under a compute share gives back
+ * what the shim made to measure its launches (events and a calibration
+ * stream per context) when it exits, and leaves them alone when a context
+ * was torn down meanwhile (docs/compute.md).
+ *
+ * On the simulator every stream runs a worker thread, so a stream left
+ * behind is a thread left behind: /proc/self/task counts them.
+ */
+#include "shimtest.h"
+#include "vgpu_kernels.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+static CUfunction spin;
+
+static int tasks(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The task count once it has come down to at most want (a stopped
+ * stream's worker ends on its own), or after 5 s; want < 0: once it has
+ * not changed for 50 ms. */
+static int tasks_settled(int want)
+{
+	struct timespec ts = { 0, 10000000 };
+	int n = tasks(), same = 0;
+
+	for (int i = 0; i < 500; i++) {
+		if (want >= 0 ? n <= want : same == 5)
+			break;
+		nanosleep(&ts, NULL);
+		int m = tasks();
+
+		same = m == n ? same + 1 : 0;
+		n = m;
+	}
+	return n;
+}
+
+struct job {
+	CUcontext ctx;
+	pthread_barrier_t *launched;	/* NULL: exit at once */
+	pthread_barrier_t *go;
+	CUresult r;
+};
+
+static void *launcher(void *arg)
+{
+	struct job *j = arg;
+	unsigned long long ns = 20000;
+	CUdeviceptr none = 0;
+	void *params[] = { &ns, &none };
+
+	j->r = cuCtxSetCurrent(j->ctx);
+	for (int i = 0; i < 3 && j->r == CUDA_SUCCESS; i++)
+		j->r = cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, NULL, params,
+				      NULL);
+	if (j->r == CUDA_SUCCESS)
+		j->r = cuCtxSynchronize();
+	if (j->launched) {
+		pthread_barrier_wait(j->launched);
+		pthread_barrier_wait(j->go);
+	}
+	return NULL;
+}
+
+static void run_launchers(CUcontext ctx, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct job j = { .ctx = ctx };
+		pthread_t t;
+
+		cr_assert_eq(pthread_create(&t, NULL, launcher, &j), 0);
+		cr_assert_eq(pthread_join(t, NULL), 0);
+		cr_assert_eq(j.r, CUDA_SUCCESS, "launcher %d: %d", i, j.r);
+	}
+}
+
+static CUcontext start(void)
+{
+	CUcontext ctx;
+	CUmodule mod;
+
+	shimtest_env("threads", NULL);
+	setenv("VGPU_COMPUTE_LIMIT", "50", 1);
+	ctx = simtest_init_shared();
+	cr_assert_eq(cuModuleLoadData(&mod, vgpu_kernels_fatbin), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleGetFunction(&spin, mod, "vgpu_spin"),
+		     CUDA_SUCCESS);
+	return ctx;
+}
+
+TestSuite(threads, .fini = shimtest_cleanup);
+
+Test(threads, a_capped_thread_that_exits_gives_its_stream_and_events_back)
+{
+	CUcontext ctx = start();
+	int before;
+
+	run_launchers(ctx, 1);	/* whatever a first launcher starts for good */
+	before = tasks_settled(-1);
+	run_launchers(ctx, 20);
+	int after = tasks_settled(before);
+
+	cr_expect_eq(after, before, "20 launcher threads that exited left %d "
+		     "threads (streams) behind", after - before);
+	/* And the tenant was charged for their launches. */
+	struct ledger_view v;
+
+	ledger_view_must(&v, NULL);
+	const struct vgpu_ledger_tenant *t = ledger_tenant(&v, "threads");
+	cr_assert_not_null(t);
+	cr_expect_geq(t->compute.gpu_time_ns, 21ull * 3 * 20000,
+		      "GPU time charged %llu ns for 63 launches of 20 us",
+		      (unsigned long long)t->compute.gpu_time_ns);
+	ledger_view_close(&v);
+}
+
+Test(threads, a_thread_exiting_after_its_context_was_destroyed_leaves_it_be)
+{
+	CUcontext primary = start(), mine;
+	CUdevice dev;
+	pthread_barrier_t launched, go;
+	struct job j;
+	pthread_t t;
+
+	cr_assert_eq(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxCreate(&mine, NULL, 0, dev), CUDA_SUCCESS);
+	CUmodule mod;
+	cr_assert_eq(cuModuleLoadData(&mod, vgpu_kernels_fatbin), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleGetFunction(&spin, mod, "vgpu_spin"),
+		     CUDA_SUCCESS);
+	pthread_barrier_init(&launched, NULL, 2);
+	pthread_barrier_init(&go, NULL, 2);
+	j = (struct job){ .ctx = mine, .launched = &launched, .go = &go };
+	cr_assert_eq(pthread_create(&t, NULL, launcher, &j), 0);
+	pthread_barrier_wait(&launched);
+	cr_assert_eq(j.r, CUDA_SUCCESS);
+	/* Destroyed while the thread still holds state made in it. */
+	cr_assert_eq(cuCtxDestroy(mine), CUDA_SUCCESS);
+	pthread_barrier_wait(&go);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	/* The process goes on: launches on the primary context work. */
+	cr_assert_eq(cuCtxSetCurrent(primary), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleLoadData(&mod, vgpu_kernels_fatbin), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleGetFunction(&spin, mod, "vgpu_spin"),
+		     CUDA_SUCCESS);
+	run_launchers(primary, 2);
+}
