@@ -11,6 +11,7 @@
 
 /* cuda.h maps these to their newest ABI; hooks.def names each ABI itself. */
 #undef cuGetProcAddress
+#undef cuStreamSynchronize
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 
@@ -47,7 +48,6 @@ struct vgpu_real {
 	CUresult (*cuCtxGetCurrent)(CUcontext *pctx);
 	CUresult (*cuStreamCreate)(CUstream *s, unsigned int flags);
 	CUresult (*cuStreamDestroy_v2)(CUstream s);
-	CUresult (*cuCtxSynchronize)(void);
 	CUresult (*cuDeviceGetAttribute)(int *pi, CUdevice_attribute a,
 					 CUdevice dev);
 	CUresult (*cuMemAddressReserve)(CUdeviceptr *ptr, size_t size,
@@ -74,7 +74,6 @@ struct vgpu_real {
 	CUresult (*cuEventRecord)(CUevent e, CUstream s);
 	CUresult (*cuEventRecord_ptsz)(CUevent e, CUstream s);
 	CUresult (*cuEventQuery)(CUevent e);
-	CUresult (*cuEventSynchronize)(CUevent e);
 	CUresult (*cuEventElapsedTime_v2)(float *ms, CUevent a, CUevent b);
 	CUresult (*cuEventElapsedTime_v1)(float *ms, CUevent a, CUevent b);
 };

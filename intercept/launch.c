@@ -521,6 +521,89 @@ static CUresult throttled(const struct call *call)
 	return r;
 }
 
+/* ---- synchronisation: launches seen to end -------------------------------- */
+
+/* After a synchronisation the thread's launches it waited for have ended:
+ * their ends go into the GPU's timeline now, not at its next launch, which
+ * may be far off (a CPU phase). Uncapped: one load. */
+static void synchronised(void)
+{
+	uint64_t now;
+
+	if (!__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED))
+		return;
+	now = 0;
+	for (int i = 0; i < CTXS; i++) {
+		struct ctx_state *c = &tls_ctx[i];
+
+		if (!c->ctx || !(c->count || c->done_count))
+			continue;
+		if (!now)
+			now = now_ns();
+		collect(c, now);
+	}
+}
+
+CUresult cuCtxSynchronize(void)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuCtxSynchronize)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuCtxSynchronize();
+	if (r == CUDA_SUCCESS)
+		synchronised();
+	return r;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuCtxSynchronize_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuCtxSynchronize_v2(ctx);
+	if (r == CUDA_SUCCESS)
+		synchronised();
+	return r;
+}
+
+CUresult cuStreamSynchronize(CUstream s)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuStreamSynchronize)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuStreamSynchronize(s);
+	if (r == CUDA_SUCCESS)
+		synchronised();
+	return r;
+}
+
+CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuStreamSynchronize_ptsz)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuStreamSynchronize_ptsz(s);
+	if (r == CUDA_SUCCESS)
+		synchronised();
+	return r;
+}
+
+CUresult cuEventSynchronize(CUevent e)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuEventSynchronize)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuEventSynchronize(e);
+	if (r == CUDA_SUCCESS)
+		synchronised();
+	return r;
+}
+
 void vgpu__launch_fork_child(void)
 {
 	/* The parent's events are not the child's. */

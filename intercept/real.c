@@ -215,7 +215,6 @@ static void load(void)
 	EXTRA(cuCtxGetCurrent);
 	EXTRA(cuStreamCreate);
 	EXTRA(cuStreamDestroy_v2);
-	EXTRA(cuCtxSynchronize);
 	EXTRA(cuDeviceGetAttribute);
 	EXTRA(cuMemAddressReserve);
 	EXTRA(cuMemAddressFree);
@@ -231,7 +230,6 @@ static void load(void)
 	EXTRA(cuEventRecord);
 	EXTRA(cuEventRecord_ptsz);
 	EXTRA(cuEventQuery);
-	EXTRA(cuEventSynchronize);
 	EXTRA(cuEventElapsedTime_v2);
 #undef EXTRA
 	vgpu__real.cuEventElapsedTime_v1 =

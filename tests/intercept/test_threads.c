@@ -160,3 +160,63 @@ Test(threads, a_thread_exiting_after_its_context_was_destroyed_leaves_it_be)
 		     CUDA_SUCCESS);
 	run_launchers(primary, 2);
 }
+
+/* Launches recorded in the GPU's timeline (the ledger), read from outside. */
+static uint64_t timeline_ends(void)
+{
+	struct ledger_view v;
+	uint64_t n;
+
+	ledger_view_must(&v, NULL);
+	n = ((const struct vgpu_ledger_timeline *)((const char *)v.hdr +
+		VGPU_LEDGER_TIMELINE_OFFSET))->head;
+	ledger_view_close(&v);
+	return n;
+}
+
+/* A launch's end goes into the timeline when the thread synchronises, by
+ * any of the driver's calls, not at its next launch: other processes'
+ * charges need it within 20 ms of its end (docs/compute.md). */
+Test(threads, a_launch_is_in_the_timeline_once_its_thread_synchronises)
+{
+	unsigned long long ns = 20000;
+	CUdeviceptr none = 0;
+	void *params[] = { &ns, &none };
+	CUstream s;
+	CUevent e;
+
+	start();
+	cr_assert_eq(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	cr_assert_eq(cuEventCreate(&e, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+	for (int how = 0; how < 4; how++) {
+		cr_assert_eq(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s,
+					    params, NULL), CUDA_SUCCESS);
+		/* (The launch recorded the one before it, if not yet.) */
+		uint64_t before = timeline_ends();
+
+		switch (how) {
+		case 0:
+			cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+			break;
+		case 1:
+			cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+			break;
+		case 2:
+			cr_assert_eq(cuEventRecord(e, s), CUDA_SUCCESS);
+			cr_assert_eq(cuEventSynchronize(e), CUDA_SUCCESS);
+			break;
+		case 3: {
+			CUcontext ctx;
+
+			cr_assert_eq(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+			cr_assert_eq(cuCtxSynchronize_v2(ctx), CUDA_SUCCESS);
+			break;
+		}
+		}
+		cr_expect_eq(timeline_ends(), before + 1,
+			     "synchronised by way %d: %llu ends recorded, "
+			     "%llu before", how,
+			     (unsigned long long)timeline_ends(),
+			     (unsigned long long)before);
+	}
+}
