@@ -374,6 +374,9 @@ class Soak:
         tot = {k: sum(st.get(k, 0) for st in sts) for k in
                ("calls", "alloc_ok", "ooms", "launches", "launch_fail",
                 "checks", "forks", "child_fail", "child_slow")}
+        child_slowest = max([st.get("child_max_ns", 0) for st in sts] +
+                            [st.get("child_max_ns", 0) for _, st in
+                             self.paused.values() if st] or [0])
         killed_slowest = max([st["max_ns"] for _, _, st, k in self.ended
                               if st and k] or [0])
         print("soak: %d processes, 8 tenants, 2 GPUs, %.0f s; seed %s; "
@@ -398,8 +401,10 @@ class Soak:
               "hold %d" % (", ".join("%s %d" % (u[-8:], n) for u, n in
                                      r["ledgers"]),
                            r["ledger_total"], r["held_total"]))
-        print("  slowest call: survivors %.1f ms, killed workers %.1f ms "
-              "(bound 1000 ms)" % (r["slowest"] / 1e6, killed_slowest / 1e6))
+        print("  slowest call: survivors %.1f ms, killed workers %.1f ms, "
+              "forked children %.1f ms (bound 1000 ms)"
+              % (r["slowest"] / 1e6, killed_slowest / 1e6,
+                 child_slowest / 1e6))
         for t in sorted(r["tenants"], key=lambda t: (t["name"], t["uuid"])):
             print("  %-8s on %s: share %2d%%, used %5.2f%% of the GPU, "
                   "holds %6.1f MiB of %d MiB" % (
