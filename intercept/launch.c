@@ -544,64 +544,46 @@ static void synchronised(void)
 	}
 }
 
-CUresult cuCtxSynchronize(void)
+static CUresult after_sync(CUresult r)
 {
-	CUresult r;
-
-	if (!vgpu__real.cuCtxSynchronize)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuCtxSynchronize();
 	if (r == CUDA_SUCCESS)
 		synchronised();
 	return r;
+}
+
+CUresult cuCtxSynchronize(void)
+{
+	return vgpu__real.cuCtxSynchronize
+		       ? after_sync(vgpu__real.cuCtxSynchronize())
+		       : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
-	CUresult r;
-
-	if (!vgpu__real.cuCtxSynchronize_v2)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuCtxSynchronize_v2(ctx);
-	if (r == CUDA_SUCCESS)
-		synchronised();
-	return r;
+	return vgpu__real.cuCtxSynchronize_v2
+		       ? after_sync(vgpu__real.cuCtxSynchronize_v2(ctx))
+		       : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 CUresult cuStreamSynchronize(CUstream s)
 {
-	CUresult r;
-
-	if (!vgpu__real.cuStreamSynchronize)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuStreamSynchronize(s);
-	if (r == CUDA_SUCCESS)
-		synchronised();
-	return r;
+	return vgpu__real.cuStreamSynchronize
+		       ? after_sync(vgpu__real.cuStreamSynchronize(s))
+		       : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream s)
 {
-	CUresult r;
-
-	if (!vgpu__real.cuStreamSynchronize_ptsz)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuStreamSynchronize_ptsz(s);
-	if (r == CUDA_SUCCESS)
-		synchronised();
-	return r;
+	return vgpu__real.cuStreamSynchronize_ptsz
+		       ? after_sync(vgpu__real.cuStreamSynchronize_ptsz(s))
+		       : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 CUresult cuEventSynchronize(CUevent e)
 {
-	CUresult r;
-
-	if (!vgpu__real.cuEventSynchronize)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuEventSynchronize(e);
-	if (r == CUDA_SUCCESS)
-		synchronised();
-	return r;
+	return vgpu__real.cuEventSynchronize
+		       ? after_sync(vgpu__real.cuEventSynchronize(e))
+		       : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 void vgpu__launch_fork_child(void)
