@@ -551,40 +551,19 @@ static CUresult after_sync(CUresult r)
 	return r;
 }
 
-CUresult cuCtxSynchronize(void)
-{
-	return vgpu__real.cuCtxSynchronize
-		       ? after_sync(vgpu__real.cuCtxSynchronize())
-		       : CUDA_ERROR_NOT_INITIALIZED;
-}
+/* Each hook: the driver's call, then synchronised() if it succeeded. */
+#define SYNC_HOOK(sym, params, args)					\
+	CUresult sym params						\
+	{								\
+		return vgpu__real.sym ? after_sync(vgpu__real.sym args)	\
+				      : CUDA_ERROR_NOT_INITIALIZED;	\
+	}
 
-CUresult cuCtxSynchronize_v2(CUcontext ctx)
-{
-	return vgpu__real.cuCtxSynchronize_v2
-		       ? after_sync(vgpu__real.cuCtxSynchronize_v2(ctx))
-		       : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-CUresult cuStreamSynchronize(CUstream s)
-{
-	return vgpu__real.cuStreamSynchronize
-		       ? after_sync(vgpu__real.cuStreamSynchronize(s))
-		       : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-CUresult cuStreamSynchronize_ptsz(CUstream s)
-{
-	return vgpu__real.cuStreamSynchronize_ptsz
-		       ? after_sync(vgpu__real.cuStreamSynchronize_ptsz(s))
-		       : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-CUresult cuEventSynchronize(CUevent e)
-{
-	return vgpu__real.cuEventSynchronize
-		       ? after_sync(vgpu__real.cuEventSynchronize(e))
-		       : CUDA_ERROR_NOT_INITIALIZED;
-}
+SYNC_HOOK(cuCtxSynchronize, (void), ())
+SYNC_HOOK(cuCtxSynchronize_v2, (CUcontext ctx), (ctx))
+SYNC_HOOK(cuStreamSynchronize, (CUstream s), (s))
+SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream s), (s))
+SYNC_HOOK(cuEventSynchronize, (CUevent e), (e))
 
 void vgpu__launch_fork_child(void)
 {
