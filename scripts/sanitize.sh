@@ -10,7 +10,8 @@
 #       tests/sanitize/lsan.supp.
 # tsan: a -Db_sanitize=thread build (TSAN_BUILD_DIR, default build-san-tsan)
 #       runs tests/tsan/, the concurrency checks written as plain programs
-#       (Criterion does not start under TSan here).
+#       (Criterion does not start under TSan here), reports checked against
+#       tests/sanitize/tsan.supp.
 # Each prints one summary line; the exit status is non-zero when a test
 # failed or any sanitizer report appears in a test's output (also one a
 # child process printed while its parent passed). CI=1 adds -Dwerror=true.
@@ -65,7 +66,7 @@ run_asan() {
 run_tsan() {
 	configure "$tsan_dir" -Db_sanitize=thread -Dtests=disabled \
 		-Dkernels=disabled || return 1
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitize/tsan.supp \
 		check "tsan (tests/tsan)" "$tsan_dir" --suite tsan \
 		--timeout-multiplier 3
 }
