@@ -8,6 +8,8 @@
 #include <cuda.h>
 #include <stdarg.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,41 @@ static void check(const char *name, int ok, const char *fmt, ...)
 	failed |= !ok;
 }
 
+/* A kernel that does nothing on a GPU; on the simulator, vgpu_saxpy's host
+ * form over n = 0 elements. */
+static const char nop_ptx[] =
+	".version 8.0\n"
+	".target sm_80\n"
+	".address_size 64\n"
+	".visible .entry vgpu_saxpy(.param .u64 n, .param .f32 a,\n"
+	"    .param .u64 x, .param .u64 y)\n"
+	"{ ret; }\n";
+
+struct launcher {
+	CUcontext ctx;
+	CUfunction f;
+	CUresult r;
+};
+
+/* Launches three kernels under the compute cap, synchronises and exits:
+ * the shim gives back what it made to measure them as the thread ends. */
+static void *launch_and_exit(void *arg)
+{
+	struct launcher *l = arg;
+	uint64_t n = 0;
+	float k = 1.0f;
+	CUdeviceptr none = 0;
+	void *params[] = { &n, &k, &none, &none };
+
+	l->r = cuCtxSetCurrent(l->ctx);
+	for (int i = 0; i < 3 && l->r == CUDA_SUCCESS; i++)
+		l->r = cuLaunchKernel(l->f, 1, 1, 1, 32, 1, 1, 0, NULL, params,
+				      NULL);
+	if (l->r == CUDA_SUCCESS)
+		l->r = cuCtxSynchronize();
+	return NULL;
+}
+
 static size_t free_now(void)
 {
 	size_t f = 0, t = 0;
@@ -49,6 +86,7 @@ int main(void)
 
 	setenv("VGPU_MEMORY_LIMIT", "1GiB", 1);
 	setenv("VGPU_CONTEXT_OVERHEAD", "0", 1);
+	setenv("VGPU_COMPUTE_LIMIT", "50", 1);	/* launches pass the throttle */
 	if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
 	    cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
 	    cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
@@ -135,6 +173,27 @@ int main(void)
 	r = cuMemFree(0x1000);
 	check("untracked-free-reaches-driver", r != CUDA_SUCCESS, "r=%d", r);
 	check("back-to-zero", free_now() == f0, "free %zu", free_now());
+
+	/* Threads that launch under the cap and exit, one after another. */
+	CUmodule m;
+	struct launcher l = { ctx, NULL, CUDA_SUCCESS };
+	int done = 0;
+
+	r = cuModuleLoadData(&m, nop_ptx);
+	if (r == CUDA_SUCCESS)
+		r = cuModuleGetFunction(&l.f, m, "vgpu_saxpy");
+	for (; r == CUDA_SUCCESS && done < 8; done++) {
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, launch_and_exit, &l) != 0)
+			break;
+		pthread_join(t, NULL);
+		r = l.r;
+	}
+	check("threads-exit-under-cap", r == CUDA_SUCCESS && done == 8,
+	      "%d of 8 threads launched and exited, r=%d", done, r);
+	launch_and_exit(&l);	/* and the process goes on launching */
+	check("launch-after-threads", l.r == CUDA_SUCCESS, "r=%d", l.r);
 	cuDevicePrimaryCtxRelease(dev);
 	return failed;
 }
