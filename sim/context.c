@@ -91,6 +91,7 @@ static void ctx_teardown(struct CUctx_st *ctx)
 	vsim_ctx_streams_destroy(ctx);
 	vsim_mem_free_ctx(ctx);
 	ctx->active = false;
+	ctx->generation++;
 }
 
 CUresult vsim_ctx_new(int dev, unsigned flags, struct CUctx_st **out)
@@ -111,6 +112,7 @@ void vsim_ctx_destroy(struct CUctx_st *ctx, bool keep_memory)
 	if (!keep_memory)
 		vsim_mem_free_ctx(ctx);
 	ctx->active = false;
+	ctx->generation++;
 	ctx->magic = VSIM_MAGIC_DEAD;
 	vsim_graveyard_add(ctx);
 	/* Current to this thread: popped. Elsewhere it is refused from now. */

@@ -14,9 +14,19 @@ static CUresult event_get(CUevent e)
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (e && (e->magic == VSIM_MAGIC_DEAD ||
+		  (e->magic == VSIM_MAGIC_EVENT &&
+		   e->generation != e->ctx->generation)))
+		atomic_fetch_add(&vsim_g.stale_uses, 1);
 	if (!e || e->magic != VSIM_MAGIC_EVENT)
 		return CUDA_ERROR_INVALID_HANDLE;
 	return CUDA_SUCCESS;
+}
+
+/* For tests: how many calls were given a stale event or stream handle. */
+VSIM_EXPORT unsigned long long vsim_stale_handle_uses(void)
+{
+	return (unsigned long long)atomic_load(&vsim_g.stale_uses);
 }
 
 void vsim_event_complete(struct CUevent_st *e, uint64_t seq, uint64_t now)
@@ -48,6 +58,7 @@ VSIM_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 	e->magic = VSIM_MAGIC_EVENT;
 	e->flags = flags;
 	e->ctx = ctx;
+	e->generation = ctx->generation;
 	pthread_mutex_init(&e->lock, NULL);
 	*ph = e;
 	return CUDA_SUCCESS;

@@ -130,6 +130,9 @@ struct vsim_global {
 	struct vsim_config cfg;
 	struct vsim_device dev[VSIM_MAX_DEVICES];
 	atomic_uint_fast64_t fail_count[VSIM_FAIL_KINDS];
+	/* Calls given an event or stream that was destroyed, or whose context
+	 * was torn down after it was made (vsim_stale_handle_uses()). */
+	atomic_uint_fast64_t stale_uses;
 };
 
 extern struct vsim_global vsim_g;
@@ -163,6 +166,7 @@ struct CUctx_st {
 	unsigned flags;
 	bool primary;
 	bool active;                   /* false: destroyed, or released primary */
+	unsigned generation;           /* teardowns so far */
 	unsigned long long id;
 	size_t limits[CU_LIMIT_MAX];
 	CUfunc_cache cache_config;
@@ -382,6 +386,7 @@ struct CUevent_st {
 	uint32_t magic;
 	unsigned flags;
 	struct CUctx_st *ctx;
+	unsigned generation;          /* its context's, when it was made */
 	pthread_mutex_t lock;
 	struct CUstream_st *stream;   /* of the last record, referenced */
 	uint64_t seq;                 /* of the last record */

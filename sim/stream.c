@@ -199,6 +199,8 @@ CUresult vsim_stream_resolve(CUstream h, bool per_thread_default,
 		rc = vsim_check_init();
 		if (rc != CUDA_SUCCESS)
 			return rc;
+		if (h->magic == VSIM_MAGIC_DEAD)
+			atomic_fetch_add(&vsim_g.stale_uses, 1);
 		if (h->magic != VSIM_MAGIC_STREAM || !vsim_ctx_valid(h->ctx))
 			return CUDA_ERROR_INVALID_HANDLE;
 		*out = h;
