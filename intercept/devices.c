@@ -168,8 +168,11 @@ struct vgpu_dev *vgpu__dev_by_uuid(const char *uuid)
 /* At exit: each slot given back now, not when the next process notices
  * its owner is gone (a process killed never gets here; its usage is
  * reclaimed as before). */
+bool vgpu__leaving;
+
 void vgpu__dev_leave_all(void)
 {
+	__atomic_store_n(&vgpu__leaving, true, __ATOMIC_RELEASE);
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
 		struct vgpu_dev *dv = &devs[i];
 

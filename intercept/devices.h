@@ -44,8 +44,12 @@ static inline uint64_t vgpu__mono_ns(void)
  * options, before any launch). */
 extern bool vgpu__compute_on;
 void vgpu__launch_fork_child(void);
-/* Bumped before any context is destroyed, released or reset: a thread's
- * launch state made before then is not given back to the driver. */
+/* Set once the process leaves its ledgers at exit (their memory is gone):
+ * the launch state's clean-up does nothing from then on. */
+extern bool vgpu__leaving;
+/* Bumped before a context that may hold capped launch state is destroyed,
+ * reset or released for the last time: a thread's launch state made before
+ * then is dropped without touching its handles (launch.c). */
 extern unsigned vgpu__ctx_epoch;
 static inline void vgpu__ctx_teardown(void)
 {

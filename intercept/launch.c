@@ -294,20 +294,44 @@ static void release(struct ctx_state *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/* Whether a context may have been torn down since c was made: then its
+ * handles may be freed, or name another context's objects. */
+static bool stale(const struct ctx_state *c)
+{
+	return c->epoch != __atomic_load_n(&vgpu__ctx_epoch, __ATOMIC_ACQUIRE);
+}
+
+/* Drops c without a driver call: its measured launches are charged, the
+ * ones not yet read are settled at their estimate (what they were charged
+ * on admission); its events and stream are left to its context. */
+static void forget(struct ctx_state *c)
+{
+	for (unsigned i = 0; i < c->count; i++) {
+		struct pending *p = &c->ring[(c->head + i) % RING];
+
+		if (p->dv->slot)
+			vgpu_throttle_settle(p->dv->slot, p->estimate,
+					     p->estimate);
+	}
+	charge_done(c, 0, true);
+	memset(c, 0, sizeof(*c));
+}
+
 static void thread_exit(void *arg)
 {
 	CUcontext top;
 
 	(void)arg;
+	if (__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
+		return;		/* the ledgers are closed */
 	for (int i = 0; i < CTXS; i++) {
 		struct ctx_state *c = &tls_ctx[i];
 
 		if (!c->ctx)
 			continue;
-		if (c->epoch != __atomic_load_n(&vgpu__ctx_epoch,
-						__ATOMIC_ACQUIRE) ||
+		if (stale(c) ||
 		    vgpu__real.cuCtxPushCurrent_v2(c->ctx) != CUDA_SUCCESS) {
-			memset(c, 0, sizeof(*c));
+			forget(c);
 			continue;
 		}
 		while (c->count && settle_oldest(c, false))
@@ -334,9 +358,14 @@ static struct ctx_state *ctx_state(void)
 		return NULL;
 	for (int i = 0; i < CTXS; i++) {
 		c = &tls_ctx[i];
-		if (c->ctx == ctx) {
+		if (c->ctx == ctx && !stale(c)) {
 			c->used = ++tls_clock;
 			return c;
+		}
+		if (c->ctx == ctx) {	/* the handle outlived a teardown */
+			forget(c);
+			lru = c;
+			break;
 		}
 		if (c->used < lru->used)
 			lru = &tls_ctx[i];
@@ -346,12 +375,11 @@ static struct ctx_state *ctx_state(void)
 	 * destroyed from here without making it current). */
 	if (lru->ctx) {
 		CUcontext top;
-		bool live = lru->epoch == __atomic_load_n(&vgpu__ctx_epoch,
-							  __ATOMIC_ACQUIRE) &&
-			    vgpu__real.cuCtxPushCurrent_v2(lru->ctx) ==
-				    CUDA_SUCCESS;
 
-		if (live) {
+		if (stale(lru) || vgpu__real.cuCtxPushCurrent_v2(lru->ctx) !=
+					  CUDA_SUCCESS) {
+			forget(lru);
+		} else {
 			while (lru->count)
 				settle_oldest(lru, true);
 			charge_done(lru, 0, true);
@@ -463,7 +491,9 @@ static CUresult throttled(const struct call *call)
 	CUevent a, b;
 	CUresult r;
 
-	if (!dv || !dv->slot || !dv->capped || !(c = ctx_state()))
+	if (!dv || !dv->slot || !dv->capped ||
+	    __atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE) ||
+	    !(c = ctx_state()))
 		return call_real(call);
 	/* On the green context the hardware enforces the share. */
 	if (c->ctx == __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE))
@@ -533,7 +563,8 @@ static void synchronised(void)
 {
 	uint64_t now;
 
-	if (!__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
 		return;
 	now = 0;
 	for (int i = 0; i < CTXS; i++) {
@@ -541,6 +572,10 @@ static void synchronised(void)
 
 		if (!c->ctx || !(c->count || c->done_count))
 			continue;
+		if (stale(c)) {
+			forget(c);
+			continue;
+		}
 		if (!now)
 			now = now_ns();
 		collect(c, now);

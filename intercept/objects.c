@@ -448,9 +448,14 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 	if (!vgpu__real.cuDevicePrimaryCtxRelease_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	vgpu__ctx_teardown();
-	r = dv && __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE)
-		    ? CUDA_SUCCESS
+	bool spatial = dv && __atomic_load_n(&dv->spatial_ctx,
+					     __ATOMIC_ACQUIRE);
+	/* Capped launch state exists only on a device with a slot; the last
+	 * retain the shim counted is the one that tears the context down. */
+	if (!spatial && dv && dv->slot &&
+	    __atomic_load_n(&dv->primary_refs, __ATOMIC_ACQUIRE) <= 1)
+		vgpu__ctx_teardown();
+	r = spatial ? CUDA_SUCCESS
 		    : vgpu__real.cuDevicePrimaryCtxRelease_v2(dev);
 	if (r != CUDA_SUCCESS || !dv || !dv->slot)
 		return r;
@@ -474,7 +479,8 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 	if (!vgpu__real.cuDevicePrimaryCtxReset_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	vgpu__ctx_teardown();
+	if (dv && dv->slot)
+		vgpu__ctx_teardown();
 	r = vgpu__real.cuDevicePrimaryCtxReset_v2(dev);
 	/* The context and its allocations are gone; its retains stay (it is
 	 * created again on next use), and so does its charge. */

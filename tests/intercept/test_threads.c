@@ -11,11 +11,17 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
 static CUfunction spin;
+
+static unsigned long long stale_uses(void);
 
 static int tasks(void)
 {
@@ -149,10 +155,17 @@ Test(threads, a_thread_exiting_after_its_context_was_destroyed_leaves_it_be)
 	cr_assert_eq(pthread_create(&t, NULL, launcher, &j), 0);
 	pthread_barrier_wait(&launched);
 	cr_assert_eq(j.r, CUDA_SUCCESS);
-	/* Destroyed while the thread still holds state made in it. */
+	/* Destroyed while the thread still holds state made in it. (The
+	 * simulator also refuses to make a destroyed context current, which
+	 * alone would keep the thread off it.) */
 	cr_assert_eq(cuCtxDestroy(mine), CUDA_SUCCESS);
+	unsigned long long before = stale_uses();
+
 	pthread_barrier_wait(&go);
 	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_expect_eq(stale_uses(), before, "the exiting thread made %llu calls "
+		     "on the destroyed context's events or streams",
+		     stale_uses() - before);
 	/* The process goes on: launches on the primary context work. */
 	cr_assert_eq(cuCtxSetCurrent(primary), CUDA_SUCCESS);
 	cr_assert_eq(cuModuleLoadData(&mod, vgpu_kernels_fatbin), CUDA_SUCCESS);
@@ -219,4 +232,112 @@ Test(threads, a_launch_is_in_the_timeline_once_its_thread_synchronises)
 			     (unsigned long long)timeline_ends(),
 			     (unsigned long long)before);
 	}
+}
+
+/* The simulator's count of calls given a destroyed event or stream, or one
+ * whose context was torn down after it was made. */
+static unsigned long long stale_uses(void)
+{
+	/* The shim answers dlopen of any path ending in libcuda.so*: reach the
+	 * loaded simulator by another name for the same file. */
+	char link[4096];
+	void *h;
+	unsigned long long (*f)(void);
+
+	snprintf(link, sizeof(link), "%s/sim-probe.so", shimtest_ledger_dir());
+	if (symlink(SHIMTEST_SIM_LIBCUDA, link) != 0)
+		cr_assert_eq(errno, EEXIST);
+	h = dlopen(link, RTLD_NOW | RTLD_NOLOAD);
+	cr_assert_not_null(h, "the simulator is not loaded");
+	f = (unsigned long long (*)(void))dlsym(h, "vsim_stale_handle_uses");
+	cr_assert_not_null(f);
+	dlclose(h);
+	return f();
+}
+
+static void launch_sync(CUstream s)
+{
+	unsigned long long ns = 20000;
+	CUdeviceptr none = 0;
+	void *params[] = { &ns, &none };
+
+	cr_assert_eq(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, params,
+				    NULL), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+/* After a reset the primary context keeps its handle but not its events
+ * and streams: the thread's launch state is dropped, not used. */
+Test(threads, a_reset_context_s_old_launch_state_is_never_used)
+{
+	CUcontext ctx = start();
+	CUdevice dev;
+	CUmodule mod;
+
+	cr_assert_eq(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+	for (int i = 0; i < 3; i++)
+		launch_sync(NULL);
+	unsigned long long before = stale_uses();
+	uint64_t ends = timeline_ends();
+
+	cr_assert_eq(cuDevicePrimaryCtxReset(dev), CUDA_SUCCESS);
+	/* Made again on a retain: the same handle (as the driver does). */
+	CUcontext again;
+
+	cr_assert_eq(cuDevicePrimaryCtxRetain(&again, dev), CUDA_SUCCESS);
+	cr_assert_eq(again, ctx);
+	cr_assert_eq(cuCtxSetCurrent(again), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleLoadData(&mod, vgpu_kernels_fatbin), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleGetFunction(&spin, mod, "vgpu_spin"),
+		     CUDA_SUCCESS);
+	for (int i = 0; i < 3; i++)
+		launch_sync(NULL);
+	cr_expect_eq(stale_uses(), before, "%llu calls on the old context's "
+		     "events or streams", stale_uses() - before);
+	cr_expect_eq(timeline_ends(), ends + 3, "launches after the reset: "
+		     "%llu ends recorded", (unsigned long long)(timeline_ends() -
+							ends));
+}
+
+/* A retain and release that leave the context alive do not make exiting
+ * threads leave their streams behind, nor lose their launches' charges. */
+Test(threads, a_release_that_keeps_the_context_changes_nothing)
+{
+	CUcontext ctx = start();
+	CUdevice dev;
+	int before;
+
+	cr_assert_eq(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+	run_launchers(ctx, 1);
+	before = tasks_settled(-1);
+	for (int i = 0; i < 10; i++) {
+		pthread_barrier_t launched, go;
+		struct job j = { .ctx = ctx, .launched = &launched, .go = &go };
+		CUcontext again;
+		pthread_t t;
+
+		pthread_barrier_init(&launched, NULL, 2);
+		pthread_barrier_init(&go, NULL, 2);
+		cr_assert_eq(pthread_create(&t, NULL, launcher, &j), 0);
+		pthread_barrier_wait(&launched);
+		cr_assert_eq(cuDevicePrimaryCtxRetain(&again, dev),
+			     CUDA_SUCCESS);
+		cr_assert_eq(cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
+		pthread_barrier_wait(&go);
+		cr_assert_eq(pthread_join(t, NULL), 0);
+		cr_assert_eq(j.r, CUDA_SUCCESS);
+	}
+	int after = tasks_settled(before);
+
+	cr_expect_eq(after, before, "10 threads left %d threads (streams) "
+		     "behind", after - before);
+	struct ledger_view v;
+
+	ledger_view_must(&v, NULL);
+	const struct vgpu_ledger_tenant *t = ledger_tenant(&v, "threads");
+	cr_assert_not_null(t);
+	cr_expect_geq(t->compute.gpu_time_ns, 11ull * 3 * 20000,
+		      "GPU time charged %llu ns for 33 launches of 20 us",
+		      (unsigned long long)t->compute.gpu_time_ns);
+	ledger_view_close(&v);
 }
