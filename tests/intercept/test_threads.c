@@ -109,6 +109,21 @@ static CUcontext start(void)
 	return ctx;
 }
 
+/* The tenant was charged at least n launches of 20 us of GPU time. */
+static void expect_charged(unsigned n)
+{
+	struct ledger_view v;
+	const struct vgpu_ledger_tenant *t;
+
+	ledger_view_must(&v, NULL);
+	t = ledger_tenant(&v, "threads");
+	cr_assert_not_null(t);
+	cr_expect_geq(t->compute.gpu_time_ns, (uint64_t)n * 20000,
+		      "GPU time charged %llu ns for %u launches of 20 us",
+		      (unsigned long long)t->compute.gpu_time_ns, n);
+	ledger_view_close(&v);
+}
+
 TestSuite(threads, .fini = shimtest_cleanup);
 
 Test(threads, a_capped_thread_that_exits_gives_its_stream_and_events_back)
@@ -123,16 +138,7 @@ Test(threads, a_capped_thread_that_exits_gives_its_stream_and_events_back)
 
 	cr_expect_eq(after, before, "20 launcher threads that exited left %d "
 		     "threads (streams) behind", after - before);
-	/* And the tenant was charged for their launches. */
-	struct ledger_view v;
-
-	ledger_view_must(&v, NULL);
-	const struct vgpu_ledger_tenant *t = ledger_tenant(&v, "threads");
-	cr_assert_not_null(t);
-	cr_expect_geq(t->compute.gpu_time_ns, 21ull * 3 * 20000,
-		      "GPU time charged %llu ns for 63 launches of 20 us",
-		      (unsigned long long)t->compute.gpu_time_ns);
-	ledger_view_close(&v);
+	expect_charged(21 * 3);	/* and their launches were charged */
 }
 
 Test(threads, a_thread_exiting_after_its_context_was_destroyed_leaves_it_be)
@@ -331,13 +337,5 @@ Test(threads, a_release_that_keeps_the_context_changes_nothing)
 
 	cr_expect_eq(after, before, "10 threads left %d threads (streams) "
 		     "behind", after - before);
-	struct ledger_view v;
-
-	ledger_view_must(&v, NULL);
-	const struct vgpu_ledger_tenant *t = ledger_tenant(&v, "threads");
-	cr_assert_not_null(t);
-	cr_expect_geq(t->compute.gpu_time_ns, 11ull * 3 * 20000,
-		      "GPU time charged %llu ns for 33 launches of 20 us",
-		      (unsigned long long)t->compute.gpu_time_ns);
-	ledger_view_close(&v);
+	expect_charged(11 * 3);
 }
