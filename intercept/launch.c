@@ -317,29 +317,33 @@ static void forget(struct ctx_state *c)
 	memset(c, 0, sizeof(*c));
 }
 
-static void thread_exit(void *arg)
+/* Ends c: with its context made current, its completed launches (all, if
+ * wait) are settled and charged and its events and stream destroyed; a
+ * stale c, or one whose context cannot be made current, is forgotten. */
+static void retire(struct ctx_state *c, bool wait)
 {
 	CUcontext top;
 
+	if (stale(c) ||
+	    vgpu__real.cuCtxPushCurrent_v2(c->ctx) != CUDA_SUCCESS) {
+		forget(c);
+		return;
+	}
+	while (c->count && settle_oldest(c, wait))
+		;
+	charge_done(c, 0, true);
+	release(c);
+	vgpu__real.cuCtxPopCurrent_v2(&top);
+}
+
+static void thread_exit(void *arg)
+{
 	(void)arg;
 	if (__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
 		return;		/* the ledgers are closed */
-	for (int i = 0; i < CTXS; i++) {
-		struct ctx_state *c = &tls_ctx[i];
-
-		if (!c->ctx)
-			continue;
-		if (stale(c) ||
-		    vgpu__real.cuCtxPushCurrent_v2(c->ctx) != CUDA_SUCCESS) {
-			forget(c);
-			continue;
-		}
-		while (c->count && settle_oldest(c, false))
-			;
-		charge_done(c, 0, true);
-		release(c);
-		vgpu__real.cuCtxPopCurrent_v2(&top);
-	}
+	for (int i = 0; i < CTXS; i++)
+		if (tls_ctx[i].ctx)
+			retire(&tls_ctx[i], false);
 }
 
 static void make_exit_key(void)
@@ -371,21 +375,10 @@ static struct ctx_state *ctx_state(void)
 			lru = &tls_ctx[i];
 	}
 	/* A fifth context: the least recently used one's launches are
-	 * settled and its events left to its context (they cannot be
-	 * destroyed from here without making it current). */
+	 * settled, waiting for those still running, and its state given
+	 * back. */
 	if (lru->ctx) {
-		CUcontext top;
-
-		if (stale(lru) || vgpu__real.cuCtxPushCurrent_v2(lru->ctx) !=
-					  CUDA_SUCCESS) {
-			forget(lru);
-		} else {
-			while (lru->count)
-				settle_oldest(lru, true);
-			charge_done(lru, 0, true);
-			release(lru);
-			vgpu__real.cuCtxPopCurrent_v2(&top);
-		}
+		retire(lru, true);
 		vgpu_log(VGPU_LOG_DEBUG, "a thread uses more than %d contexts: "
 			 "measurements of the oldest settled", CTXS);
 	}

@@ -63,17 +63,23 @@ struct job {
 	CUresult r;
 };
 
-static void *launcher(void *arg)
+/* One vgpu_spin of 20 us on stream s. */
+static CUresult spin_20us(CUstream s)
 {
-	struct job *j = arg;
 	unsigned long long ns = 20000;
 	CUdeviceptr none = 0;
 	void *params[] = { &ns, &none };
 
+	return cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, params, NULL);
+}
+
+static void *launcher(void *arg)
+{
+	struct job *j = arg;
+
 	j->r = cuCtxSetCurrent(j->ctx);
 	for (int i = 0; i < 3 && j->r == CUDA_SUCCESS; i++)
-		j->r = cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, NULL, params,
-				      NULL);
+		j->r = spin_20us(NULL);
 	if (j->r == CUDA_SUCCESS)
 		j->r = cuCtxSynchronize();
 	if (j->launched) {
@@ -198,9 +204,6 @@ static uint64_t timeline_ends(void)
  * charges need it within 20 ms of its end (docs/compute.md). */
 Test(threads, a_launch_is_in_the_timeline_once_its_thread_synchronises)
 {
-	unsigned long long ns = 20000;
-	CUdeviceptr none = 0;
-	void *params[] = { &ns, &none };
 	CUstream s;
 	CUevent e;
 
@@ -208,8 +211,7 @@ Test(threads, a_launch_is_in_the_timeline_once_its_thread_synchronises)
 	cr_assert_eq(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	cr_assert_eq(cuEventCreate(&e, CU_EVENT_DEFAULT), CUDA_SUCCESS);
 	for (int how = 0; how < 4; how++) {
-		cr_assert_eq(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s,
-					    params, NULL), CUDA_SUCCESS);
+		cr_assert_eq(spin_20us(s), CUDA_SUCCESS);
 		/* (The launch recorded the one before it, if not yet.) */
 		uint64_t before = timeline_ends();
 
@@ -261,14 +263,9 @@ static unsigned long long stale_uses(void)
 	return f();
 }
 
-static void launch_sync(CUstream s)
+static void launch_sync(void)
 {
-	unsigned long long ns = 20000;
-	CUdeviceptr none = 0;
-	void *params[] = { &ns, &none };
-
-	cr_assert_eq(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, params,
-				    NULL), CUDA_SUCCESS);
+	cr_assert_eq(spin_20us(NULL), CUDA_SUCCESS);
 	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
 }
 
@@ -282,7 +279,7 @@ Test(threads, a_reset_context_s_old_launch_state_is_never_used)
 
 	cr_assert_eq(cuCtxGetDevice(&dev), CUDA_SUCCESS);
 	for (int i = 0; i < 3; i++)
-		launch_sync(NULL);
+		launch_sync();
 	unsigned long long before = stale_uses();
 	uint64_t ends = timeline_ends();
 
@@ -297,7 +294,7 @@ Test(threads, a_reset_context_s_old_launch_state_is_never_used)
 	cr_assert_eq(cuModuleGetFunction(&spin, mod, "vgpu_spin"),
 		     CUDA_SUCCESS);
 	for (int i = 0; i < 3; i++)
-		launch_sync(NULL);
+		launch_sync();
 	cr_expect_eq(stale_uses(), before, "%llu calls on the old context's "
 		     "events or streams", stale_uses() - before);
 	cr_expect_eq(timeline_ends(), ends + 3, "launches after the reset: "
