@@ -55,6 +55,88 @@ static int overcommit_mode(const struct vgpu_options *o, int ordinal)
 	return mode;
 }
 
+static bool capped(unsigned share, int policy)
+{
+	return share > 0 && share < 100 && policy != VGPU_POLICY_OFF;
+}
+
+static const char *compute_text(unsigned share, int policy, char *buf,
+				size_t len)
+{
+	if (!capped(share, policy))
+		snprintf(buf, len, "no compute limit");
+	else
+		snprintf(buf, len, "a compute share of %u%% (%s)", share,
+			 policy == VGPU_POLICY_HARD ? "hard" : "elastic");
+	return buf;
+}
+
+/* The compute terms the device runs under: this process's own when its
+ * join set the tenant's terms, else the tenant's (like the memory limit),
+ * with a warning when they differ from what this process asked for. */
+static void compute_terms(struct vgpu_dev *dv, const struct vgpu_options *o,
+			  int ordinal)
+{
+	const struct vgpu_ledger_tenant *ten =
+		vgpu_ledger_tenant_record(dv->slot);
+	unsigned share = vgpu__options_compute_limit(o, (unsigned)ordinal);
+	unsigned have = __atomic_load_n(&ten->compute.share_pct,
+					__ATOMIC_ACQUIRE);
+	int policy = (int)__atomic_load_n(&ten->compute.policy,
+					  __ATOMIC_ACQUIRE);
+	char a[48], b[48];
+
+	dv->share = share;
+	dv->policy = o->compute_policy;
+	if (vgpu_ledger_set_terms(dv->slot))
+		return;
+	if (capped(share, dv->policy) != capped(have, policy) ||
+	    (capped(have, policy) && (share != have || dv->policy != policy)))
+		vgpu_log(VGPU_LOG_WARN, "device %d: tenant '%s': pid %d asked "
+			 "for %s; the tenant has %s, which applies (set by the "
+			 "process that started the tenant)", ordinal, ten->name,
+			 (int)getpid(), compute_text(share, dv->policy, a,
+						     sizeof(a)),
+			 compute_text(have, policy, b, sizeof(b)));
+	dv->share = capped(have, policy) ? have : 100;
+	dv->policy = policy;
+}
+
+/* Opens the device's ledger and joins the tenant, asking for this
+ * process's terms (the tenant's apply when it has them already). 0, or a
+ * VGPU_LEDGER_E* code with err saying why. */
+static int join(struct vgpu_dev *dv, const struct vgpu_options *o,
+		const char *uuid, uint64_t physical, char *err, size_t errlen)
+{
+	unsigned d = (unsigned)dv->ordinal;
+	unsigned share = vgpu__options_compute_limit(o, d);
+	struct vgpu_ledger_terms want = {
+		.mem_limit = vgpu__options_memory_limit(o, d),
+		.compute = true,
+		/* No cap is 0 in the ledger, as tools read it. */
+		.share_pct = capped(share, o->compute_policy) ? share : 0,
+		.policy = (uint32_t)o->compute_policy,
+	};
+	int r;
+
+	r = vgpu_ledger_open(o->ledger_dir, uuid, physical, &dv->ledger, err,
+			     errlen);
+	if (r != 0)
+		return r;
+	r = vgpu_ledger_join_terms(dv->ledger, o->tenant, &want,
+				   (int32_t)getpid(), host_pid, &dv->slot,
+				   err, errlen);
+	if (r == VGPU_LEDGER_LIMIT_KEPT) {
+		vgpu_log(VGPU_LOG_WARN, "device %d: %s", dv->ordinal, err);
+		r = 0;
+	}
+	if (r != 0) {
+		vgpu_ledger_close(dv->ledger);
+		dv->ledger = NULL;
+	}
+	return r;
+}
+
 /* The device's ledger slot, joined now. Called with attach_lock held. */
 static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		   uint64_t physical)
@@ -73,30 +155,14 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 	if (host_pid < 0)
 		host_pid = vgpu_host_pid();
 	err[0] = '\0';
-	r = vgpu_ledger_open(o->ledger_dir, uuid, physical, &dv->ledger, err,
-			     sizeof(err));
-	if (r == 0) {
-		r = vgpu_ledger_join(dv->ledger, o->tenant,
-				     vgpu__options_memory_limit(o, (unsigned)ordinal),
-				     (int32_t)getpid(), host_pid, &dv->slot,
-				     err, sizeof(err));
-		if (r == VGPU_LEDGER_LIMIT_CHANGED) {
-			vgpu_log(VGPU_LOG_WARN, "device %d: %s", ordinal, err);
-			r = 0;
-		}
-		if (r != 0) {
-			vgpu_ledger_close(dv->ledger);
-			dv->ledger = NULL;
-		}
-	}
+	r = join(dv, o, uuid, physical, err, sizeof(err));
 	if (r == 0) {
 		dv->overcommit = overcommit_mode(o, ordinal);
 		if (dv->overcommit != VGPU_OVERCOMMIT_OFF)
 			vgpu_ledger_set_spill_limit(dv->slot,
 						    o->host_spill_limit);
-		dv->share = vgpu__options_compute_limit(o, (unsigned)ordinal);
-		dv->policy = o->compute_policy;
-		dv->capped = dv->share < 100 && dv->policy != VGPU_POLICY_OFF;
+		compute_terms(dv, o, ordinal);
+		dv->capped = capped(dv->share, dv->policy);
 		dv->spatial = dv->capped &&
 			      o->compute_mode == VGPU_MODE_SPATIAL;
 		if (dv->capped)
@@ -165,6 +231,51 @@ struct vgpu_dev *vgpu__dev_by_uuid(const char *uuid)
 	return NULL;
 }
 
+/* ---- a tenant lock not had in time ---------------------------------------- */
+
+/* Per device: when the timeout was last logged, and how many since were
+ * not (every allocation of the tenant can repeat it, for as long as the
+ * holder stays stopped). */
+static uint64_t timeout_logged_ns[VGPU_MAX_DEVICES];
+static unsigned timeout_quiet[VGPU_MAX_DEVICES];
+
+#define TIMEOUT_LOG_EVERY_NS	10000000000ull	/* 10 s */
+
+CUresult vgpu__charge_timeout(struct vgpu_dev *dv)
+{
+	const struct vgpu_ledger_tenant *ten =
+		vgpu_ledger_tenant_record(dv->slot);
+	uint64_t now = vgpu__mono_ns(), last;
+	int32_t pid = 0, hpid = 0;
+	char who[64], quiet[48] = "";
+	int d = dv->ordinal;
+	unsigned n;
+
+	last = __atomic_load_n(&timeout_logged_ns[d], __ATOMIC_RELAXED);
+	if ((last && now - last < TIMEOUT_LOG_EVERY_NS) ||
+	    !__atomic_compare_exchange_n(&timeout_logged_ns[d], &last, now,
+			false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		__atomic_fetch_add(&timeout_quiet[d], 1, __ATOMIC_RELAXED);
+		return CUDA_ERROR_TIMEOUT;
+	}
+	if (vgpu_ledger_lock_holder(dv->slot, &pid, &hpid) != 0)
+		snprintf(who, sizeof(who), "a holder that has let go since");
+	else if (hpid)
+		snprintf(who, sizeof(who), "pid %d (host pid %d)", pid, hpid);
+	else
+		snprintf(who, sizeof(who), "pid %d", pid);
+	n = __atomic_exchange_n(&timeout_quiet[d], 0, __ATOMIC_RELAXED);
+	if (n)
+		snprintf(quiet, sizeof(quiet), " (and %u more since the last "
+			 "message)", n);
+	vgpu_log(VGPU_LOG_ERROR, "device %d: tenant '%s': its ledger lock was "
+		 "held for over %llu ms by %s (stopped or stuck?); the "
+		 "allocation returns CUDA_ERROR_TIMEOUT%s", d, ten->name,
+		 (unsigned long long)(VGPU_LEDGER_LOCK_TIMEOUT_NS / 1000000u),
+		 who, quiet);
+	return CUDA_ERROR_TIMEOUT;
+}
+
 /* At exit: each slot given back now, not when the next process notices
  * its owner is gone (a process killed never gets here; its usage is
  * reclaimed as before). */
@@ -188,6 +299,8 @@ void vgpu__dev_fork_child(void)
 {
 	pthread_mutex_init(&attach_lock, NULL);
 	host_pid = -1;
+	memset(timeout_logged_ns, 0, sizeof(timeout_logged_ns));
+	memset(timeout_quiet, 0, sizeof(timeout_quiet));
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
 		struct vgpu_dev *dv = &devs[i];
 

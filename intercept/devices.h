@@ -44,6 +44,8 @@ static inline uint64_t vgpu__mono_ns(void)
  * options, before any launch). */
 extern bool vgpu__compute_on;
 void vgpu__launch_fork_child(void);
+/* The exiting thread's launches charged and its events given back. */
+void vgpu__launch_thread_exit(void);
 /* Set once the process leaves its ledgers at exit (their memory is gone):
  * the launch state's clean-up does nothing from then on. */
 extern bool vgpu__leaving;
@@ -77,23 +79,42 @@ static inline struct vgpu_dev *vgpu__dev_current(void)
 	return vgpu__dev_attach(d);
 }
 
-/* Charges bytes of kind to dv's tenant: CUDA_SUCCESS, or
- * CUDA_ERROR_OUT_OF_MEMORY past the limit, CUDA_ERROR_INVALID_DEVICE for a
- * refused device. */
 /* pools.c: a pool's charge follows what it holds ("settling" it); true if
  * that gave bytes back. */
 bool vgpu__pool_settle(int index);
+/* An allocation of pool index was freed (a destroyed pool's last one gives
+ * its charge back). */
+void vgpu__pool_freed(int index);
 bool vgpu__pools_settle_device(int ordinal);
 void vgpu__pools_fork_child(void);
+/* A charge refused over the limit: settles the device's pools and tries
+ * once more. The same results as vgpu__charge. */
 CUresult vgpu__charge_retry(struct vgpu_dev *dv, int kind, uint64_t bytes);
 
+/* devices.c: a charge that did not get the tenant's ledger lock within
+ * VGPU_LEDGER_LOCK_TIMEOUT_NS: logs which tenant and which pid holds the
+ * lock (at most once every 10 s per device) and returns CUDA_ERROR_TIMEOUT. */
+CUresult vgpu__charge_timeout(struct vgpu_dev *dv);
+
+/* Charges bytes of kind to dv's tenant: CUDA_SUCCESS;
+ * CUDA_ERROR_OUT_OF_MEMORY past the limit; CUDA_ERROR_TIMEOUT when the
+ * tenant's lock was held past its bound (a stopped or stuck process of the
+ * tenant: the slice may well have room); CUDA_ERROR_INVALID_DEVICE for a
+ * refused device. */
 static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 				    uint64_t bytes)
 {
+	int rc;
+
 	if (dv->state != VGPU_DEV_READY)
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (!dv->slot || vgpu_ledger_reserve(dv->slot, kind, bytes) == 0)
+	if (!dv->slot)
 		return CUDA_SUCCESS;
+	rc = vgpu_ledger_reserve(dv->slot, kind, bytes);
+	if (rc == 0)
+		return CUDA_SUCCESS;
+	if (rc == VGPU_LEDGER_ETIMEDOUT)
+		return vgpu__charge_timeout(dv);
 	return vgpu__charge_retry(dv, kind, bytes);
 }
 

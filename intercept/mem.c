@@ -198,6 +198,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
+	struct vgpu_dev *dv;
 	CUresult r;
 	uint64_t limit;
 
@@ -206,8 +207,12 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	r = vgpu__real.cuDeviceTotalMem_v2(bytes, dev);
 	if (r != CUDA_SUCCESS || !bytes || vgpu__disabled())
 		return r;
-	/* The slice as configured: no ledger needed to answer. */
-	limit = vgpu__options_memory_limit(vgpu__options(), (unsigned)dev);
+	/* The tenant's slice once the device has joined it (its first
+	 * process set it); before that, the slice as configured. */
+	dv = vgpu__dev_peek(dev);
+	limit = dv && dv->slot ? vgpu_ledger_tenant_limit(dv->slot)
+			       : vgpu__options_memory_limit(vgpu__options(),
+							    (unsigned)dev);
 	if (limit < *bytes)
 		*bytes = (size_t)limit;
 	return r;

@@ -104,10 +104,14 @@ bool vgpu__pools_settle_device(int ordinal)
  * once more. */
 CUresult vgpu__charge_retry(struct vgpu_dev *dv, int kind, uint64_t bytes)
 {
+	int rc;
+
 	if (!vgpu__pools_settle_device(dv->ordinal))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	return vgpu_ledger_reserve(dv->slot, kind, bytes) == 0
-		       ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	rc = vgpu_ledger_reserve(dv->slot, kind, bytes);
+	if (rc == VGPU_LEDGER_ETIMEDOUT)
+		return vgpu__charge_timeout(dv);
+	return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* What an allocation of bytes may add to what pool i holds: nothing when

@@ -17,6 +17,7 @@
 #ifndef VGPU_LEDGER_H
 #define VGPU_LEDGER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,9 +39,10 @@ enum vgpu_ledger_error {
 #undef VGPU_LEDGER_ERR_ENUM_
 };
 
-/* join's positive return: joined, but the tenant's limit was changed from
- * a different value set by a process still alive; err holds the warning. */
-#define VGPU_LEDGER_LIMIT_CHANGED 1
+/* join's positive return: joined, but the tenant (which has a live process
+ * or usage) keeps a limit other than the one asked for; err holds the
+ * warning naming both. */
+#define VGPU_LEDGER_LIMIT_KEPT 1
 
 #define VGPU_LEDGER_LOCK_TIMEOUT_NS	1000000000ull	/* every bounded wait */
 
@@ -100,20 +102,42 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 
 /* ---- ledger_join.c: tenants and slots ---------------------------------- */
 
+/* What a joiner asks of its tenant. A tenant's terms are set by the
+ * joiner that creates it, or that finds it with no live process and no
+ * usage (the "setter"); every later joiner runs under the terms already
+ * there, whatever it asked for. */
+struct vgpu_ledger_terms {
+	uint64_t mem_limit;	/* device bytes; VGPU_LEDGER_UNLIMITED: none */
+	bool compute;		/* set share_pct and policy too */
+	uint32_t share_pct;	/* compute.share_pct: 0 or 100: no cap */
+	uint32_t policy;	/* compute.policy */
+};
+
 /* Joins tenant `tenant` (1..63 bytes, no control characters): finds its
  * record or creates it (reusing the record of a tenant with no live process
- * and no usage when all are taken), sets its memory limit to `mem_limit`
- * (VGPU_LEDGER_UNLIMITED: none; the most recent joiner's limit applies to
- * the whole tenant, see docs/ledger-abi.md) and claims a free process slot,
- * or one whose owner died (its usage reclaimed first). pid is getpid(),
- * host_pid vgpu_host_pid(). Waits at most about a second for the file's
- * join lock. Returns 0 with *out set; VGPU_LEDGER_LIMIT_CHANGED with *out
- * set and a warning in err; VGPU_LEDGER_EFULL when no tenant record or no
- * slot is free (err says which and how many are in use), _ETIMEDOUT,
- * _EINVAL, _ESYS or _ENOMEM. */
+ * and no usage when all are taken), reclaims the tenant's dead slots, and
+ * claims a free process slot, or one whose owner died (its usage reclaimed
+ * first). A setter (see struct vgpu_ledger_terms) writes `want` into the
+ * tenant: the memory limit, its time and pid, and with want->compute the
+ * compute share and policy (the bucket then restarts at the next
+ * vgpu_throttle_configure). pid is getpid(), host_pid vgpu_host_pid().
+ * Waits at most about a second for the file's join lock. Returns 0 with
+ * *out set; VGPU_LEDGER_LIMIT_KEPT with *out set and a warning in err
+ * (want->mem_limit differs from the tenant's, which applies); or
+ * VGPU_LEDGER_EFULL when no tenant record or no slot is free (err says
+ * which and how many are in use), _ETIMEDOUT, _EINVAL, _ESYS or _ENOMEM. */
+int vgpu_ledger_join_terms(struct vgpu_ledger *l, const char *tenant,
+			   const struct vgpu_ledger_terms *want, int32_t pid,
+			   int32_t host_pid, struct vgpu_slot **out,
+			   char *err, size_t errlen);
+
+/* vgpu_ledger_join_terms with a memory limit only (compute left as is). */
 int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
 		     uint64_t mem_limit, int32_t pid, int32_t host_pid,
 		     struct vgpu_slot **out, char *err, size_t errlen);
+
+/* Whether s's join set its tenant's terms (it was the setter). */
+bool vgpu_ledger_set_terms(const struct vgpu_slot *s);
 
 /* Gives the slot's usage back to its tenant, frees the slot and `s`.
  * If the tenant lock cannot be had within a second, the slot is released
@@ -158,6 +182,14 @@ uint64_t vgpu_ledger_tenant_usage(const struct vgpu_slot *s, int kind);
 uint64_t vgpu_ledger_slot_usage(const struct vgpu_slot *s, int kind);
 const struct vgpu_ledger_slot *vgpu_ledger_slot_record(const struct vgpu_slot *s);
 const struct vgpu_ledger_tenant *vgpu_ledger_tenant_record(const struct vgpu_slot *s);
+
+/* Who holds s's tenant lock now, from the lock word (which names the
+ * holder's slot and generation): the holder's pid in its own namespace
+ * and its host pid (0: the same namespace, or not known). Returns 0, or
+ * VGPU_LEDGER_EINVAL when the lock is free or its slot has moved on. A
+ * snapshot that may be stale at once: for messages. */
+int vgpu_ledger_lock_holder(const struct vgpu_slot *s, int32_t *pid,
+			    int32_t *host_pid);
 
 /* For tests only: take and drop the slot's tenant lock directly (a test
  * child dies holding it). vgpu__ledger_lock returns 0 or _ETIMEDOUT. */

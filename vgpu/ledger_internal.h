@@ -52,6 +52,7 @@ struct vgpu_slot {
 	uint32_t tenant_index;
 	uint32_t owner;			/* this slot's tenant lock word value */
 	uint32_t deferred_any;		/* releases waiting (atomic) */
+	bool setter;			/* its join set the tenant's terms */
 	uint64_t deferred[VGPU_USAGE_COUNT];	/* bytes per kind (atomic) */
 	struct vgpu_slot *next;		/* l->joined */
 };

@@ -1,5 +1,5 @@
 /* ledger_join.c - tenants and slots: joining (find or make the tenant, set
- * its limit, claim a slot), leaving, and reclaiming the slots of dead
+ * or keep its terms, claim a slot), leaving, and reclaiming the slots of dead
  * processes. All of this may make system calls and allocate; none of it is
  * on the allocation path except the reclaim of one tenant after a refusal.
  */
@@ -162,28 +162,94 @@ static int find_tenant(struct vgpu_ledger *l, const char *name, bool *created)
 	return -1;
 }
 
-/* The most recent joiner's limit applies; changing it while another slot of
- * the tenant exists is reported. */
-static int set_limit(struct vgpu_ledger *l, uint32_t t, uint64_t limit,
-		     int32_t pid, char *err, size_t errlen)
+/* A size for a message: "none", "<n> GiB", "<n> MiB" or bytes. */
+static const char *size_text(uint64_t b, char *buf, size_t len)
 {
-	struct vgpu_ledger_tenant *ten = &l->tenants[t];
-	uint64_t old = vgpu__ld(&ten->mem_limit);
-	int rc = 0;
+	if (b == VGPU_LEDGER_UNLIMITED)
+		snprintf(buf, len, "none");
+	else if (b && b % (UINT64_C(1) << 30) == 0)
+		snprintf(buf, len, "%llu GiB", (unsigned long long)(b >> 30));
+	else if (b && b % (UINT64_C(1) << 20) == 0)
+		snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
+	else
+		snprintf(buf, len, "%llu bytes", (unsigned long long)b);
+	return buf;
+}
 
-	if (old != limit && tenant_has_slots(l, t)) {
-		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_LIMIT_CHANGED,
-			"tenant '%s': memory limit changed from %llu to %llu "
-			"bytes by pid %d; the most recent limit applies to all "
-			"its processes", ten->name, (unsigned long long)old,
-			(unsigned long long)limit, (int)pid);
-		__atomic_store_n(&ten->limit_changes, ten->limit_changes + 1,
-				 __ATOMIC_RELAXED);
+/* Whether a slot of tenant t is held by a live process (this one's
+ * included): a test of each slot's OFD lock, reclaiming nothing. */
+static bool tenant_live(struct vgpu_ledger *l, uint32_t t)
+{
+	struct vgpu_ledger_slot *r;
+	uint32_t i;
+
+	for (i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		r = &l->slots[i];
+		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) !=
+			    VGPU_SLOT_ACTIVE ||
+		    __atomic_load_n(&r->tenant, __ATOMIC_RELAXED) != t)
+			continue;
+		if (vgpu__slot_owned(l, i) || !vgpu__slot_trylock(l, i))
+			return true;
+		vgpu__slot_unlock(l, i);
 	}
-	vgpu__st(&ten->mem_limit, limit);
+	return false;
+}
+
+/* Under the join lock: whether a joiner of tenant t sets its terms. A
+ * tenant just made does; an existing one does when it has no live process
+ * and, once its dead slots are reclaimed, no usage. */
+static bool terms_open(struct vgpu_ledger *l, uint32_t t, bool created)
+{
+	if (created)
+		return true;
+	if (tenant_live(l, t))
+		return false;
+	reclaim_dead(l, t);
+	return tenant_idle(l, t);
+}
+
+/* The setter writes the terms; a changed compute setting zeroes the
+ * bucket's refill time, so vgpu_throttle_configure restarts it. */
+static void terms_set(struct vgpu_ledger_tenant *ten,
+		      const struct vgpu_ledger_terms *want, int32_t pid)
+{
+	struct vgpu_ledger_compute *c = &ten->compute;
+
+	vgpu__st(&ten->mem_limit, want->mem_limit);
 	vgpu__st(&ten->limit_set_ns, vgpu__now_ns(CLOCK_REALTIME));
 	__atomic_store_n(&ten->limit_set_pid, pid, __ATOMIC_RELAXED);
-	return rc;
+	if (!want->compute || (vgpu__ld32(&c->share_pct) == want->share_pct &&
+			       vgpu__ld32(&c->policy) == want->policy))
+		return;
+	__atomic_store_n(&c->tokens_ns, 0, __ATOMIC_RELAXED);
+	vgpu__st(&c->refill_ns, 0);
+	vgpu__st32(&c->policy, want->policy);
+	vgpu__st32(&c->share_pct, want->share_pct);
+}
+
+/* A later joiner runs under the tenant's limit; asking for another one is
+ * reported (and counted in limit_changes). */
+static int terms_keep(struct vgpu_ledger_tenant *ten, uint64_t limit,
+		      int32_t pid, char *err, size_t errlen)
+{
+	uint64_t have = vgpu__ld(&ten->mem_limit);
+	char a[32], b[32];
+
+	if (have == limit)
+		return 0;
+	__atomic_fetch_add(&ten->limit_changes, 1, __ATOMIC_RELAXED);
+	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_LIMIT_KEPT,
+		"tenant '%s': pid %d asked for %s%s, but the tenant's memory "
+		"limit, %s (set by pid %d), applies; a tenant keeps the limit "
+		"it was started with while it has processes or usage",
+		ten->name, (int)pid,
+		limit == VGPU_LEDGER_UNLIMITED ? "no memory limit"
+					       : "a memory limit of ",
+		limit == VGPU_LEDGER_UNLIMITED ? ""
+					       : size_text(limit, a, sizeof(a)),
+		size_text(have, b, sizeof(b)),
+		(int)__atomic_load_n(&ten->limit_set_pid, __ATOMIC_RELAXED));
 }
 
 /* ---- slots ------------------------------------------------------------------- */
@@ -256,11 +322,11 @@ static bool name_ok(const char *name)
 
 /* Under l->mu and the join lock. */
 static int join_locked(struct vgpu_ledger *l, struct vgpu_slot *s,
-		       const char *tenant, uint64_t limit, int32_t pid,
-		       int32_t host_pid, char *err, size_t errlen)
+		       const char *tenant, const struct vgpu_ledger_terms *want,
+		       int32_t pid, int32_t host_pid, char *err, size_t errlen)
 {
 	bool created;
-	int t, i, rc;
+	int t, i, rc = 0;
 
 	t = find_tenant(l, tenant, &created);
 	if (t < 0)
@@ -273,7 +339,12 @@ static int join_locked(struct vgpu_ledger *l, struct vgpu_slot *s,
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EFULL,
 			"ledger '%s' is full: all %d process slots are in use "
 			"by live processes", l->path, VGPU_LEDGER_MAX_SLOTS);
-	rc = set_limit(l, (uint32_t)t, limit, pid, err, errlen);
+	s->setter = terms_open(l, (uint32_t)t, created);
+	if (s->setter)
+		terms_set(&l->tenants[t], want, pid);
+	else
+		rc = terms_keep(&l->tenants[t], want->mem_limit, pid, err,
+				errlen);
 	slot_init(l, (uint32_t)i, (uint32_t)t, pid, host_pid);
 	__atomic_fetch_add(&l->hdr->joins, 1, __ATOMIC_RELAXED);
 	s->l = l;
@@ -287,9 +358,10 @@ static int join_locked(struct vgpu_ledger *l, struct vgpu_slot *s,
 	return rc;
 }
 
-int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
-		     uint64_t mem_limit, int32_t pid, int32_t host_pid,
-		     struct vgpu_slot **out, char *err, size_t errlen)
+int vgpu_ledger_join_terms(struct vgpu_ledger *l, const char *tenant,
+			   const struct vgpu_ledger_terms *want, int32_t pid,
+			   int32_t host_pid, struct vgpu_slot **out,
+			   char *err, size_t errlen)
 {
 	struct vgpu_slot *s;
 	int rc;
@@ -297,7 +369,7 @@ int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
 	*out = NULL;
 	if (err && errlen)
 		err[0] = '\0';
-	if (!l || !name_ok(tenant))
+	if (!l || !want || !name_ok(tenant))
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
 			"tenant name '%s': expected 1..%d bytes, no control "
 			"characters", tenant ? tenant : "(null)",
@@ -309,8 +381,8 @@ int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
 	pthread_mutex_lock(&l->mu);
 	rc = vgpu__join_lock(l);
 	if (rc == 0) {
-		rc = join_locked(l, s, tenant, mem_limit, pid, host_pid,
-				 err, errlen);
+		rc = join_locked(l, s, tenant, want, pid, host_pid, err,
+				 errlen);
 		vgpu__join_unlock(l);
 	} else {
 		vgpu__ledger_err(err, errlen, rc, "ledger '%s': %s", l->path,
@@ -325,6 +397,21 @@ int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
 	}
 	*out = s;
 	return rc;
+}
+
+int vgpu_ledger_join(struct vgpu_ledger *l, const char *tenant,
+		     uint64_t mem_limit, int32_t pid, int32_t host_pid,
+		     struct vgpu_slot **out, char *err, size_t errlen)
+{
+	struct vgpu_ledger_terms want = { .mem_limit = mem_limit };
+
+	return vgpu_ledger_join_terms(l, tenant, &want, pid, host_pid, out,
+				      err, errlen);
+}
+
+bool vgpu_ledger_set_terms(const struct vgpu_slot *s)
+{
+	return s->setter;
 }
 
 void vgpu_ledger_leave(struct vgpu_slot *s)

@@ -121,6 +121,27 @@ static bool owner_dead(struct vgpu_ledger *l, uint32_t word)
 	return fl.l_type == F_UNLCK;
 }
 
+int vgpu_ledger_lock_holder(const struct vgpu_slot *s, int32_t *pid,
+			    int32_t *host_pid)
+{
+	uint32_t w = __atomic_load_n(&s->ten->lock, __ATOMIC_RELAXED) &
+		     ~VGPU__LOCK_WAITERS;
+	uint32_t idx = (w & VGPU__OWNER_IDX_MASK) - 1;
+	uint32_t gen = (w >> VGPU__OWNER_IDX_BITS) & VGPU__OWNER_GEN_MASK;
+	const struct vgpu_ledger_slot *r;
+
+	if (w == 0 || idx >= VGPU_LEDGER_MAX_SLOTS)
+		return VGPU_LEDGER_EINVAL;
+	r = &s->l->slots[idx];
+	*pid = __atomic_load_n(&r->pid, __ATOMIC_RELAXED);
+	*host_pid = __atomic_load_n(&r->host_pid, __ATOMIC_RELAXED);
+	/* Read after the pids: a slot claimed again meanwhile shows here. */
+	if ((__atomic_load_n(&r->generation, __ATOMIC_ACQUIRE) &
+	     VGPU__OWNER_GEN_MASK) != gen)
+		return VGPU_LEDGER_EINVAL;
+	return 0;
+}
+
 /* ---- the tenant lock ---------------------------------------------------------- */
 
 static void futex_wait(uint32_t *word, uint32_t val, uint64_t ns)

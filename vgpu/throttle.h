@@ -68,7 +68,9 @@ struct vgpu_slot;
  * above the share), VGPU_POLICY_ELASTIC (the share is guaranteed; a tenant
  * alone on the GPU gets all of it) or VGPU_POLICY_OFF (no cap), from
  * vgpu/options.h. The most recent caller's settings apply to the whole
- * tenant (like the memory limit). When they differ from the tenant's
+ * tenant; the shim passes the tenant's own terms (set by its first
+ * process, as the memory limit is: vgpu_ledger_join_terms), so a later
+ * process does not change them. When they differ from the tenant's
  * current ones, the bucket restarts empty at now_ns (so a cap applies from
  * the first launch); when they are the same (another process of the tenant
  * joining) the bucket is left as it is. Returns 0, or VGPU_LEDGER_EINVAL

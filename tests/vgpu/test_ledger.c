@@ -203,44 +203,140 @@ Test(ledger, tenants_are_separate)
 	vgpu_ledger_close(l);
 }
 
-Test(ledger, the_most_recent_joiners_limit_applies_with_a_warning)
+static int join_rc(struct vgpu_ledger *l, const char *tenant, uint64_t limit,
+		   int32_t pid, struct vgpu_slot **s, char *err, size_t len)
+{
+	return vgpu_ledger_join(l, tenant, limit, pid, 0, s, err, len);
+}
+
+Test(ledger, a_later_joiner_runs_under_the_tenants_limit_with_a_warning)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
-	struct vgpu_slot *a = ledger_join_ok(l, "team", GiB), *b, *c;
+	struct vgpu_slot *a, *b, *c, *d;
 	char err[512];
 
-	cr_assert_eq(vgpu_ledger_join(l, "team", 2 * GiB, 4242, 0, &b, err,
-				      sizeof(err)), VGPU_LEDGER_LIMIT_CHANGED);
-	cr_expect(strstr(err, "tenant 'team': memory limit changed from "
-		  "1073741824 to 2147483648 bytes by pid 4242"), "%s", err);
-	cr_expect_eq(vgpu_ledger_tenant_limit(a), 2 * GiB);
-	cr_expect_eq(vgpu_ledger_tenant_record(a)->limit_changes, 1);
-	cr_assert_eq(vgpu_ledger_join(l, "team", 2 * GiB, 4243, 0, &c, err,
-				      sizeof(err)), 0);
+	cr_assert_eq(join_rc(l, "team", GiB, 4241, &a, err, sizeof(err)), 0);
+	cr_expect(vgpu_ledger_set_terms(a));
+	cr_assert_eq(join_rc(l, "team", 4 * GiB, 4242, &b, err, sizeof(err)),
+		     VGPU_LEDGER_LIMIT_KEPT);
+	cr_expect(!vgpu_ledger_set_terms(b));
+	cr_expect(strstr(err, "tenant 'team': pid 4242 asked for a memory "
+		  "limit of 4 GiB, but the tenant's memory limit, 1 GiB (set "
+		  "by pid 4241), applies"), "%s", err);
+	cr_assert_eq(join_rc(l, "team", VGPU_LEDGER_UNLIMITED, 4243, &c, err,
+			     sizeof(err)), VGPU_LEDGER_LIMIT_KEPT);
+	cr_expect(strstr(err, "asked for no memory limit, but the tenant's "
+		  "memory limit, 1 GiB (set"), "%s", err);
+	cr_assert_eq(join_rc(l, "team", GiB, 4244, &d, err, sizeof(err)), 0);
 	cr_expect_str_eq(err, "");
-	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, 2 * GiB), 0);
+	cr_expect_eq(vgpu_ledger_tenant_limit(a), GiB);
+	cr_expect_eq(vgpu_ledger_tenant_record(a)->limit_set_pid, 4241);
+	cr_expect_eq(vgpu_ledger_tenant_record(a)->limit_changes, 2);
+	/* Neither the unlimited one nor the 4 GiB one goes past 1 GiB. */
+	cr_assert_eq(vgpu_ledger_reserve(c, VGPU_USAGE_BUFFER, 600 * MiB), 0);
+	cr_expect_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 600 * MiB),
+		     VGPU_LEDGER_EOVERLIMIT);
+	cr_expect_eq(vgpu_ledger_reserve(c, VGPU_USAGE_BUFFER, 600 * MiB),
+		     VGPU_LEDGER_EOVERLIMIT);
+	cr_assert_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 424 * MiB), 0);
+	vgpu_ledger_release(b, VGPU_USAGE_BUFFER, 424 * MiB);
+	vgpu_ledger_release(c, VGPU_USAGE_BUFFER, 600 * MiB);
 	vgpu_ledger_leave(a);
+	/* The first one gone: the others keep its limit all the same. */
+	cr_expect_eq(vgpu_ledger_tenant_limit(b), GiB);
 	vgpu_ledger_leave(b);
 	vgpu_ledger_leave(c);
-	/* Nobody left: a new limit is no change to anyone. */
+	vgpu_ledger_leave(d);
+	/* Nobody left and nothing held: the next joiner sets the limit. */
 	c = ledger_join_ok(l, "team", 512 * MiB);
+	cr_expect(vgpu_ledger_set_terms(c));
 	cr_expect_eq(vgpu_ledger_tenant_limit(c), 512 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_record(c)->limit_set_pid, getpid());
 	expect_zero(c);
 	vgpu_ledger_close(l);
 }
 
-Test(ledger, a_lower_limit_keeps_what_is_held_and_refuses_more)
+Test(ledger, an_unlimited_tenant_stays_unlimited_for_a_later_joiner)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
-	struct vgpu_slot *a = ledger_join_ok(l, "team", GiB), *b;
+	struct vgpu_slot *a = ledger_join_ok(l, "team", VGPU_LEDGER_UNLIMITED);
+	struct vgpu_slot *b;
+	char err[512];
 
-	cr_assert_eq(vgpu_ledger_reserve(a, VGPU_USAGE_BUFFER, 800 * MiB), 0);
-	b = ledger_join_ok(l, "team", 512 * MiB);
-	cr_expect_eq(vgpu_ledger_tenant_used(b), 800 * MiB);
-	cr_expect_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 1),
-		     VGPU_LEDGER_EOVERLIMIT);
-	vgpu_ledger_release(a, VGPU_USAGE_BUFFER, 400 * MiB);
-	cr_expect_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 112 * MiB), 0);
+	cr_assert_eq(join_rc(l, "team", GiB, 7, &b, err, sizeof(err)),
+		     VGPU_LEDGER_LIMIT_KEPT);
+	cr_expect(strstr(err, "asked for a memory limit of 1 GiB, but the "
+		  "tenant's memory limit, none (set"), "%s", err);
+	cr_expect_eq(vgpu_ledger_tenant_limit(b), VGPU_LEDGER_UNLIMITED);
+	cr_expect_eq(vgpu_ledger_reserve(b, VGPU_USAGE_BUFFER, 2 * GiB), 0);
+	vgpu_ledger_release(b, VGPU_USAGE_BUFFER, 2 * GiB);
+	vgpu_ledger_leave(a);
+	vgpu_ledger_leave(b);
+	vgpu_ledger_close(l);
+}
+
+/* A tenant whose only process died holding memory: the joiner reclaims the
+ * dead slot first, finds the tenant idle and sets its own limit. */
+Test(ledger, a_tenant_whose_processes_died_takes_the_next_joiners_limit)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s;
+	char err[512];
+	int status;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct vgpu_ledger *cl;
+		struct vgpu_slot *cs;
+
+		vgpu_ledger_forget_after_fork(l);
+		if (vgpu_ledger_open(test_dir, UUID, 0, &cl, err, sizeof(err))
+		    || vgpu_ledger_join(cl, "team", GiB, getpid(), 0, &cs, err,
+					sizeof(err)) < 0 ||
+		    vgpu_ledger_reserve(cs, VGPU_USAGE_BUFFER, 300 * MiB))
+			_exit(10);
+		_exit(0);	/* dies without leaving */
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert_eq(status, 0);
+	cr_assert_eq(join_rc(l, "team", 2 * GiB, 9, &s, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect(vgpu_ledger_set_terms(s));
+	cr_expect_eq(vgpu_ledger_tenant_limit(s), 2 * GiB);
+	expect_zero(s);
+	vgpu_ledger_close(l);
+}
+
+/* Compute terms travel with the memory limit: written by the setter only;
+ * a change zeroes the bucket's refill so that configure restarts it. */
+Test(ledger, compute_terms_are_set_by_the_setter_only)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_ledger_terms want = { GiB, true, 30, 1 };
+	const struct vgpu_ledger_compute *c;
+	struct vgpu_slot *a, *b;
+	char err[512];
+
+	cr_assert_eq(vgpu_ledger_join_terms(l, "team", &want, 1, 0, &a, err,
+					    sizeof(err)), 0, "%s", err);
+	c = &vgpu_ledger_tenant_record(a)->compute;
+	cr_expect_eq(c->share_pct, 30);
+	cr_expect_eq(c->policy, 1);
+	cr_expect_eq(c->refill_ns, 0);
+	want = (struct vgpu_ledger_terms){ GiB, true, 70, 0 };
+	cr_assert_eq(vgpu_ledger_join_terms(l, "team", &want, 2, 0, &b, err,
+					    sizeof(err)), 0, "%s", err);
+	cr_expect_eq(c->share_pct, 30);
+	cr_expect_eq(c->policy, 1);
+	vgpu_ledger_leave(a);
+	vgpu_ledger_leave(b);
+	cr_assert_eq(vgpu_ledger_join_terms(l, "team", &want, 3, 0, &b, err,
+					    sizeof(err)), 0, "%s", err);
+	cr_expect_eq(c->share_pct, 70);
+	cr_expect_eq(c->policy, 0);
+	cr_expect_eq(vgpu_ledger_join_terms(l, "team", NULL, 3, 0, &a, err,
+					    sizeof(err)), VGPU_LEDGER_EINVAL);
+	expect_zero(b);
 	vgpu_ledger_close(l);
 }
 

@@ -291,6 +291,54 @@ Test(ledger_race, a_process_dying_with_the_lock_blocks_nobody)
 	vgpu_ledger_close(l);
 }
 
+/* A live process that holds the tenant lock and is stopped (SIGSTOP):
+ * the others' reservations time out after the bound, with ETIMEDOUT and
+ * not EOVERLIMIT, and the lock word names the holder's pid. */
+Test(ledger_race, a_stopped_holder_times_out_others_and_is_named)
+{
+	int *ready = shared_page(4096);
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", GiB);
+	int32_t pid = 0, hpid = -1;
+	uint64_t t0, dt;
+	int status;
+	pid_t child = fork();
+
+	if (child == 0) {
+		struct vgpu_slot *cs = child_join(l, "team", GiB);
+
+		if (vgpu__ledger_lock(cs))
+			_exit(102);
+		__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+		raise(SIGSTOP);
+		for (;;)
+			pause();
+	}
+	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(waitpid(child, &status, WUNTRACED), child);
+	cr_assert(WIFSTOPPED(status), "status %#x", status);
+	cr_expect_eq(vgpu_ledger_lock_holder(s, &pid, &hpid), 0);
+	cr_expect_eq(pid, child);
+	cr_expect_eq(hpid, 0);
+	t0 = now_ns();
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, MiB),
+		     VGPU_LEDGER_ETIMEDOUT);
+	dt = now_ns() - t0;
+	cr_expect_geq(dt, VGPU_LEDGER_LOCK_TIMEOUT_NS);
+	cr_expect_lt(dt, 3 * VGPU_LEDGER_LOCK_TIMEOUT_NS, "%llu ns",
+		     (unsigned long long)dt);
+	cr_expect_eq(vgpu_ledger_slot_record(s)->failures, 0);
+	kill(child, SIGKILL);
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, GiB), 0);
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, GiB);
+	cr_expect_eq(vgpu_ledger_tenant_used(s), 0);
+	cr_expect_eq(vgpu_ledger_lock_holder(s, &pid, &hpid),
+		     VGPU_LEDGER_EINVAL);
+	vgpu_ledger_close(l);
+}
+
 Test(ledger_race, reclaim_returns_every_dead_slot)
 {
 	int *ready = shared_page(4096);
