@@ -12,6 +12,7 @@
 /* cuda.h maps these to their newest ABI; hooks.def names each ABI itself. */
 #undef cuGetProcAddress
 #undef cuStreamSynchronize
+#undef cuGraphInstantiate
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 
@@ -20,62 +21,16 @@
 #include "hooks.def"
 #undef VGPU_HOOK
 
-/* The real driver's functions, one field per hooked symbol. Filled once by
- * vgpu__real_load(); a symbol the driver lacks is NULL. */
+/* The real driver's functions, one field per hooked symbol and one per
+ * function the shim calls without hooking it (VGPU_CALL rows). Filled once
+ * by vgpu__real_load(); a symbol the driver lacks is NULL. */
 struct vgpu_real {
 #define VGPU_HOOK(name, version, symbol, per_thread, ret, params) \
 	ret (*symbol) params;
+#define VGPU_CALL(field, symbol, ret, params) ret (*field) params;
 #include "hooks.def"
+#undef VGPU_CALL
 #undef VGPU_HOOK
-	CUresult (*cuCtxGetDevice)(CUdevice *dev);
-	CUresult (*cuDeviceGetUuid_v2)(CUuuid *uuid, CUdevice dev);
-	CUresult (*cuDeviceGetCount)(int *count);
-	CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *base, size_t *size,
-					    CUdeviceptr dptr);
-	CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool,
-					  CUmemPool_attribute attr, void *value);
-	CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *pool,
-					      CUdevice dev);
-	CUresult (*cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
-	CUresult (*cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
-	CUresult (*cuCtxPushCurrent_v2)(CUcontext ctx);
-	CUresult (*cuCtxPopCurrent_v2)(CUcontext *pctx);
-	CUresult (*cuDeviceGetGraphMemAttribute)(CUdevice device,
-						 CUgraphMem_attribute attr,
-						 void *value);
-	CUresult (*cuArrayGetDescriptor_v2)(CUDA_ARRAY_DESCRIPTOR *d,
-					    CUarray a);
-	CUresult (*cuCtxGetCurrent)(CUcontext *pctx);
-	CUresult (*cuStreamCreate)(CUstream *s, unsigned int flags);
-	CUresult (*cuStreamDestroy_v2)(CUstream s);
-	CUresult (*cuDeviceGetAttribute)(int *pi, CUdevice_attribute a,
-					 CUdevice dev);
-	CUresult (*cuMemAddressReserve)(CUdeviceptr *ptr, size_t size,
-					size_t align, CUdeviceptr addr,
-					unsigned long long flags);
-	CUresult (*cuMemAddressFree)(CUdeviceptr ptr, size_t size);
-	CUresult (*cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
-			     CUmemGenericAllocationHandle h,
-			     unsigned long long flags);
-	CUresult (*cuMemUnmap)(CUdeviceptr ptr, size_t size);
-	CUresult (*cuMemSetAccess)(CUdeviceptr ptr, size_t size,
-				   const CUmemAccessDesc *desc, size_t count);
-	CUresult (*cuMemGetAllocationGranularity)(size_t *g,
-			const CUmemAllocationProp *prop,
-			CUmemAllocationGranularity_flags option);
-	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr dst, CUdeviceptr src,
-				    size_t bytes);
-	CUresult (*cuFuncGetParamInfo)(CUfunction f, size_t i, size_t *off,
-				       size_t *size);
-	CUresult (*cuMemAdvise_v2)(CUdeviceptr p, size_t count,
-				   CUmem_advise advice, CUmemLocation loc);
-	CUresult (*cuEventCreate)(CUevent *e, unsigned int flags);
-	CUresult (*cuEventDestroy_v2)(CUevent e);
-	CUresult (*cuEventRecord)(CUevent e, CUstream s);
-	CUresult (*cuEventRecord_ptsz)(CUevent e, CUstream s);
-	CUresult (*cuEventQuery)(CUevent e);
-	CUresult (*cuEventElapsedTime_v2)(float *ms, CUevent a, CUevent b);
-	CUresult (*cuEventElapsedTime_v1)(float *ms, CUevent a, CUevent b);
 };
 
 extern struct vgpu_real vgpu__real;
@@ -92,6 +47,15 @@ struct vgpu_hook_entry {
 
 extern const struct vgpu_hook_entry vgpu__hook_entries[];
 extern const size_t vgpu__hook_count;
+
+/* One row of the called functions' table (VGPU_CALL rows). */
+struct vgpu_call_entry {
+	const char *symbol;
+	void **real;		/* its field in vgpu__real */
+};
+
+extern const struct vgpu_call_entry vgpu__call_entries[];
+extern const size_t vgpu__call_count;
 
 /* Loads the real driver and fills vgpu__real and the forwarders' table.
  * Idempotent, thread-safe; returns false when no driver could be loaded. */

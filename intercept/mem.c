@@ -146,7 +146,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return r;
 	}
 	if (t.kind == VGPU_USAGE_POOL)
-		vgpu__pool_settle((int)t.aux);
+		vgpu__pool_freed((int)t.aux);
 	else if (t.kind != VGPU_USAGE_SPILLED)
 		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind, t.bytes);
 	/* Room may have freed: spilled ranges come back to the device. */

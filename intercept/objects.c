@@ -1,22 +1,43 @@
 /* objects.c - the other consumers of device memory: arrays, VMM handles,
- * multicast objects, graph memory nodes and contexts. Each is charged
- * before the driver creates it and given back when it is destroyed; the
- * handle is remembered in track.c's handle table.
+ * multicast objects and contexts (green ones included). Each is charged
+ * before the driver creates it and given back when the driver frees its
+ * memory: arrays and contexts when destroyed (the handle is remembered in
+ * track.c's handle table), VMM handles and multicast objects when their
+ * last reference goes (vmm.c). Graph memory is graphs.c's.
  */
 #include "devices.h"
 #include "track.h"
+#include "vmm.h"
 
 /* ---- arrays ------------------------------------------------------------ */
 
-/* Bytes of one element of one channel; the formats cuda.h lists with a
- * plain element size, 4 for the rest (docs/memory.md). */
-static uint64_t format_bytes(CUarray_format f)
+/* The driver reserves a pitched image for an array: each row padded, so a
+ * narrow array costs far more than its elements (a 1-byte-wide one, 512
+ * times). Where the driver does not report the size, the estimate is each
+ * row rounded up to ROW_ALIGN bytes, times the rows and slices, rounded up
+ * to whole pages (docs/memory.md). */
+#define ROW_ALIGN	512u
+#define PAGE		4096u
+#define LAYERS		(CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)
+
+/* Bytes of one element of one channel, and the channels a packed format
+ * implies (0: NumChannels says); 4 bytes for formats not listed here. */
+static uint64_t format_bytes(CUarray_format f, unsigned *implied)
 {
+	*implied = 0;
 	switch (f) {
 	case CU_AD_FORMAT_UNSIGNED_INT8:
 	case CU_AD_FORMAT_SIGNED_INT8:
 	case CU_AD_FORMAT_UNORM_INT8X1:
 	case CU_AD_FORMAT_SNORM_INT8X1:
+		return 1;
+	case CU_AD_FORMAT_UNORM_INT8X2:
+	case CU_AD_FORMAT_SNORM_INT8X2:
+		*implied = 2;
+		return 1;
+	case CU_AD_FORMAT_UNORM_INT8X4:
+	case CU_AD_FORMAT_SNORM_INT8X4:
+		*implied = 4;
 		return 1;
 	case CU_AD_FORMAT_UNSIGNED_INT16:
 	case CU_AD_FORMAT_SIGNED_INT16:
@@ -24,28 +45,38 @@ static uint64_t format_bytes(CUarray_format f)
 	case CU_AD_FORMAT_UNORM_INT16X1:
 	case CU_AD_FORMAT_SNORM_INT16X1:
 		return 2;
-	case CU_AD_FORMAT_UNSIGNED_INT32:
-	case CU_AD_FORMAT_SIGNED_INT32:
-	case CU_AD_FORMAT_FLOAT:
-		return 4;
+	case CU_AD_FORMAT_UNORM_INT16X2:
+	case CU_AD_FORMAT_SNORM_INT16X2:
+		*implied = 2;
+		return 2;
+	case CU_AD_FORMAT_UNORM_INT16X4:
+	case CU_AD_FORMAT_SNORM_INT16X4:
+		*implied = 4;
+		return 2;
 	default:
 		return 4;
 	}
 }
 
-/* width x height x depth elements (0 counts as 1), saturating. */
+/* A w x h x d array (0 counts as 1) of the estimate above, saturating.
+ * layers: d counts layers or cube faces (it does not shrink with levels). */
 static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f,
 			    unsigned channels)
 {
-	uint64_t b = format_bytes(f) * (channels ? channels : 1);
-	size_t dims[3] = { w, h ? h : 1, d ? d : 1 };
+	unsigned implied;
+	uint64_t elem = format_bytes(f, &implied);
+	uint64_t row, rows = (uint64_t)(h ? h : 1);
 
-	for (int i = 0; i < 3; i++) {
-		if (dims[i] && b > UINT64_MAX / dims[i])
-			return UINT64_MAX;
-		b *= dims[i];
-	}
-	return b;
+	elem *= implied ? implied : (channels ? channels : 1);
+	if (w > (UINT64_MAX - ROW_ALIGN) / elem)
+		return UINT64_MAX;
+	row = ((uint64_t)w * elem + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+	if (d > 1 && rows > UINT64_MAX / d)
+		return UINT64_MAX;
+	rows *= d ? d : 1;
+	if (rows > (UINT64_MAX - PAGE) / row)
+		return UINT64_MAX;
+	return (row * rows + PAGE - 1) / PAGE * PAGE;
 }
 
 static CUresult charge_handle(struct vgpu_dev *dv, int kind, uint64_t bytes)
@@ -67,7 +98,24 @@ static void remember_handle(uint64_t key, struct vgpu_dev *dv, int kind,
 			 (unsigned long long)bytes);
 }
 
-/* Gives back what key was charged, after the driver destroyed it. */
+/* The end of the protocol for an object the driver was asked to make
+ * after bytes of kind were charged: kept and remembered under key when it
+ * made it (r is CUDA_SUCCESS), given back when it refused. Returns r. */
+static CUresult commit_handle(struct vgpu_dev *dv, int kind, uint64_t bytes,
+			      CUresult r, uint64_t key)
+{
+	if (r != CUDA_SUCCESS)
+		vgpu__uncharge(dv, kind, bytes);
+	else
+		remember_handle(key, dv, kind, bytes);
+	return r;
+}
+
+/* The end of the protocol for destroying an object: its entry was taken
+ * out of the table before the driver was asked (known), so that a handle
+ * the driver hands out again at once is not confused with it. The charge
+ * is given back when the driver destroyed it (r is CUDA_SUCCESS), and the
+ * entry put back when it refused. Returns r. */
 static CUresult forget_handle(uint64_t key, CUresult r,
 			      const struct vgpu_tracked *t, bool known)
 {
@@ -81,74 +129,137 @@ static CUresult forget_handle(uint64_t key, CUresult r,
 	return r;
 }
 
-#define CREATE(kind, bytes, handle_expr, call)				\
-	do {								\
-		struct vgpu_dev *dv_ = vgpu__dev_current();		\
-		uint64_t b_ = (bytes);					\
-		CUresult r_;						\
-		if (!dv_ || !dv_->slot)					\
-			return dv_ && dv_->state == VGPU_DEV_FAILED	\
-				? CUDA_ERROR_INVALID_DEVICE : (call);	\
-		if ((r_ = charge_handle(dv_, kind, b_)) != CUDA_SUCCESS) \
-			return r_;					\
-		r_ = (call);						\
-		if (r_ != CUDA_SUCCESS) {				\
-			vgpu__uncharge(dv_, kind, b_);			\
-			return r_;					\
-		}							\
-		remember_handle((uint64_t)(uintptr_t)(handle_expr), dv_, \
-				kind, b_);				\
-		return r_;						\
-	} while (0)
+static bool take_handle(uint64_t key, struct vgpu_tracked *t)
+{
+	return vgpu__track_remove(VGPU_TRACK_HANDLE, key, t);
+}
 
-#define DESTROY(key, call)						\
-	do {								\
-		struct vgpu_tracked t_;					\
-		uint64_t k_ = (uint64_t)(uintptr_t)(key);		\
-		bool known_ = vgpu__track_remove(VGPU_TRACK_HANDLE, k_, &t_); \
-		return forget_handle(k_, (call), &t_, known_);		\
-	} while (0)
+/* Whether dv's tenant is accounted; a refused device answers
+ * CUDA_ERROR_INVALID_DEVICE (*refused), any other is left to the driver. */
+static bool accounted(const struct vgpu_dev *dv, CUresult *refused)
+{
+	*refused = dv && dv->state == VGPU_DEV_FAILED
+			   ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+	return dv && dv->slot;
+}
+
+/* An array was charged *bytes; the driver may say what it really took
+ * (req; 0 when it did not say: cuArrayGetMemoryRequirements answers for
+ * deferred-mapping arrays only). The charge follows it. Returns
+ * CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the difference does not
+ * fit (the caller destroys the array; *bytes is still charged). */
+static CUresult follow_driver(struct vgpu_dev *dv, uint64_t *bytes,
+			      uint64_t req)
+{
+	if (req == 0 || req == *bytes)
+		return CUDA_SUCCESS;
+	if (req < *bytes)
+		vgpu__uncharge(dv, VGPU_USAGE_ARRAY, *bytes - req);
+	else if (charge_handle(dv, VGPU_USAGE_ARRAY, req - *bytes) !=
+		 CUDA_SUCCESS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*bytes = req;
+	return CUDA_SUCCESS;
+}
+
+static uint64_t array_req(struct vgpu_dev *dv, CUarray a)
+{
+	CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+
+	if (!vgpu__real.cuArrayGetMemoryRequirements ||
+	    vgpu__real.cuArrayGetMemoryRequirements(&req, a, dv->ordinal) !=
+		    CUDA_SUCCESS)
+		return 0;
+	return req.size;
+}
+
+static uint64_t mipmapped_req(struct vgpu_dev *dv, CUmipmappedArray m)
+{
+	CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+
+	if (!vgpu__real.cuMipmappedArrayGetMemoryRequirements ||
+	    vgpu__real.cuMipmappedArrayGetMemoryRequirements(&req, m,
+							     dv->ordinal) !=
+		    CUDA_SUCCESS)
+		return 0;
+	return req.size;
+}
+
+/* The one path of cuArrayCreate and cuArray3DCreate once the shape is
+ * known: charge the estimate, create, follow what the driver reports. */
+static CUresult array_create(CUarray *pHandle, const void *desc, bool three,
+			     uint64_t bytes)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	CUresult r;
+
+	if (!accounted(dv, &r))
+		goto pass;
+	if ((r = charge_handle(dv, VGPU_USAGE_ARRAY, bytes)) != CUDA_SUCCESS)
+		return r;
+	r = three ? vgpu__real.cuArray3DCreate_v2(pHandle, desc)
+		  : vgpu__real.cuArrayCreate_v2(pHandle, desc);
+	if (r == CUDA_SUCCESS &&
+	    follow_driver(dv, &bytes, array_req(dv, *pHandle)) != CUDA_SUCCESS) {
+		vgpu__real.cuArrayDestroy(*pHandle);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return commit_handle(dv, VGPU_USAGE_ARRAY, bytes, r,
+			     r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
+pass:
+	if (r != CUDA_SUCCESS)
+		return r;
+	return three ? vgpu__real.cuArray3DCreate_v2(pHandle, desc)
+		     : vgpu__real.cuArrayCreate_v2(pHandle, desc);
+}
 
 CUresult cuArrayCreate_v2(CUarray *pHandle,
 			  const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
+	const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
+
 	if (!vgpu__real.cuArrayCreate_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!pHandle || !pAllocateArray)
-		return vgpu__real.cuArrayCreate_v2(pHandle, pAllocateArray);
-	CREATE(VGPU_USAGE_ARRAY,
-	       array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-			   pAllocateArray->Format,
-			   pAllocateArray->NumChannels),
-	       *pHandle, vgpu__real.cuArrayCreate_v2(pHandle, pAllocateArray));
+	if (!pHandle || !d)
+		return vgpu__real.cuArrayCreate_v2(pHandle, d);
+	return array_create(pHandle, d, false,
+			    array_bytes(d->Width, d->Height, 0, d->Format,
+					d->NumChannels));
 }
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle,
 			    const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
+	const CUDA_ARRAY3D_DESCRIPTOR *d = pAllocateArray;
+
 	if (!vgpu__real.cuArray3DCreate_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!pHandle || !pAllocateArray)
-		return vgpu__real.cuArray3DCreate_v2(pHandle, pAllocateArray);
-	CREATE(VGPU_USAGE_ARRAY,
-	       array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-			   pAllocateArray->Depth, pAllocateArray->Format,
-			   pAllocateArray->NumChannels),
-	       *pHandle, vgpu__real.cuArray3DCreate_v2(pHandle, pAllocateArray));
+	if (!pHandle || !d)
+		return vgpu__real.cuArray3DCreate_v2(pHandle, d);
+	return array_create(pHandle, d, true,
+			    array_bytes(d->Width, d->Height, d->Depth,
+					d->Format, d->NumChannels));
 }
 
 CUresult cuArrayDestroy(CUarray hArray)
 {
 	if (!vgpu__real.cuArrayDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	DESTROY(hArray, vgpu__real.cuArrayDestroy(hArray));
+	struct vgpu_tracked t;
+	bool known = take_handle((uintptr_t)hArray, &t);
+
+	return forget_handle((uintptr_t)hArray,
+			     vgpu__real.cuArrayDestroy(hArray), &t, known);
 }
 
-/* The levels of a mipmapped array halve each dimension, down to 1. */
+/* The levels of a mipmapped array halve width and height, and the depth
+ * unless it counts layers or cube faces, down to 1; at most as many
+ * levels as the largest extent allows. */
 static uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d,
 				unsigned levels)
 {
 	size_t w = d->Width, h = d->Height, z = d->Depth;
+	bool layers = d->Flags & LAYERS;
 	uint64_t sum = 0;
 
 	for (unsigned i = 0; i < levels && i < 64; i++) {
@@ -156,9 +267,11 @@ static uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d,
 		if (b > UINT64_MAX - sum)
 			return UINT64_MAX;
 		sum += b;
-		w = w > 1 ? w / 2 : 1;
+		if (w <= 1 && h <= 1 && (layers || z <= 1))
+			break;
+		w = w > 1 ? w / 2 : w;
 		h = h > 1 ? h / 2 : h;
-		z = z > 1 ? z / 2 : z;
+		z = !layers && z > 1 ? z / 2 : z;
 	}
 	return sum;
 }
@@ -167,29 +280,51 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
 				const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
 				unsigned int numMipmapLevels)
 {
+	const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
+	struct vgpu_dev *dv;
+	uint64_t bytes;
+	CUresult r;
+
 	if (!vgpu__real.cuMipmappedArrayCreate)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!pHandle || !pMipmappedArrayDesc || numMipmapLevels == 0)
-		return vgpu__real.cuMipmappedArrayCreate(pHandle,
-				pMipmappedArrayDesc, numMipmapLevels);
-	CREATE(VGPU_USAGE_ARRAY,
-	       mipmapped_bytes(pMipmappedArrayDesc, numMipmapLevels), *pHandle,
-	       vgpu__real.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc,
-						 numMipmapLevels));
+	dv = vgpu__dev_current();
+	if (!pHandle || !d || numMipmapLevels == 0 || !accounted(dv, &r))
+		goto pass;
+	bytes = mipmapped_bytes(d, numMipmapLevels);
+	if ((r = charge_handle(dv, VGPU_USAGE_ARRAY, bytes)) != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
+	if (r == CUDA_SUCCESS &&
+	    follow_driver(dv, &bytes, mipmapped_req(dv, *pHandle)) !=
+		    CUDA_SUCCESS) {
+		vgpu__real.cuMipmappedArrayDestroy(*pHandle);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return commit_handle(dv, VGPU_USAGE_ARRAY, bytes, r,
+			     r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
+pass:
+	if (dv && dv->state == VGPU_DEV_FAILED)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return vgpu__real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
 }
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
 	if (!vgpu__real.cuMipmappedArrayDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	DESTROY(hMipmappedArray,
-		vgpu__real.cuMipmappedArrayDestroy(hMipmappedArray));
+	struct vgpu_tracked t;
+	bool known = take_handle((uintptr_t)hMipmappedArray, &t);
+
+	return forget_handle((uintptr_t)hMipmappedArray,
+			     vgpu__real.cuMipmappedArrayDestroy(hMipmappedArray),
+			     &t, known);
 }
 
 /* ---- virtual memory and multicast --------------------------------------- */
 
 /* Device locations are device memory of that device; host locations are
- * not (overcommit counts them as spilled). */
+ * not (overcommit counts them as spilled). The charge lasts while the
+ * handle or any mapping of it lives (vmm.c). */
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 		     const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -202,96 +337,103 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return vgpu__real.cuMemCreate(handle, size, prop, flags);
 	dv = vgpu__dev_attach(prop->location.id);
-	if (!dv || !dv->slot)
-		return dv && dv->state == VGPU_DEV_FAILED
-			       ? CUDA_ERROR_INVALID_DEVICE
-			       : vgpu__real.cuMemCreate(handle, size, prop,
-							flags);
+	if (!accounted(dv, &r))
+		return r != CUDA_SUCCESS
+			       ? r : vgpu__real.cuMemCreate(handle, size, prop,
+							    flags);
 	if ((r = charge_handle(dv, VGPU_USAGE_VMM, size)) != CUDA_SUCCESS)
 		return r;
 	r = vgpu__real.cuMemCreate(handle, size, prop, flags);
-	if (r != CUDA_SUCCESS) {
+	if (r != CUDA_SUCCESS)
 		vgpu__uncharge(dv, VGPU_USAGE_VMM, size);
-		return r;
-	}
-	remember_handle(*handle, dv, VGPU_USAGE_VMM, size);
+	else
+		vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, size);
 	return r;
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+	CUresult r;
+
 	if (!vgpu__real.cuMemRelease)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	DESTROY(handle, vgpu__real.cuMemRelease(handle));
+	r = vgpu__real.cuMemRelease(handle);
+	if (r == CUDA_SUCCESS)
+		vgpu__vmm_unref(handle);
+	return r;
 }
 
-/* A multicast object is charged its size on the current device. */
+/* A retained handle is one more reference, released by cuMemRelease. */
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
+				     void *addr)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuMemRetainAllocationHandle)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemRetainAllocationHandle(handle, addr);
+	if (r == CUDA_SUCCESS && handle)
+		vgpu__vmm_ref(*handle);
+	return r;
+}
+
+/* A mapping is a reference: counted before the driver makes it. */
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+		  CUmemGenericAllocationHandle handle,
+		  unsigned long long flags)
+{
+	bool known;
+	CUresult r;
+
+	if (!vgpu__real.cuMemMap)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	known = vgpu__vmm_ref(handle);
+	r = vgpu__real.cuMemMap(ptr, size, offset, handle, flags);
+	if (known && r != CUDA_SUCCESS)
+		vgpu__vmm_unref(handle);
+	else if (known)
+		vgpu__vmm_mapped(ptr, size, handle);
+	return r;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuMemUnmap)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemUnmap(ptr, size);
+	if (r == CUDA_SUCCESS)
+		vgpu__vmm_unmapped(ptr, size);
+	return r;
+}
+
+/* A multicast object is charged its size on the current device, for as
+ * long as its handle or a mapping of it lives. */
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle,
 			   const CUmulticastObjectProp *prop)
 {
-	if (!vgpu__real.cuMulticastCreate)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!mcHandle || !prop || prop->size == 0)
-		return vgpu__real.cuMulticastCreate(mcHandle, prop);
-	CREATE(VGPU_USAGE_MULTICAST, prop->size, *mcHandle,
-	       vgpu__real.cuMulticastCreate(mcHandle, prop));
-}
-
-/* ---- graph memory nodes ------------------------------------------------- */
-
-/* A graph's allocation nodes are charged when added and given back when
- * the graph is destroyed: the charge is the graph's, keyed by the graph. */
-CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
-				const CUgraphNode *dependencies,
-				size_t numDependencies,
-				CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
-{
 	struct vgpu_dev *dv;
-	struct vgpu_tracked t;
-	uint64_t key = (uint64_t)(uintptr_t)hGraph;
 	CUresult r;
 
-	if (!vgpu__real.cuGraphAddMemAllocNode)
+	if (!vgpu__real.cuMulticastCreate)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!nodeParams || nodeParams->bytesize == 0 || !hGraph ||
-	    nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+	dv = vgpu__dev_current();
+	if (!mcHandle || !prop || prop->size == 0 || !accounted(dv, &r))
 		goto pass;
-	dv = vgpu__dev_attach(nodeParams->poolProps.location.id);
-	if (!dv || !dv->slot)
-		goto pass;
-	r = charge_handle(dv, VGPU_USAGE_GRAPH, nodeParams->bytesize);
+	if ((r = charge_handle(dv, VGPU_USAGE_MULTICAST, prop->size)) !=
+	    CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuMulticastCreate(mcHandle, prop);
 	if (r != CUDA_SUCCESS)
-		return r;
-	r = vgpu__real.cuGraphAddMemAllocNode(phGraphNode, hGraph,
-					      dependencies, numDependencies,
-					      nodeParams);
-	if (r != CUDA_SUCCESS) {
-		vgpu__uncharge(dv, VGPU_USAGE_GRAPH, nodeParams->bytesize);
-		return r;
-	}
-	/* A graph is used by one thread at a time (CUDA's rule), so the
-	 * remove-add-insert of its entry does not race. */
-	if (vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t) &&
-	    t.dev == (unsigned)dv->ordinal &&
-	    t.bytes + nodeParams->bytesize <= VGPU_TRACK_MAX_BYTES) {
-		t.bytes += nodeParams->bytesize;
-		vgpu__track_insert(VGPU_TRACK_HANDLE, key, &t);
-	} else {
-		remember_handle(key, dv, VGPU_USAGE_GRAPH,
-				nodeParams->bytesize);
-	}
+		vgpu__uncharge(dv, VGPU_USAGE_MULTICAST, prop->size);
+	else
+		vgpu__vmm_add(*mcHandle, dv, VGPU_USAGE_MULTICAST, prop->size);
 	return r;
 pass:
-	return vgpu__real.cuGraphAddMemAllocNode(phGraphNode, hGraph,
-						 dependencies, numDependencies,
-						 nodeParams);
-}
-
-CUresult cuGraphDestroy(CUgraph hGraph)
-{
-	if (!vgpu__real.cuGraphDestroy)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	DESTROY(hGraph, vgpu__real.cuGraphDestroy(hGraph));
+	if (dv && dv->state == VGPU_DEV_FAILED)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return vgpu__real.cuMulticastCreate(mcHandle, prop);
 }
 
 /* ---- contexts ----------------------------------------------------------- */
@@ -324,7 +466,9 @@ static bool ptr_gone(uint64_t key, const struct vgpu_tracked *t)
 
 static void ptr_drop(const struct vgpu_tracked *t)
 {
-	if (t->kind != VGPU_USAGE_POOL)
+	if (t->kind == VGPU_USAGE_POOL)
+		vgpu__pool_freed((int)t->aux);
+	else
 		vgpu__uncharge(vgpu__dev_peek((int)t->dev), (int)t->kind,
 			       t->bytes);
 }
@@ -336,57 +480,116 @@ static void sweep_device(int ordinal)
 	vgpu__pools_settle_device(ordinal);
 }
 
-#define CTX_CREATE(dev, call)						\
-	do {								\
-		struct vgpu_dev *dv_ = vgpu__dev_attach(dev);		\
-		CUresult r_;						\
-		if (!dv_ || !dv_->slot)					\
-			return dv_ && dv_->state == VGPU_DEV_FAILED	\
-				? CUDA_ERROR_INVALID_DEVICE : (call);	\
-		if ((r_ = vgpu__charge(dv_, VGPU_USAGE_CONTEXT,		\
-				       overhead())) != CUDA_SUCCESS)	\
-			return r_;					\
-		r_ = (call);						\
-		if (r_ != CUDA_SUCCESS) {				\
-			vgpu__uncharge(dv_, VGPU_USAGE_CONTEXT, overhead()); \
-			return r_;					\
-		}							\
-		remember_handle((uint64_t)(uintptr_t)*pctx, dv_,	\
-				VGPU_USAGE_CONTEXT, overhead());	\
-		return r_;						\
-	} while (0)
+/* The protocol for a context the driver is asked to make on dev: its
+ * overhead charged first, kept under its handle when it was made. The
+ * driver's answer is r; *pass is set when dev is not accounted (the caller
+ * then asks the driver itself). */
+static struct vgpu_dev *ctx_begin(CUdevice dev, CUresult *r)
+{
+	struct vgpu_dev *dv = vgpu__dev_attach(dev);
+
+	if (!accounted(dv, r))
+		return NULL;
+	*r = vgpu__charge(dv, VGPU_USAGE_CONTEXT, overhead());
+	return dv;
+}
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
+	struct vgpu_dev *dv;
+	CUresult r;
+
 	if (!vgpu__real.cuCtxCreate_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!pctx)
 		return vgpu__real.cuCtxCreate_v2(pctx, flags, dev);
-	CTX_CREATE(dev, vgpu__real.cuCtxCreate_v2(pctx, flags, dev));
+	dv = ctx_begin(dev, &r);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuCtxCreate_v2(pctx, flags, dev);
+	if (!dv)
+		return r;
+	return commit_handle(dv, VGPU_USAGE_CONTEXT, overhead(), r,
+			     r == CUDA_SUCCESS ? (uintptr_t)*pctx : 0);
 }
 
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
 			int numParams, unsigned int flags, CUdevice dev)
 {
+	struct vgpu_dev *dv;
+	CUresult r;
+
 	if (!vgpu__real.cuCtxCreate_v3)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!pctx)
 		return vgpu__real.cuCtxCreate_v3(pctx, paramsArray, numParams,
 						 flags, dev);
-	CTX_CREATE(dev, vgpu__real.cuCtxCreate_v3(pctx, paramsArray, numParams,
-						  flags, dev));
+	dv = ctx_begin(dev, &r);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuCtxCreate_v3(pctx, paramsArray, numParams, flags,
+				      dev);
+	if (!dv)
+		return r;
+	return commit_handle(dv, VGPU_USAGE_CONTEXT, overhead(), r,
+			     r == CUDA_SUCCESS ? (uintptr_t)*pctx : 0);
 }
 
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
 			unsigned int flags, CUdevice dev)
 {
+	struct vgpu_dev *dv;
+	CUresult r;
+
 	if (!vgpu__real.cuCtxCreate_v4)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!pctx)
 		return vgpu__real.cuCtxCreate_v4(pctx, ctxCreateParams, flags,
 						 dev);
-	CTX_CREATE(dev, vgpu__real.cuCtxCreate_v4(pctx, ctxCreateParams, flags,
-						  dev));
+	dv = ctx_begin(dev, &r);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+	if (!dv)
+		return r;
+	return commit_handle(dv, VGPU_USAGE_CONTEXT, overhead(), r,
+			     r == CUDA_SUCCESS ? (uintptr_t)*pctx : 0);
+}
+
+/* A green context is a context: charged the same overhead while it lives.
+ * (The one spatial mode builds under the primary context is the primary
+ * context's, charged with it: spatial.c makes it without this hook.) */
+CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc,
+			  CUdevice dev, unsigned int flags)
+{
+	struct vgpu_dev *dv;
+	CUresult r;
+
+	if (!vgpu__real.cuGreenCtxCreate)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!phCtx)
+		return vgpu__real.cuGreenCtxCreate(phCtx, desc, dev, flags);
+	dv = ctx_begin(dev, &r);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = vgpu__real.cuGreenCtxCreate(phCtx, desc, dev, flags);
+	if (!dv)
+		return r;
+	return commit_handle(dv, VGPU_USAGE_CONTEXT, overhead(), r,
+			     r == CUDA_SUCCESS ? (uintptr_t)*phCtx : 0);
+}
+
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+	if (!vgpu__real.cuGreenCtxDestroy)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	struct vgpu_tracked t;
+	bool known;
+
+	vgpu__ctx_teardown();
+	known = take_handle((uintptr_t)hCtx, &t);
+	return forget_handle((uintptr_t)hCtx, vgpu__real.cuGreenCtxDestroy(hCtx),
+			     &t, known);
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)

@@ -9,6 +9,11 @@
  * reservation given back after that, so the ledger never shows less than
  * the pool holds. The pool may overshoot the slice by its rounding (the
  * driver's granularity), never by a whole allocation.
+ *
+ * A pool destroyed while allocations from it live keeps its memory until
+ * they are freed (the driver's rule): its entry then drains, keeping the
+ * charge it had, and gives it back when the last of its allocations the
+ * shim counted is freed.
  */
 #include "devices.h"
 #include "track.h"
@@ -21,6 +26,8 @@ struct pool {
 	uint64_t handle;	/* CUmemoryPool; 0: free entry */
 	int dev;
 	uint64_t charged;	/* bytes charged for it, atomic */
+	unsigned live;		/* its allocations the shim counted, atomic */
+	bool draining;		/* destroyed with live allocations */
 };
 
 static struct pool pools[MAX_POOLS];
@@ -41,11 +48,13 @@ static int pool_index(CUmemoryPool p, int dev)
 		if (pools[i].handle == (uint64_t)(uintptr_t)p)
 			break;
 	if (i == npools) {
-		for (i = 0; i < npools && pools[i].handle; i++)
+		for (i = 0; i < npools && (pools[i].handle ||
+					      pools[i].draining); i++)
 			;
 		if (i < MAX_POOLS) {
 			pools[i].dev = dev;
 			pools[i].charged = 0;
+			pools[i].live = 0;
 			__atomic_store_n(&pools[i].handle,
 					 (uint64_t)(uintptr_t)p,
 					 __ATOMIC_RELEASE);
@@ -182,6 +191,8 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 	} else if (r != CUDA_SUCCESS) {
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
 	}
+	if (r == CUDA_SUCCESS && i >= 0)
+		__atomic_add_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL);
 	if (r == CUDA_SUCCESS) {
 		struct vgpu_tracked t = {
 			bytesize, i >= 0 ? VGPU_USAGE_POOL : VGPU_USAGE_BUFFER,
@@ -239,7 +250,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int per_thread)
 		return r;
 	}
 	if (t.kind == VGPU_USAGE_POOL)
-		vgpu__pool_settle((int)t.aux);
+		vgpu__pool_freed((int)t.aux);
 	else	/* cuMemAlloc memory freed in stream order */
 		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind,
 			       t.bytes);
@@ -283,6 +294,33 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 	return r;
 }
 
+/* Gives back what a drained pool was charged and frees its entry;
+ * pools_lock held. */
+static void drain(int i)
+{
+	uint64_t old = __atomic_exchange_n(&pools[i].charged, 0,
+					   __ATOMIC_ACQ_REL);
+
+	vgpu__uncharge(vgpu__dev_peek(pools[i].dev), VGPU_USAGE_POOL, old);
+	__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
+	pools[i].draining = false;
+}
+
+void vgpu__pool_freed(int i)
+{
+	if (i < 0 || i >= MAX_POOLS)
+		return;
+	if (__atomic_sub_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL) == 0 &&
+	    __atomic_load_n(&pools[i].draining, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&pools_lock);
+		if (pools[i].draining && pools[i].live == 0)
+			drain(i);
+		pthread_mutex_unlock(&pools_lock);
+		return;
+	}
+	vgpu__pool_settle(i);
+}
+
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
 	int i = find_pool(pool);
@@ -290,16 +328,18 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 
 	if (!vgpu__real.cuMemPoolDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	/* What it holds now is what it keeps while allocations live. */
+	vgpu__pool_settle(i);
 	r = vgpu__real.cuMemPoolDestroy(pool);
 	if (r != CUDA_SUCCESS || i < 0)
 		return r;
-	/* The driver frees the pool's memory when its allocations are freed;
-	 * what it held is given back now. */
 	pthread_mutex_lock(&pools_lock);
-	uint64_t old = __atomic_exchange_n(&pools[i].charged, 0,
-					   __ATOMIC_ACQ_REL);
-	vgpu__uncharge(vgpu__dev_peek(pools[i].dev), VGPU_USAGE_POOL, old);
-	__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
+	if (__atomic_load_n(&pools[i].live, __ATOMIC_ACQUIRE) == 0) {
+		drain(i);
+	} else {
+		__atomic_store_n(&pools[i].draining, true, __ATOMIC_RELEASE);
+		__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&pools_lock);
 	return r;
 }
@@ -310,6 +350,8 @@ void vgpu__pools_fork_child(void)
 	for (int i = 0; i < MAX_POOLS; i++) {
 		pools[i].handle = 0;
 		pools[i].charged = 0;
+		pools[i].live = 0;
+		pools[i].draining = false;
 	}
 	npools = 0;
 }

@@ -199,41 +199,9 @@ static void load(void)
 	for (size_t i = 0; h && i < vgpu__hook_count; i++)
 		*vgpu__hook_entries[i].real =
 			dlsym(h, vgpu__hook_entries[i].symbol);
-#define EXTRA(sym) vgpu__real.sym = h ? dlsym(h, #sym) : NULL
-	EXTRA(cuCtxGetDevice);
-	EXTRA(cuDeviceGetUuid_v2);
-	EXTRA(cuDeviceGetCount);
-	EXTRA(cuMemGetAddressRange_v2);
-	EXTRA(cuMemPoolGetAttribute);
-	EXTRA(cuDeviceGetDefaultMemPool);
-	EXTRA(cuDeviceGetMemPool);
-	EXTRA(cuStreamGetCtx);
-	EXTRA(cuCtxPushCurrent_v2);
-	EXTRA(cuCtxPopCurrent_v2);
-	EXTRA(cuDeviceGetGraphMemAttribute);
-	EXTRA(cuArrayGetDescriptor_v2);
-	EXTRA(cuCtxGetCurrent);
-	EXTRA(cuStreamCreate);
-	EXTRA(cuStreamDestroy_v2);
-	EXTRA(cuDeviceGetAttribute);
-	EXTRA(cuMemAddressReserve);
-	EXTRA(cuMemAddressFree);
-	EXTRA(cuMemMap);
-	EXTRA(cuMemUnmap);
-	EXTRA(cuMemSetAccess);
-	EXTRA(cuMemGetAllocationGranularity);
-	EXTRA(cuMemcpyDtoD_v2);
-	EXTRA(cuMemAdvise_v2);
-	EXTRA(cuFuncGetParamInfo);
-	EXTRA(cuEventCreate);
-	EXTRA(cuEventDestroy_v2);
-	EXTRA(cuEventRecord);
-	EXTRA(cuEventRecord_ptsz);
-	EXTRA(cuEventQuery);
-	EXTRA(cuEventElapsedTime_v2);
-#undef EXTRA
-	vgpu__real.cuEventElapsedTime_v1 =
-		h ? dlsym(h, "cuEventElapsedTime") : NULL;
+	for (size_t i = 0; i < vgpu__call_count; i++)
+		*vgpu__call_entries[i].real =
+			h ? dlsym(h, vgpu__call_entries[i].symbol) : NULL;
 	if (h)
 		vgpu_log(VGPU_LOG_INFO, "real driver: %s", loaded_path);
 	loaded = h != NULL;

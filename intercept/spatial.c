@@ -10,15 +10,6 @@
  */
 #include "devices.h"
 
-#include <dlfcn.h>
-
-typedef CUresult (*get_res_fn)(CUdevice, CUdevResource *, CUdevResourceType);
-typedef CUresult (*split_fn)(CUdevResource *, unsigned *, const CUdevResource *,
-			     CUdevResource *, unsigned, unsigned);
-typedef CUresult (*desc_fn)(CUdevResourceDesc *, CUdevResource *, unsigned);
-typedef CUresult (*green_fn)(CUgreenCtx *, CUdevResourceDesc, CUdevice,
-			     unsigned);
-typedef CUresult (*from_green_fn)(CUcontext *, CUgreenCtx);
 
 static CUresult fail(struct vgpu_dev *dv, const char *step, CUresult r)
 {
@@ -32,27 +23,22 @@ static CUresult fail(struct vgpu_dev *dv, const char *step, CUresult r)
 static CUresult build(struct vgpu_dev *dv, CUcontext *ctx, unsigned *sms,
 		      unsigned *total)
 {
-	void *h = dlopen(vgpu__real_path(), RTLD_NOW | RTLD_NOLOAD);
-	get_res_fn get_res = h ? (get_res_fn)dlsym(h, "cuDeviceGetDevResource")
-			       : NULL;
-	split_fn split = h ? (split_fn)dlsym(h, "cuDevSmResourceSplitByCount")
-			   : NULL;
-	desc_fn desc = h ? (desc_fn)dlsym(h, "cuDevResourceGenerateDesc") : NULL;
-	green_fn green = h ? (green_fn)dlsym(h, "cuGreenCtxCreate") : NULL;
-	from_green_fn from = h ? (from_green_fn)dlsym(h, "cuCtxFromGreenCtx")
-			       : NULL;
+	const struct vgpu_real *drv = &vgpu__real;
 	CUdevResource all, part, rest;
 	CUdevResourceDesc d;
 	CUgreenCtx g;
 	unsigned n = 1, want, unit;
 	CUresult r;
 
-	if (h)
-		dlclose(h);
-	if (!get_res || !split || !desc || !green || !from)
+	/* The real driver's, not the hook: this green context is the
+	 * primary context's, charged with it. */
+	if (!drv->cuDeviceGetDevResource || !drv->cuDevSmResourceSplitByCount ||
+	    !drv->cuDevResourceGenerateDesc || !drv->cuGreenCtxCreate ||
+	    !drv->cuCtxFromGreenCtx)
 		return fail(dv, "finding the green-context API",
 			    CUDA_ERROR_NOT_SUPPORTED);
-	if ((r = get_res(dv->ordinal, &all, CU_DEV_RESOURCE_TYPE_SM)))
+	if ((r = drv->cuDeviceGetDevResource(dv->ordinal, &all,
+					     CU_DEV_RESOURCE_TYPE_SM)))
 		return fail(dv, "cuDeviceGetDevResource", r);
 	*total = all.sm.smCount;
 	unit = all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : 1;
@@ -63,14 +49,16 @@ static CUresult build(struct vgpu_dev *dv, CUcontext *ctx, unsigned *sms,
 	if (want >= all.sm.smCount)
 		return fail(dv, "a share below the whole device",
 			    CUDA_ERROR_INVALID_VALUE);
-	if ((r = split(&part, &n, &all, &rest, 0, want)) || n != 1)
+	if ((r = drv->cuDevSmResourceSplitByCount(&part, &n, &all, &rest, 0,
+						  want)) || n != 1)
 		return fail(dv, "cuDevSmResourceSplitByCount",
 			    r ? r : CUDA_ERROR_INVALID_VALUE);
-	if ((r = desc(&d, &part, 1)))
+	if ((r = drv->cuDevResourceGenerateDesc(&d, &part, 1)))
 		return fail(dv, "cuDevResourceGenerateDesc", r);
-	if ((r = green(&g, d, dv->ordinal, CU_GREEN_CTX_DEFAULT_STREAM)))
+	if ((r = drv->cuGreenCtxCreate(&g, d, dv->ordinal,
+					  CU_GREEN_CTX_DEFAULT_STREAM)))
 		return fail(dv, "cuGreenCtxCreate", r);
-	if ((r = from(ctx, g)))
+	if ((r = drv->cuCtxFromGreenCtx(ctx, g)))
 		return fail(dv, "cuCtxFromGreenCtx", r);
 	*sms = part.sm.smCount;
 	return CUDA_SUCCESS;

@@ -183,3 +183,13 @@ uint64_t vgpu__track_count(int table)
 {
 	return __atomic_load_n(&tables[table].live, __ATOMIC_RELAXED);
 }
+
+void vgpu__track_keep(int table, uint64_t key, const struct vgpu_tracked *t)
+{
+	/* Never forgotten silently: the charge stays until exit. */
+	if (!vgpu__track_insert(table, key, t))
+		vgpu_log(VGPU_LOG_WARN, "the %s table is full: %llu bytes stay "
+			 "charged after they are given back",
+			 table == VGPU_TRACK_PTR ? "allocation" : "handle",
+			 (unsigned long long)t->bytes);
+}

@@ -32,6 +32,9 @@ enum vgpu_track_table {
 bool vgpu__track_init(void);
 /* false: no room (the table is full) or key 0/1 or bytes too large. */
 bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t);
+/* Inserts, or warns that the table is full: the charge then stays until
+ * the process ends (over, never under). */
+void vgpu__track_keep(int table, uint64_t key, const struct vgpu_tracked *t);
 /* Removes key; false if it was not there. */
 bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t);
 /* For each live entry of table on device dev, calls gone(key, entry, arg);

@@ -460,8 +460,15 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptsz)
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!vsim_mem_lookup((uintptr_t)dptr, 1, &a) || a.base != dptr ||
-	    !(a.flags & VSIM_ALLOC_POOL) || !mark_freeing(&a))
+	if (!vsim_mem_lookup((uintptr_t)dptr, 1, &a) || a.base != dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* cuMemAlloc memory may be freed in stream order too (CUDA allows
+	 * it): freed at once after the context's work, the stream's
+	 * included, as cuMemFree does (a stronger order than asked). */
+	if (!(a.flags & VSIM_ALLOC_POOL) && a.kind == VSIM_MEM_DEVICE &&
+	    !(a.flags & VSIM_ALLOC_MAPPED))
+		return cuMemFree_v2(dptr);
+	if (!(a.flags & VSIM_ALLOC_POOL) || !mark_freeing(&a))
 		return CUDA_ERROR_INVALID_VALUE;
 	r = malloc(sizeof(*r));
 	op = vsim_op_new(VSIM_OP_HOST_FN);

@@ -50,9 +50,14 @@ step shim-demo-2GiB env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=2GiB \
 	"$build/tools/vgpu-demo" --seconds 1 --memory 1GiB
 step shim-demo-past-slice sh -c "! LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=2GiB $build/tools/vgpu-demo --seconds 1 --memory 3GiB"
 step shim-real-driver env LD_PRELOAD=$shim "$build/tests/gpu/vgpu-shim-real"
+step lifetimes env LD_PRELOAD=$shim "$build/tests/gpu/vgpu-lifetimes-real"
 if python3 -c 'import torch' 2>/dev/null; then
 	step torch-slice env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=4GiB \
 		python3 tests/gpu/torch_slice.py check
+	step torch-expandable-segments env LD_PRELOAD=$shim \
+		VGPU_MEMORY_LIMIT=4GiB \
+		PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+		python3 tests/gpu/torch_slice.py expandable
 	step torch-speed-without python3 tests/gpu/torch_slice.py 200
 	step torch-speed-with env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=4GiB \
 		python3 tests/gpu/torch_slice.py 200

@@ -63,5 +63,27 @@ if mode == "check":
     except Exception as e:  # noqa: BLE001 - any failure is the finding
         check("carries-on", False, repr(e))
     sys.exit(failed)
+elif mode == "expandable":
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps VMM handles and
+    # releases them at once: the slice must still stop it, and the device
+    # (the driver's own count, through NVML's process list) must not hold
+    # more than the slice.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pynvml_lite
+    held = []
+    try:
+        for _ in range(64):
+            held.append(torch.empty(256 << 20, dtype=torch.uint8,
+                                    device="cuda"))
+        check("expandable-oom", False, "16 GiB allocated in a 4 GiB slice")
+    except torch.OutOfMemoryError:
+        check("expandable-oom", True, "%d x 256 MiB" % len(held))
+    used = pynvml_lite.process_used(os.getpid())
+    check("expandable-device-held", used is None or used <= 4 * GiB + GiB,
+          "NVML: this process holds %s bytes" % used)
+    reserved = torch.cuda.memory_reserved()
+    check("expandable-reserved", reserved <= 4 * GiB,
+          "torch reserved %d bytes" % reserved)
+    sys.exit(failed)
 else:
     print("steps/s %.2f" % train_steps(int(mode)))

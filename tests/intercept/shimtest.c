@@ -1,6 +1,8 @@
 /* shimtest.c - helpers of the shim's preload suite. */
 #include "shimtest.h"
 
+#include <dlfcn.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -325,4 +327,33 @@ int shimtest_run_child(int (*fn)(void *), void *arg, char *out, size_t len)
 		  "30 s); its output: %s", out);
 	return WIFEXITED(status) ? WEXITSTATUS(status)
 				 : 128 + WTERMSIG(status);
+}
+
+/* The shim catches dlopen: a path ending in libcuda.so.* opens the shim
+ * itself, and so does a plain dlopen of the simulator's path (the two
+ * share the SONAME libcuda.so.1). libc's own dlopen, found through libc's
+ * handle, with the exact path of the loaded file, is the simulator. */
+uint64_t shimtest_device_used(void)
+{
+	static CUresult (*info)(size_t *, size_t *);
+	size_t free = 0, total = 0;
+
+	if (!info) {
+		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+		void *(*open_fn)(const char *, int);
+		void *h;
+
+		cr_assert_not_null(libc);
+		open_fn = (void *(*)(const char *, int))dlsym(libc, "dlopen");
+		cr_assert_not_null(open_fn);
+		h = open_fn(SHIMTEST_SIM_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+		cr_assert_not_null(h, "the simulator is not loaded");
+		info = (CUresult (*)(size_t *, size_t *))dlsym(h,
+							       "cuMemGetInfo_v2");
+		cr_assert_not_null(info);
+		cr_assert_neq((void *)info, (void *)cuMemGetInfo_v2,
+			      "the simulator's cuMemGetInfo is the shim's");
+	}
+	cr_assert_eq(info(&free, &total), CUDA_SUCCESS);
+	return total - free;
 }

@@ -39,6 +39,11 @@ bool shimtest_have(const char *name, int version);
 /* cr_skip_test()s with a message unless the driver has it. */
 void shimtest_need(const char *name, int version);
 
+/* What the simulated device holds (its own cuMemGetInfo_v2: total minus
+ * free), all processes together: the judge of every slice. Asserts the
+ * simulator (SHIMTEST_SIM_LIBCUDA) is loaded apart from the shim. */
+uint64_t shimtest_device_used(void);
+
 /* "GPU-xxxxxxxx-..." of device d, as the shim names its ledger. */
 void shimtest_uuid(CUdevice d, char *out, size_t len);
 

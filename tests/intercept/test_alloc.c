@@ -331,9 +331,11 @@ Test(alloc, vmm_device_locations_charged_host_not)
 
 /* ---- arrays ---------------------------------------------------------------- */
 
-/* The shim's model (intercept/objects.c, docs/memory.md): width x height x
- * depth elements (0 counts as 1) of channels x the format's bytes; the
- * levels of a mipmapped array halve each dimension, down to 1. */
+/* The shim's estimate (intercept/objects.c, docs/memory.md): each row of
+ * width x channels x the format's bytes rounded up to 512 bytes, times
+ * the rows (height) and slices (depth), 0 counting as 1, rounded up to
+ * 4 KiB pages; the levels of a mipmapped array halve each dimension, down
+ * to 1. */
 static uint64_t model(size_t w, size_t h, size_t d, unsigned elem,
 		      unsigned channels, unsigned levels)
 {
@@ -343,7 +345,9 @@ static uint64_t model(size_t w, size_t h, size_t d, unsigned elem,
 		size_t lw = w >> i ? w >> i : 1;
 		size_t lh = h ? (h >> i ? h >> i : 1) : 1;
 		size_t ld = d ? (d >> i ? d >> i : 1) : 1;
-		sum += (uint64_t)lw * lh * ld * elem * channels;
+		uint64_t row = ((uint64_t)lw * elem * channels + 511) / 512 *
+			       512;
+		sum += (row * lh * ld + 4095) / 4096 * 4096;
 	}
 	return sum;
 }
@@ -381,7 +385,7 @@ Test(alloc, arrays_charged_by_the_size_model)
 	start();
 	CU_OK(cuArrayCreate(&a2, &d2));
 	want += model(1024, 1024, 0, 4, 4, 1);
-	cr_assert_eq(want, 16 * MIB);
+	cr_assert_eq(want, 16 * MIB, "rows of 16 KiB need no padding");
 	expect_usage(VGPU_USAGE_ARRAY, want);
 	CU_OK(cuArray3DCreate(&a3, &d3));
 	want += model(256, 256, 128, 1, 1, 1);
@@ -393,24 +397,17 @@ Test(alloc, arrays_charged_by_the_size_model)
 	want += model(1024, 1024, 0, 2, 2, 3);
 	expect_usage(VGPU_USAGE_ARRAY, want);
 
-	/* What is left of the slice, in rows of 4096 bytes and a 1D rest,
-	 * each first tried one row or one element too large. */
+	/* What is left of the slice (whole pages), in rows of 4096 bytes,
+	 * first tried one row too large. */
 	uint64_t left = SLICE - want;
 	CUDA_ARRAY_DESCRIPTOR rows = { .Width = 4096,
 				       .Height = left / 4096 + 1,
 				       .Format = CU_AD_FORMAT_UNSIGNED_INT8,
 				       .NumChannels = 1 };
-	CUDA_ARRAY_DESCRIPTOR rest = { .Width = left % 4096 + 1, .Height = 0,
-				       .Format = CU_AD_FORMAT_UNSIGNED_INT8,
-				       .NumChannels = 1 };
-	CUarray fill;
-	cr_assert_gt(left % 4096, 0);
+	cr_assert_eq(left % 4096, 0);
 	CU_ASSERT(cuArrayCreate(&big, &rows), OOM);
 	rows.Height--;
 	CU_OK(cuArrayCreate(&big, &rows));
-	CU_ASSERT(cuArrayCreate(&fill, &rest), OOM);
-	rest.Width--;
-	CU_OK(cuArrayCreate(&fill, &rest));
 	expect_usage(VGPU_USAGE_ARRAY, SLICE);
 	CUDA_ARRAY3D_DESCRIPTOR one = desc3(1, 0, 0,
 					    CU_AD_FORMAT_UNSIGNED_INT8, 1);
@@ -420,7 +417,6 @@ Test(alloc, arrays_charged_by_the_size_model)
 	CU_ASSERT(cuMipmappedArrayCreate(&m2, &one, 1), OOM);
 
 	CU_OK(cuArrayDestroy(big));
-	CU_OK(cuArrayDestroy(fill));
 	CU_OK(cuMipmappedArrayDestroy(m));
 	CU_OK(cuArrayDestroy(a1));
 	CU_OK(cuArrayDestroy(a3));
@@ -430,11 +426,15 @@ Test(alloc, arrays_charged_by_the_size_model)
 
 /* ---- graph memory nodes ---------------------------------------------------- */
 
-Test(alloc, graph_mem_nodes_charged_until_the_graph_is_destroyed)
+/* A graph's allocation nodes cost nothing until it is instantiated; each
+ * exec is charged their sum, until it is destroyed (the graph's own
+ * destruction changes nothing). */
+Test(alloc, graph_mem_nodes_charged_per_exec)
 {
 	CUDA_MEM_ALLOC_NODE_PARAMS p;
 	CUgraphNode n1, n2, n3;
-	CUgraph g;
+	CUgraphExec x;
+	CUgraph g, big;
 
 	start();
 	shimtest_need("cuGraphAddMemAllocNode", 11040);
@@ -445,12 +445,19 @@ Test(alloc, graph_mem_nodes_charged_until_the_graph_is_destroyed)
 	p.bytesize = 32 * MIB;
 	CU_OK(cuGraphCreate(&g, 0));
 	CU_OK(cuGraphAddMemAllocNode(&n1, g, NULL, 0, &p));
-	expect_usage(VGPU_USAGE_GRAPH, 32 * MIB);
 	CU_OK(cuGraphAddMemAllocNode(&n2, g, &n1, 1, &p));
+	expect_usage(VGPU_USAGE_GRAPH, 0);
+	CU_OK(cuGraphCreate(&big, 0));
+	p.bytesize = SLICE + 2 * MIB;
+	CU_OK(cuGraphAddMemAllocNode(&n3, big, NULL, 0, &p));
+	CU_ASSERT(cuGraphInstantiateWithFlags(&x, big, 0), OOM);
+	expect_usage(VGPU_USAGE_GRAPH, 0);
+	CU_OK(cuGraphDestroy(big));
+	CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
 	expect_usage(VGPU_USAGE_GRAPH, SLICE);
-	p.bytesize = 2 * MIB;
-	CU_ASSERT(cuGraphAddMemAllocNode(&n3, g, &n2, 1, &p), OOM);
 	CU_OK(cuGraphDestroy(g));
+	expect_usage(VGPU_USAGE_GRAPH, SLICE);
+	CU_OK(cuGraphExecDestroy(x));
 	expect_usage(VGPU_USAGE_GRAPH, 0);
 	finish();
 }

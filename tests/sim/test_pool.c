@@ -317,15 +317,13 @@ Test(pool, mem_free_of_pool_memory)
 
 Test(pool, async_errors)
 {
-	CUdeviceptr a, plain;
+	CUdeviceptr a;
 
 	simtest_init();
 	CU_ASSERT(cuMemAllocAsync(NULL, 1, NULL), CUDA_ERROR_INVALID_VALUE);
 	CU_ASSERT(cuMemAllocAsync(&a, 0, NULL), CUDA_ERROR_INVALID_VALUE);
 	CU_ASSERT(cuMemAllocFromPoolAsync(&a, 1, NULL, NULL),
 		  CUDA_ERROR_INVALID_VALUE);
-	CU_OK(cuMemAlloc(&plain, MIB));
-	CU_ASSERT(cuMemFreeAsync(plain, NULL), CUDA_ERROR_INVALID_VALUE);
 	CU_ASSERT(cuMemFreeAsync(0x1234, NULL), CUDA_ERROR_INVALID_VALUE);
 	CU_OK(cuMemAllocAsync(&a, 4096, NULL));
 	CU_ASSERT(cuMemFreeAsync(a + 512, NULL), CUDA_ERROR_INVALID_VALUE);
@@ -333,6 +331,24 @@ Test(pool, async_errors)
 	CU_ASSERT(cuMemFreeAsync(a, NULL), CUDA_ERROR_INVALID_VALUE);
 	CU_OK(cuCtxPopCurrent(NULL));
 	CU_ASSERT(cuMemAllocAsync(&a, 1, NULL), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* CUDA allows cuMemAlloc memory to be freed in stream order: the device
+ * gets it back, and it is not freed twice. */
+Test(pool, free_async_of_plain_memory)
+{
+	CUdeviceptr plain;
+	size_t free0, free1, total;
+
+	simtest_init();
+	CU_OK(cuMemGetInfo(&free0, &total));
+	CU_OK(cuMemAlloc(&plain, 4 * MIB));
+	CU_OK(cuMemFreeAsync(plain, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	CU_OK(cuMemGetInfo(&free1, &total));
+	cr_assert_eq(free1, free0);
+	CU_ASSERT(cuMemFreeAsync(plain, NULL), CUDA_ERROR_INVALID_VALUE);
+	CU_ASSERT(cuMemFree(plain), CUDA_ERROR_INVALID_VALUE);
 }
 
 Test(pool, per_thread_stream_variants)
