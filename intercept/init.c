@@ -1,8 +1,8 @@
 /* init.c - the shim's start: options, cuInit, the dlopen catch, fork.
  *
- * Nothing runs when the library is loaded: no constructor, no signal
- * handler, no thread. The options are read on the first driver call, the
- * real driver is loaded on the first call that needs it.
+ * The options are read on the first driver call, the real driver is
+ * loaded on the first call that needs it; the order of the process's life
+ * is lifetime.c's.
  */
 #include "devices.h"
 #include "shim.h"
@@ -18,12 +18,6 @@ VGPU_EXPORT const char vgpu_shim_version[] = VGPU_VERSION_STRING;
 static struct vgpu_options opts;
 static int bad_options;
 static pthread_once_t opts_once = PTHREAD_ONCE_INIT;
-static bool options_loaded;
-
-static void child_after_fork(void)
-{
-	vgpu__mem_fork_child();
-}
 
 /* A bad option refuses the GPU, unless VGPU_ON_ERROR=warn or limits are
  * off altogether (VGPU_DISABLE): then it is only reported. */
@@ -62,16 +56,7 @@ static void load_options(void)
 			     opts.compute_policy != VGPU_POLICY_OFF; d++)
 		if (vgpu__options_compute_limit(&opts, d) < 100)
 			vgpu__compute_on = true;
-	pthread_atfork(NULL, NULL, child_after_fork);
-	__atomic_store_n(&options_loaded, true, __ATOMIC_RELEASE);
-}
-
-/* At exit, a process that used CUDA leaves the ledger at once. Nothing
- * else of the shim runs at load or exit. */
-__attribute__((destructor)) static void at_exit(void)
-{
-	if (__atomic_load_n(&options_loaded, __ATOMIC_ACQUIRE))
-		vgpu__dev_leave_all();
+	vgpu__lifetime_started();
 }
 
 const struct vgpu_options *vgpu__options(void)

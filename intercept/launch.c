@@ -94,14 +94,10 @@ static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint64_t tls_clock;
 
 /* A thread's events and calibration stream are given back when it exits
- * (a key's destructor), if no context has been torn down since they were
- * made: then the driver has freed them with their context, or their
- * handle may name another one. */
+ * (lifetime.c calls vgpu__launch_thread_exit), if no context has been torn
+ * down since they were made: then the driver has freed them with their
+ * context, or their handle may name another one. */
 unsigned vgpu__ctx_epoch;
-static pthread_key_t exit_key;
-static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-static bool exit_key_ok;
-static __thread bool tls_exit_armed;
 
 bool vgpu__compute_on;
 
@@ -336,19 +332,11 @@ static void retire(struct ctx_state *c, bool wait)
 	vgpu__real.cuCtxPopCurrent_v2(&top);
 }
 
-static void thread_exit(void *arg)
+void vgpu__launch_thread_exit(void)
 {
-	(void)arg;
-	if (__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
-		return;		/* the ledgers are closed */
 	for (int i = 0; i < CTXS; i++)
 		if (tls_ctx[i].ctx)
 			retire(&tls_ctx[i], false);
-}
-
-static void make_exit_key(void)
-{
-	exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
 }
 
 /* This thread's state for the current context, NULL if none is current. */
@@ -387,12 +375,7 @@ static struct ctx_state *ctx_state(void)
 	lru->epoch = __atomic_load_n(&vgpu__ctx_epoch, __ATOMIC_ACQUIRE);
 	lru->used = ++tls_clock;
 	lru->ref = -1;
-	if (!tls_exit_armed) {
-		tls_exit_armed = true;
-		pthread_once(&exit_once, make_exit_key);
-		if (exit_key_ok)
-			pthread_setspecific(exit_key, &tls_exit_armed);
-	}
+	vgpu__lifetime_watch_thread();
 	return lru;
 }
 

@@ -217,15 +217,3 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 		*bytes = (size_t)limit;
 	return r;
 }
-
-/* ---- the process ------------------------------------------------------- */
-
-
-void vgpu__mem_fork_child(void)
-{
-	vgpu__track_forget();
-	vgpu__pools_fork_child();
-	vgpu__launch_fork_child();
-	vgpu__overcommit_fork_child();
-	vgpu__dev_fork_child();
-}

@@ -27,9 +27,12 @@ extern void *(*vgpu__real_dlopen)(const char *, int);
 void *vgpu__dlopen_real(const char *path, int flags);
 const char *vgpu__dlopen_name(const char *name);
 
-/* ---- mem.c ---- */
+/* ---- lifetime.c (the order of the process's life is written there) ---- */
 
-/* Called once per process by cuInit's hook, and in a forked child. */
-void vgpu__mem_fork_child(void);
+/* The first driver call read the options: from now on a fork is followed
+ * and the ledgers are left at exit. */
+void vgpu__lifetime_started(void);
+/* The calling thread's exit runs vgpu__launch_thread_exit (idempotent). */
+void vgpu__lifetime_watch_thread(void);
 
 #endif
