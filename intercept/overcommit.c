@@ -17,20 +17,38 @@
  * memory); promoted ones move to BUFFER. The spilled ranges of a process
  * are kept in a small table under a mutex: spilling and promoting are rare
  * and slow (driver calls made outside the mutex), the hot path never looks.
+ *
+ * Threads. An entry is owned by one thread at a time: whoever marks it
+ * BUSY under spill_lock (a mover, a freer, the creator) is the only one to
+ * touch its range and fields until it gives the entry back (settle()).
+ * A free of a range that another thread is moving does not touch the
+ * range: it marks the entry doomed and waits (bounded) for the mover,
+ * which releases the range itself when its move ends. spill_lock is never
+ * held across a driver call; the one wait is on spill_cond, bounded.
  */
 #include "devices.h"
 #include "overcommit.h"
 #include "track.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_SPILLS 2048
+/* How long a free waits for the move of its range to end; past it the
+ * mover releases the range on its own, later. */
+#define FREE_WAIT_S 1
 
 enum { SPILL_FREE, SPILL_HOST, SPILL_DEVICE, SPILL_MANAGED, SPILL_BUSY };
 
+/* state, va, size and last_use are also read without spill_lock
+ * (vgpu__note_use), atomically; the rest only by the entry's owner or under
+ * spill_lock. */
 struct spill {
 	int state;
+	bool doomed;		/* freed by the job while BUSY: the owner frees */
+	unsigned gen;		/* bumped each time the entry becomes FREE */
 	int dev;
 	CUdeviceptr va;
 	size_t size;		/* mapped size (granularity) */
@@ -42,7 +60,8 @@ struct spill {
 
 static struct spill spills[MAX_SPILLS];
 static pthread_mutex_t spill_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t spill_seq;
+static pthread_cond_t spill_cond = PTHREAD_COND_INITIALIZER;	/* settled */
+static uint64_t spill_seq;	/* atomic */
 static unsigned spilled_host;	/* SPILL_HOST entries, atomic */
 unsigned vgpu__movable_count;	/* SPILL_HOST + SPILL_DEVICE entries, atomic */
 static uint64_t use_clock;	/* use stamps, atomic */
@@ -55,8 +74,8 @@ static int claim_entry(void)
 	for (i = 0; i < MAX_SPILLS && spills[i].state != SPILL_FREE; i++)
 		;
 	if (i < MAX_SPILLS) {
-		memset(&spills[i], 0, sizeof(spills[i]));
-		spills[i].state = SPILL_BUSY;
+		__atomic_store_n(&spills[i].state, SPILL_BUSY, __ATOMIC_RELAXED);
+		spills[i].doomed = false;
 	}
 	pthread_mutex_unlock(&spill_lock);
 	return i < MAX_SPILLS ? i : -1;
@@ -67,22 +86,32 @@ static bool is_movable(int state)
 	return state == SPILL_HOST || state == SPILL_DEVICE;
 }
 
-/* Sets entry i's state, keeping the counts. A BUSY entry was taken out of
- * the counts by whoever made it BUSY (take()). */
-static void set_state(int i, int state)
+/* Sets entry i's state under spill_lock, keeping the counts, and wakes
+ * the frees waiting for it. A BUSY entry was taken out of the counts by
+ * whoever made it BUSY (take()). */
+static void set_state_locked(int i, int state)
 {
-	pthread_mutex_lock(&spill_lock);
 	if (spills[i].state == SPILL_HOST)
 		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	if (is_movable(spills[i].state))
 		__atomic_sub_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
-	spills[i].state = state;
+	if (state == SPILL_FREE)
+		spills[i].gen++;
+	__atomic_store_n(&spills[i].state, state, __ATOMIC_RELEASE);
 	if (state == SPILL_HOST) {
-		spills[i].seq = ++spill_seq;
+		spills[i].seq = __atomic_add_fetch(&spill_seq, 1,
+						   __ATOMIC_RELAXED);
 		__atomic_add_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	}
 	if (is_movable(state))
 		__atomic_add_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&spill_cond);
+}
+
+static void set_state(int i, int state)
+{
+	pthread_mutex_lock(&spill_lock);
+	set_state_locked(i, state);
 	pthread_mutex_unlock(&spill_lock);
 }
 
@@ -91,14 +120,20 @@ static uint64_t stamp(void)
 	return __atomic_add_fetch(&use_clock, 1, __ATOMIC_RELAXED);
 }
 
-/* Marks entry i BUSY (under spill_lock), out of the counts. */
+/* Marks entry i BUSY (under spill_lock), out of the counts: the caller
+ * owns it until settle(). */
 static void take(int i)
 {
 	if (spills[i].state == SPILL_HOST)
 		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	if (is_movable(spills[i].state))
 		__atomic_sub_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
-	spills[i].state = SPILL_BUSY;
+	__atomic_store_n(&spills[i].state, SPILL_BUSY, __ATOMIC_RELAXED);
+}
+
+static uint64_t last_use(int i)
+{
+	return __atomic_load_n(&spills[i].last_use, __ATOMIC_RELAXED);
 }
 
 /* The recommended mapping granularity of dev for device or host handles:
@@ -193,11 +228,11 @@ static void record_range(int i, struct vgpu_dev *dv, CUdeviceptr va,
 				  (unsigned)dv->ordinal, (unsigned)i };
 
 	spills[i].dev = dv->ordinal;
-	spills[i].va = va;
-	spills[i].size = size;
+	__atomic_store_n(&spills[i].va, va, __ATOMIC_RELAXED);
+	__atomic_store_n(&spills[i].size, size, __ATOMIC_RELAXED);
 	spills[i].asked = asked;
 	spills[i].handle = h;
-	spills[i].last_use = stamp();
+	__atomic_store_n(&spills[i].last_use, stamp(), __ATOMIC_RELAXED);
 	set_state(i, state);
 	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
 	*dptr = va;
@@ -267,8 +302,8 @@ static CUresult spill_managed(struct vgpu_dev *dv, CUdeviceptr *dptr,
 					  CU_MEM_ADVISE_SET_ACCESSED_BY, gpu);
 	}
 	spills[i].dev = dv->ordinal;
-	spills[i].va = *dptr;
-	spills[i].size = bytes;
+	__atomic_store_n(&spills[i].va, *dptr, __ATOMIC_RELAXED);
+	__atomic_store_n(&spills[i].size, bytes, __ATOMIC_RELAXED);
 	spills[i].asked = bytes;
 	set_state(i, SPILL_MANAGED);
 	struct vgpu_tracked t = { bytes, VGPU_USAGE_SPILLED,
@@ -301,20 +336,17 @@ static void unmap_release(struct spill *sp)
 	vgpu__real.cuMemAddressFree(sp->va, sp->size);
 }
 
-CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t)
+/* Releases range i, which the caller owns (BUSY) and whose bytes are
+ * charged as state says, and frees the entry (not if a managed free
+ * failed: the caller still owns it). */
+static CUresult release(int i, int state)
 {
-	struct spill *sp = &spills[t->aux];
-	struct vgpu_dev *dv = vgpu__dev_peek((int)t->dev);
-	CUresult r = CUDA_SUCCESS;
-	int state;
+	struct spill *sp = &spills[i];
+	struct vgpu_dev *dv = vgpu__dev_peek(sp->dev);
+	CUresult r;
 
-	pthread_mutex_lock(&spill_lock);
-	state = sp->state;
-	pthread_mutex_unlock(&spill_lock);
-	if (sp->va != dptr || state == SPILL_FREE || state == SPILL_BUSY)
-		return vgpu__real.cuMemFree_v2(dptr);
 	if (state == SPILL_MANAGED) {
-		r = vgpu__real.cuMemFree_v2(dptr);
+		r = vgpu__real.cuMemFree_v2(sp->va);
 		if (r != CUDA_SUCCESS)
 			return r;
 		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, sp->size);
@@ -326,7 +358,74 @@ CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t)
 							  : VGPU_USAGE_SPILLED,
 			       sp->size);
 	}
-	set_state((int)t->aux, SPILL_FREE);
+	set_state(i, SPILL_FREE);
+	return CUDA_SUCCESS;
+}
+
+/* The owner of entry i gives it back, now in state; if the job freed the
+ * range meanwhile (doomed), the owner releases it instead. */
+static void settle(int i, int state)
+{
+	bool doomed;
+
+	pthread_mutex_lock(&spill_lock);
+	doomed = spills[i].doomed;
+	if (!doomed)
+		set_state_locked(i, state);
+	pthread_mutex_unlock(&spill_lock);
+	if (!doomed)
+		return;
+	vgpu_log(VGPU_LOG_DEBUG, "0x%llx: freed during its move, released "
+		 "by the mover", (unsigned long long)spills[i].va);
+	release(i, state);
+}
+
+/* Entry i is BUSY: another thread moves it. Its free is left to that
+ * thread (doomed); this waits until it is done, FREE_WAIT_S at most.
+ * Called with spill_lock held; whether it was done. */
+static bool free_while_moving(int i)
+{
+	unsigned gen = spills[i].gen;
+	struct timespec until;
+
+	spills[i].doomed = true;
+	clock_gettime(CLOCK_REALTIME, &until);	/* spill_cond's clock */
+	until.tv_sec += FREE_WAIT_S;
+	while (spills[i].gen == gen &&
+	       pthread_cond_timedwait(&spill_cond, &spill_lock, &until) !=
+		       ETIMEDOUT)
+		;
+	return spills[i].gen != gen;
+}
+
+CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t)
+{
+	int i = (int)t->aux;
+	CUresult r;
+	int state;
+
+	pthread_mutex_lock(&spill_lock);
+	state = spills[i].state;
+	if (__atomic_load_n(&spills[i].va, __ATOMIC_RELAXED) != dptr ||
+	    state == SPILL_FREE) {
+		pthread_mutex_unlock(&spill_lock);
+		return vgpu__real.cuMemFree_v2(dptr);
+	}
+	if (state == SPILL_BUSY) {
+		bool done = free_while_moving(i);
+
+		pthread_mutex_unlock(&spill_lock);
+		if (!done)
+			vgpu_log(VGPU_LOG_DEBUG, "0x%llx: freed while moving; "
+				 "released when the move ends",
+				 (unsigned long long)dptr);
+		return CUDA_SUCCESS;
+	}
+	take(i);
+	pthread_mutex_unlock(&spill_lock);
+	r = release(i, state);
+	if (r != CUDA_SUCCESS)
+		set_state(i, state);
 	return r;
 }
 
@@ -369,9 +468,9 @@ static bool move_backing(int i, struct vgpu_dev *dv, CUmemLocationType to)
 	return true;
 }
 
-/* Range i to the device (promote) or to the host (demote): the bytes are
- * reserved on the new side first (the slice, or the spill budget), given
- * back on the old side after the move. */
+/* Range i (the caller owns it) to the device (promote) or to the host
+ * (demote): the bytes are reserved on the new side first (the slice, or
+ * the spill budget), given back on the old side after the move. */
 static bool move(int i, struct vgpu_dev *dv, bool to_device)
 {
 	struct spill *sp = &spills[i];
@@ -386,7 +485,6 @@ static bool move(int i, struct vgpu_dev *dv, bool to_device)
 		return false;
 	}
 	vgpu__uncharge(dv, from, sp->size);
-	set_state(i, to_device ? SPILL_DEVICE : SPILL_HOST);
 	vgpu_log(VGPU_LOG_DEBUG, "device %d: %zu bytes at 0x%llx moved to the "
 		 "%s", dv->ordinal, sp->asked, (unsigned long long)sp->va,
 		 to_device ? "device" : "host (the least recently used)");
@@ -424,9 +522,36 @@ CUresult vgpu__alloc_movable(struct vgpu_dev *dv, CUdeviceptr *dptr,
 	return CUDA_SUCCESS;
 }
 
+/* Whether bytes more fit dv's slice now. */
+static bool fits(struct vgpu_dev *dv, size_t bytes)
+{
+	uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
+	uint64_t used = vgpu_ledger_tenant_used(dv->slot);
+
+	return used <= limit && bytes <= limit - used;
+}
+
+/* Takes dv's least recently used range on the device; -1 if none. */
+static int take_lru(struct vgpu_dev *dv)
+{
+	int lru = -1;
+
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS; i++)
+		if (spills[i].state == SPILL_DEVICE &&
+		    spills[i].dev == dv->ordinal &&
+		    (lru < 0 || last_use(i) < last_use(lru)))
+			lru = i;
+	if (lru >= 0)
+		take(lru);
+	pthread_mutex_unlock(&spill_lock);
+	return lru;
+}
+
 /* host mode, an allocation of bytes does not fit: the least recently used
  * resident ranges of the device go to the host until it would. Returns
- * whether room was made. */
+ * whether room was made. Bounded: other threads may take the room as it
+ * frees. */
 bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 {
 	bool synced = false;
@@ -435,33 +560,24 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 		return false;
 	size_t g = granularity(dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE);
 	bytes = (bytes + g - 1) / g * g;
-	for (;;) {
-		uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
-		uint64_t used = vgpu_ledger_tenant_used(dv->slot);
-		int lru = -1;
+	for (int n = 0; n < MAX_SPILLS; n++) {
+		int lru;
 
-		if (used <= limit && bytes <= limit - used)
+		if (fits(dv, bytes))
 			return true;
-		pthread_mutex_lock(&spill_lock);
-		for (int i = 0; i < MAX_SPILLS; i++)
-			if (spills[i].state == SPILL_DEVICE &&
-			    spills[i].dev == dv->ordinal &&
-			    (lru < 0 || spills[i].last_use < spills[lru].last_use))
-				lru = i;
-		if (lru >= 0)
-			take(lru);
-		pthread_mutex_unlock(&spill_lock);
-		if (lru < 0)
+		if ((lru = take_lru(dv)) < 0)
 			return false;
 		if (!synced) {
 			vgpu__real.cuCtxSynchronize();
 			synced = true;
 		}
 		if (!move(lru, dv, false)) {
-			set_state(lru, SPILL_DEVICE);
+			settle(lru, SPILL_DEVICE);
 			return false;
 		}
+		settle(lru, SPILL_HOST);
 	}
+	return fits(dv, bytes);
 }
 
 /* Kernel arguments that point into a movable range mark it used. */
@@ -471,9 +587,11 @@ void vgpu__note_use(CUdeviceptr p)
 		return;
 	for (int i = 0; i < MAX_SPILLS; i++) {
 		struct spill *sp = &spills[i];
-		int st = __atomic_load_n(&sp->state, __ATOMIC_RELAXED);
+		int st = __atomic_load_n(&sp->state, __ATOMIC_ACQUIRE);
+		CUdeviceptr va = __atomic_load_n(&sp->va, __ATOMIC_RELAXED);
+		size_t size = __atomic_load_n(&sp->size, __ATOMIC_RELAXED);
 
-		if (is_movable(st) && p >= sp->va && p < sp->va + sp->size) {
+		if (is_movable(st) && p >= va && p < va + size) {
 			__atomic_store_n(&sp->last_use, stamp(),
 					 __ATOMIC_RELAXED);
 			return;
@@ -481,41 +599,50 @@ void vgpu__note_use(CUdeviceptr p)
 	}
 }
 
+/* Takes dv's most recently used spilled range that fits its slice now;
+ * -1 if none. */
+static int take_mru_fitting(struct vgpu_dev *dv)
+{
+	uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
+	uint64_t used = vgpu_ledger_tenant_used(dv->slot);
+	int best = -1;
+
+	if (used > limit)
+		return -1;
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS; i++)
+		if (spills[i].state == SPILL_HOST &&
+		    spills[i].dev == dv->ordinal &&
+		    spills[i].size <= limit - used &&
+		    (best < 0 || last_use(i) > last_use(best)))
+			best = i;
+	if (best >= 0)
+		take(best);
+	pthread_mutex_unlock(&spill_lock);
+	return best;
+}
+
 void vgpu__promote(struct vgpu_dev *dv)
 {
 	bool synced = false;
 
-	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST ||
-	    !__atomic_load_n(&spilled_host, __ATOMIC_RELAXED))
+	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST)
 		return;
-	for (;;) {
-		int best = -1;
-		uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
-		uint64_t used = vgpu_ledger_tenant_used(dv->slot);
+	for (int n = 0; n < MAX_SPILLS; n++) {
+		int best;
 
-		/* The most recently used spilled range of this device that
-		 * fits now. */
-		pthread_mutex_lock(&spill_lock);
-		for (int i = 0; i < MAX_SPILLS; i++)
-			if (spills[i].state == SPILL_HOST &&
-			    spills[i].dev == dv->ordinal &&
-			    used <= limit && spills[i].size <= limit - used &&
-			    (best < 0 ||
-			     spills[i].last_use > spills[best].last_use))
-				best = i;
-		if (best >= 0)
-			take(best);
-		pthread_mutex_unlock(&spill_lock);
-		if (best < 0)
+		if (!__atomic_load_n(&spilled_host, __ATOMIC_RELAXED) ||
+		    (best = take_mru_fitting(dv)) < 0)
 			return;
 		if (!synced) {
 			vgpu__real.cuCtxSynchronize();
 			synced = true;
 		}
 		if (!move(best, dv, true)) {
-			set_state(best, SPILL_HOST);
+			settle(best, SPILL_HOST);
 			return;
 		}
+		settle(best, SPILL_DEVICE);
 	}
 }
 
@@ -527,11 +654,17 @@ bool vgpu__spilled_range(CUdeviceptr p)
 	if (!__atomic_load_n(&spill_seq, __ATOMIC_RELAXED))
 		return false;
 	pthread_mutex_lock(&spill_lock);
-	for (int i = 0; i < MAX_SPILLS && !found; i++)
+	for (int i = 0; i < MAX_SPILLS && !found; i++) {
+		CUdeviceptr va = __atomic_load_n(&spills[i].va,
+						 __ATOMIC_RELAXED);
+		size_t size = __atomic_load_n(&spills[i].size,
+					      __ATOMIC_RELAXED);
+
 		if (spills[i].state != SPILL_FREE &&
-		    spills[i].state != SPILL_MANAGED && p >= spills[i].va &&
-		    p < spills[i].va + spills[i].size)
+		    spills[i].state != SPILL_MANAGED && p >= va &&
+		    p < va + size)
 			found = true;
+	}
 	pthread_mutex_unlock(&spill_lock);
 	return found;
 }
@@ -539,6 +672,7 @@ bool vgpu__spilled_range(CUdeviceptr p)
 void vgpu__overcommit_fork_child(void)
 {
 	pthread_mutex_init(&spill_lock, NULL);
+	pthread_cond_init(&spill_cond, NULL);
 	memset(spills, 0, sizeof(spills));
 	spilled_host = 0;
 	vgpu__movable_count = 0;

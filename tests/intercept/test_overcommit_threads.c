@@ -1,0 +1,379 @@
+/* test_overcommit_threads.c - overcommit (VGPU_OVERCOMMIT=host) from many
+ * threads at once: spilling, promotion, eviction and frees of the same
+ * ranges race, and neither crash nor lose a byte.
+ *
+ * 32 threads share one context and a 256 MiB slice. Each allocates
+ * buffers of random sizes (cuMemAlloc mostly, cuMemAllocAsync and
+ * cuMemCreate sometimes), about twice the slice in all, fills them with a
+ * pattern of their own (cuMemcpyHtoD, 1 MiB at a time), checks some back
+ * (cuMemcpyDtoH) and frees others in random order, while the allocations
+ * and frees of the other threads move their ranges to the host and back.
+ * Every call returns CUDA_SUCCESS or the documented refusal (pools and VMM
+ * handles do not spill: CUDA_ERROR_OUT_OF_MEMORY past the slice); every
+ * byte reads back as written; at the end the tenant's usage is zero and
+ * the simulator's memory is as free as before.
+ *
+ * The job's own copies are not ordered against a move of the same range
+ * made by another thread's cuMemAlloc/cuMemFree (docs/overcommit.md,
+ * "Threads"): a fence keeps copies and allocation calls apart, never
+ * allocation calls from one another. VGPU_TEST_OC_UNFENCED=1 drops it.
+ *
+ * The seed is printed; VGPU_TEST_SEED=n repeats a run.
+ */
+#include "shimtest.h"
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TENANT "oc-threads"
+#define THREADS 32
+#define ROUNDS 24
+#define LIVE 3			/* buffers a thread holds at most */
+#define CHUNK (1u << 20)	/* bytes per copy */
+#define OOM CUDA_ERROR_OUT_OF_MEMORY
+
+enum how { BY_ALLOC, BY_ASYNC };
+
+struct buf {
+	CUdeviceptr p;
+	size_t bytes;
+	uint32_t id;
+	enum how how;
+};
+
+struct worker {
+	int index;
+	uint64_t rng;
+	CUstream s;
+	struct buf live[LIVE];
+	int nlive;
+	uint32_t next_id;
+	uint32_t chunk[CHUNK / 4];
+	uint64_t copied_bytes;	/* written and checked */
+};
+
+static CUcontext ctx;
+static unsigned seed;
+static bool unfenced;
+static struct worker workers[THREADS];
+
+/* ---- failures, recorded by any thread, asserted by the main one */
+
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fail_msg[256];
+static int failures;
+
+static void fail(const char *what, int thread, long a, long b)
+{
+	pthread_mutex_lock(&fail_lock);
+	if (failures++ == 0)
+		snprintf(fail_msg, sizeof(fail_msg), "thread %d: %s (%ld, %ld)",
+			 thread, what, a, b);
+	pthread_mutex_unlock(&fail_lock);
+}
+
+static bool failed(void)
+{
+	return __atomic_load_n(&failures, __ATOMIC_RELAXED) != 0;
+}
+
+/* ---- the fence: copies apart from allocation calls */
+
+enum { ALLOCATING, COPYING };
+
+static pthread_mutex_t fence_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fence_cond = PTHREAD_COND_INITIALIZER;
+static int fence_active[2], fence_waiting[2], fence_turn;
+
+/* Either class runs alone, as many of its threads as come; a class with
+ * waiters gets the next turn. */
+static void fence_enter(int c)
+{
+	if (unfenced)
+		return;
+	pthread_mutex_lock(&fence_lock);
+	fence_waiting[c]++;
+	while (fence_active[!c] ||
+	       (fence_waiting[!c] && fence_turn == !c))
+		pthread_cond_wait(&fence_cond, &fence_lock);
+	fence_waiting[c]--;
+	fence_active[c]++;
+	pthread_mutex_unlock(&fence_lock);
+}
+
+static void fence_leave(int c)
+{
+	if (unfenced)
+		return;
+	pthread_mutex_lock(&fence_lock);
+	if (--fence_active[c] == 0) {
+		fence_turn = !c;
+		pthread_cond_broadcast(&fence_cond);
+	}
+	pthread_mutex_unlock(&fence_lock);
+}
+
+/* ---- data */
+
+static uint64_t next_rand(struct worker *w)
+{
+	w->rng ^= w->rng << 13;
+	w->rng ^= w->rng >> 7;
+	w->rng ^= w->rng << 17;
+	return w->rng;
+}
+
+static uint32_t pattern(uint32_t id, size_t word)
+{
+	uint32_t x = id * 0x9e3779b1u ^ (uint32_t)word * 0x85ebca6bu;
+
+	return x ^ x >> 15;
+}
+
+static void fill_chunk(struct worker *w, const struct buf *b, size_t off,
+		       size_t n)
+{
+	for (size_t i = 0; i < n / 4; i++)
+		w->chunk[i] = pattern(b->id, off / 4 + i);
+}
+
+static bool write_buf(struct worker *w, const struct buf *b)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	fence_enter(COPYING);
+	for (size_t off = 0; off < b->bytes && r == CUDA_SUCCESS;
+	     off += CHUNK) {
+		size_t n = b->bytes - off < CHUNK ? b->bytes - off : CHUNK;
+
+		fill_chunk(w, b, off, n);
+		r = cuMemcpyHtoD(b->p + off, w->chunk, n);
+	}
+	fence_leave(COPYING);
+	if (r != CUDA_SUCCESS)
+		fail("cuMemcpyHtoD", w->index, (long)r, (long)b->bytes);
+	w->copied_bytes += b->bytes;
+	return r == CUDA_SUCCESS;
+}
+
+static bool check_buf(struct worker *w, const struct buf *b)
+{
+	CUresult r = CUDA_SUCCESS;
+	size_t bad = 0, first = 0;
+
+	fence_enter(COPYING);
+	for (size_t off = 0; off < b->bytes && r == CUDA_SUCCESS;
+	     off += CHUNK) {
+		size_t n = b->bytes - off < CHUNK ? b->bytes - off : CHUNK;
+
+		r = cuMemcpyDtoH(w->chunk, b->p + off, n);
+		for (size_t i = 0; r == CUDA_SUCCESS && i < n / 4; i++)
+			if (w->chunk[i] != pattern(b->id, off / 4 + i) &&
+			    bad++ == 0)
+				first = off + 4 * i;
+	}
+	fence_leave(COPYING);
+	if (r != CUDA_SUCCESS)
+		fail("cuMemcpyDtoH", w->index, (long)r, (long)b->bytes);
+	else if (bad)
+		fail("words differ (count, first offset)", w->index, (long)bad,
+		     (long)first);
+	w->copied_bytes += b->bytes;
+	return r == CUDA_SUCCESS && !bad;
+}
+
+/* ---- allocation calls */
+
+/* 2-8 MiB (movable) mostly, sometimes under the 2 MiB granularity (plain,
+ * never moves); whole words. */
+static size_t random_size(struct worker *w)
+{
+	if (next_rand(w) % 8 == 0)
+		return (size_t)(1 + next_rand(w) % 1000) * 1024;
+	return ((size_t)2 << 20) + (next_rand(w) % (6u << 20)) / 4 * 4;
+}
+
+static CUresult alloc_buf(struct worker *w, struct buf *b)
+{
+	unsigned kind = (unsigned)(next_rand(w) % 10);
+	CUresult r;
+
+	b->bytes = random_size(w);
+	b->id = (uint32_t)w->index << 16 | w->next_id++;
+	b->how = kind < 8 ? BY_ALLOC : BY_ASYNC;
+	fence_enter(ALLOCATING);
+	if (b->how == BY_ALLOC) {
+		r = cuMemAlloc(&b->p, b->bytes);
+	} else {
+		r = cuMemAllocAsync(&b->p, b->bytes, w->s);
+		if (r == CUDA_SUCCESS)
+			r = cuStreamSynchronize(w->s);
+	}
+	fence_leave(ALLOCATING);
+	if (r != CUDA_SUCCESS && !(r == OOM && b->how == BY_ASYNC))
+		fail(b->how == BY_ALLOC ? "cuMemAlloc" : "cuMemAllocAsync",
+		     w->index, (long)r, (long)b->bytes);
+	return r;
+}
+
+static void free_buf(struct worker *w, const struct buf *b)
+{
+	CUresult r;
+
+	fence_enter(ALLOCATING);
+	if (b->how == BY_ALLOC) {
+		r = cuMemFree(b->p);
+	} else {
+		r = cuMemFreeAsync(b->p, w->s);
+		if (r == CUDA_SUCCESS)
+			r = cuStreamSynchronize(w->s);
+	}
+	fence_leave(ALLOCATING);
+	if (r != CUDA_SUCCESS)
+		fail("free", w->index, (long)r, (long)b->how);
+}
+
+/* A VMM handle, created and released: charged to the slice meanwhile, it
+ * never spills (OOM past the slice). */
+static void vmm_handle(struct worker *w)
+{
+	CUmemAllocationProp prop;
+	CUmemGenericAllocationHandle h;
+	CUresult r;
+
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	fence_enter(ALLOCATING);
+	r = cuMemCreate(&h, (size_t)2 << 20, &prop, 0);
+	if (r == CUDA_SUCCESS)
+		r = cuMemRelease(h);
+	fence_leave(ALLOCATING);
+	if (r != CUDA_SUCCESS && r != OOM)
+		fail("cuMemCreate/cuMemRelease", w->index, (long)r, 0);
+}
+
+/* ---- one thread */
+
+static void drop_live(struct worker *w, int i, bool check)
+{
+	struct buf b = w->live[i];
+
+	w->live[i] = w->live[--w->nlive];
+	if (check)
+		check_buf(w, &b);
+	free_buf(w, &b);
+}
+
+static void round_of(struct worker *w)
+{
+	unsigned act = (unsigned)(next_rand(w) % 16);
+
+	if (act == 0) {
+		vmm_handle(w);
+	} else if (w->nlive < LIVE && act < 9) {
+		struct buf *b = &w->live[w->nlive];
+
+		if (alloc_buf(w, b) == CUDA_SUCCESS) {
+			w->nlive++;
+			write_buf(w, b);
+		}
+	} else if (w->nlive && act < 13) {
+		check_buf(w, &w->live[next_rand(w) % (unsigned)w->nlive]);
+	} else if (w->nlive) {
+		/* Freed in random order, checked first or not. */
+		drop_live(w, (int)(next_rand(w) % (unsigned)w->nlive),
+			  act & 1);
+	}
+}
+
+static void *run(void *arg)
+{
+	struct worker *w = arg;
+	CUresult r = cuCtxSetCurrent(ctx);
+
+	if (r == CUDA_SUCCESS)
+		r = cuStreamCreate(&w->s, CU_STREAM_NON_BLOCKING);
+	if (r != CUDA_SUCCESS) {
+		fail("setup", w->index, (long)r, 0);
+		return NULL;
+	}
+	for (int i = 0; i < ROUNDS && !failed(); i++)
+		round_of(w);
+	while (w->nlive)
+		drop_live(w, 0, true);
+	r = cuStreamDestroy(w->s);
+	if (r != CUDA_SUCCESS)
+		fail("cuStreamDestroy", w->index, (long)r, 0);
+	return NULL;
+}
+
+/* ---- the main thread */
+
+/* What the simulated device holds, by its own count, not the shim's. */
+static uint64_t sim_used(void)
+{
+	return shimtest_device_used();
+}
+
+static void start(void)
+{
+	const char *s = getenv("VGPU_TEST_SEED");
+
+	seed = s && *s ? (unsigned)strtoul(s, NULL, 0)
+		       : (unsigned)time(NULL) ^ (unsigned)getpid();
+	fprintf(stderr, "overcommit-threads: seed %u (VGPU_TEST_SEED=%u "
+		"repeats it)\n", seed, seed);
+	s = getenv("VGPU_TEST_OC_UNFENCED");
+	unfenced = s && *s == '1';
+	shimtest_env(TENANT, "256MiB");
+	setenv("VGPU_OVERCOMMIT", "host", 1);
+	ctx = simtest_init();
+	shimtest_need("cuMemAllocAsync", 11020);
+	shimtest_need("cuMemCreate", 10020);
+}
+
+Test(overcommit_threads, alloc_free_spill_promote_lose_nothing,
+     .fini = shimtest_cleanup, .timeout = 100)
+{
+	pthread_t th[THREADS];
+	struct ledger_view v;
+	CUmemoryPool pool;
+	uint64_t bytes = 0;
+	uint64_t used0;
+
+	start();
+	used0 = sim_used();
+	for (int i = 0; i < THREADS; i++) {
+		workers[i].index = i;
+		workers[i].rng = ((uint64_t)seed << 32 | (unsigned)i) *
+				 0x9e3779b97f4a7c15ull | 1;
+		cr_assert_eq(pthread_create(&th[i], NULL, run, &workers[i]),
+			     0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		cr_assert_eq(pthread_join(th[i], NULL), 0);
+		bytes += workers[i].copied_bytes;
+	}
+	cr_assert_eq(failures, 0, "%d failure(s), the first: %s (seed %u)",
+		     failures, fail_msg, seed);
+	cr_log_info("seed %u: %llu MiB written and checked", seed,
+		    (unsigned long long)(bytes >> 20));
+
+	/* Pools keep freed memory until trimmed; then nothing is held. */
+	cr_assert_eq(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+	cr_assert_eq(cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+	size_t f, t;
+	cr_assert_eq(cuMemGetInfo(&f, &t), CUDA_SUCCESS);	/* settles */
+	ledger_view_must(&v, NULL);
+	ledger_assert_zero(&v, TENANT);
+	ledger_view_close(&v);
+	cr_assert_eq(sim_used(), used0, "the simulator's memory is released");
+}
