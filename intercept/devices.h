@@ -4,6 +4,7 @@
 #define VGPU_DEVICES_H
 
 #include "shim.h"
+#include "account.h"
 #include "ledger.h"
 
 #include <time.h>
@@ -86,21 +87,36 @@ bool vgpu__pool_settle(int index);
  * its charge back). */
 void vgpu__pool_freed(int index);
 bool vgpu__pools_settle_device(int ordinal);
+/* prim.c: the core's primitives over this driver. */
+extern const struct vgpu_prim vgpu__prim;
 void vgpu__pools_fork_child(void);
-/* A charge refused over the limit: settles the device's pools and tries
- * once more. The same results as vgpu__charge. */
-CUresult vgpu__charge_retry(struct vgpu_dev *dv, int kind, uint64_t bytes);
 
 /* devices.c: a charge that did not get the tenant's ledger lock within
  * VGPU_LEDGER_LOCK_TIMEOUT_NS: logs which tenant and which pid holds the
  * lock (at most once every 10 s per device) and returns CUDA_ERROR_TIMEOUT. */
 CUresult vgpu__charge_timeout(struct vgpu_dev *dv);
 
-/* Charges bytes of kind to dv's tenant: CUDA_SUCCESS;
- * CUDA_ERROR_OUT_OF_MEMORY past the limit; CUDA_ERROR_TIMEOUT when the
- * tenant's lock was held past its bound (a stopped or stuck process of the
- * tenant: the slice may well have room); CUDA_ERROR_INVALID_DEVICE for a
- * refused device. */
+/* The core's answer (VGPU_ACCOUNT_*) as the driver's error. */
+static inline CUresult vgpu__account_error(struct vgpu_dev *dv, int rc)
+{
+	switch (rc) {
+	case VGPU_ACCOUNT_OK:
+		return CUDA_SUCCESS;
+	case VGPU_ACCOUNT_TIMEOUT:
+		return vgpu__charge_timeout(dv);
+	case VGPU_ACCOUNT_OVER:
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* The protocol's first step for the hooks (vgpu_account_reserve): charges
+ * bytes of kind to dv's tenant: CUDA_SUCCESS; CUDA_ERROR_OUT_OF_MEMORY past
+ * the limit; CUDA_ERROR_TIMEOUT when the tenant's lock was held past its
+ * bound (a stopped or stuck process of the tenant: the slice may well have
+ * room); CUDA_ERROR_INVALID_DEVICE for a refused device. A device with no
+ * slot (limits off) is not accounted: CUDA_SUCCESS. */
 static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 				    uint64_t bytes)
 {
@@ -110,19 +126,19 @@ static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv->slot)
 		return CUDA_SUCCESS;
-	rc = vgpu_ledger_reserve(dv->slot, kind, bytes);
-	if (rc == 0)
+	rc = vgpu_account_reserve(dv->slot, dv->ordinal, kind, bytes);
+	if (__builtin_expect(rc == VGPU_ACCOUNT_OK, 1))
 		return CUDA_SUCCESS;
-	if (rc == VGPU_LEDGER_ETIMEDOUT)
-		return vgpu__charge_timeout(dv);
-	return vgpu__charge_retry(dv, kind, bytes);
+	return vgpu__account_error(dv, rc);
 }
 
+/* The protocol's last step: a refused reservation, or a freed object's
+ * charge, given back (vgpu_account_rollback). */
 static inline void vgpu__uncharge(struct vgpu_dev *dv, int kind,
 				  uint64_t bytes)
 {
 	if (dv && dv->slot)
-		vgpu_ledger_release(dv->slot, kind, bytes);
+		vgpu_account_rollback(dv->slot, kind, bytes);
 }
 
 #endif

@@ -4,8 +4,8 @@
  * handler, no thread. What happens after that, in order:
  *
  * 1. once-init, on the first driver call: the options are read
- *    (init.c's vgpu__options, a pthread_once), which registers the fork
- *    handler below; the real driver is loaded on the first call that needs
+ *    (init.c's vgpu__options, a pthread_once), which hands the core its
+ *    primitives (prim.c) and registers the fork handler below; the real driver is loaded on the first call that needs
  *    it (real.c's vgpu__real_load, another pthread_once); each device
  *    joins its ledger on first use (devices.c's vgpu__dev_attach).
  * 2. a thread's first capped launch arms its exit handler (a pthread key,
@@ -51,6 +51,7 @@ static void child_after_fork(void)
 
 void vgpu__lifetime_started(void)
 {
+	vgpu_account_use(&vgpu__prim);
 	pthread_atfork(NULL, NULL, child_after_fork);
 	__atomic_store_n(&used_cuda, true, __ATOMIC_RELEASE);
 }

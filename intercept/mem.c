@@ -91,15 +91,14 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
 		return r;
 	}
 	real = (uint64_t)*pPitch * Height;
-	if (real > guess &&
-	    vgpu__charge(dv, VGPU_USAGE_BUFFER, real - guess) != CUDA_SUCCESS) {
+	if (dv->slot && (r = vgpu__account_error(dv, vgpu_account_adjust(
+			dv->slot, dv->ordinal, VGPU_USAGE_BUFFER, &guess,
+			real))) != CUDA_SUCCESS) {
 		vgpu__real.cuMemFree_v2(*dptr);
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, guess);
 		*dptr = 0;
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return r;
 	}
-	if (real < guess)
-		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, guess - real);
 	if (dv->slot)
 		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, real, 0);
 	return r;

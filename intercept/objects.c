@@ -143,23 +143,17 @@ static bool accounted(const struct vgpu_dev *dv, CUresult *refused)
 	return dv && dv->slot;
 }
 
-/* An array was charged *bytes; the driver may say what it really took
- * (req; 0 when it did not say: cuArrayGetMemoryRequirements answers for
- * deferred-mapping arrays only). The charge follows it. Returns
- * CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the difference does not
- * fit (the caller destroys the array; *bytes is still charged). */
+/* The charge follows what the driver says an array really took (req; 0
+ * when it did not say: cuArrayGetMemoryRequirements answers for
+ * deferred-mapping arrays only). Past the limit: the caller destroys the
+ * array and gives back *bytes. */
 static CUresult follow_driver(struct vgpu_dev *dv, uint64_t *bytes,
 			      uint64_t req)
 {
-	if (req == 0 || req == *bytes)
-		return CUDA_SUCCESS;
-	if (req < *bytes)
-		vgpu__uncharge(dv, VGPU_USAGE_ARRAY, *bytes - req);
-	else if (charge_handle(dv, VGPU_USAGE_ARRAY, req - *bytes) !=
-		 CUDA_SUCCESS)
+	if (req > VGPU_TRACK_MAX_BYTES)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*bytes = req;
-	return CUDA_SUCCESS;
+	return vgpu__account_error(dv, vgpu_account_adjust(dv->slot,
+			dv->ordinal, VGPU_USAGE_ARRAY, bytes, req));
 }
 
 static uint64_t array_req(struct vgpu_dev *dv, CUarray a)

@@ -108,21 +108,6 @@ bool vgpu__pools_settle_device(int ordinal)
 	return freed;
 }
 
-/* A refused charge: pools may hold less than they are charged for (they
- * shrink at synchronisations the shim does not see). Settle them and try
- * once more. */
-CUresult vgpu__charge_retry(struct vgpu_dev *dv, int kind, uint64_t bytes)
-{
-	int rc;
-
-	if (!vgpu__pools_settle_device(dv->ordinal))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = vgpu_ledger_reserve(dv->slot, kind, bytes);
-	if (rc == VGPU_LEDGER_ETIMEDOUT)
-		return vgpu__charge_timeout(dv);
-	return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
 /* What an allocation of bytes may add to what pool i holds: nothing when
  * the pool's idle memory covers it (a reuse is never refused). */
 static uint64_t pool_growth(int i, uint64_t bytes)
