@@ -16,19 +16,31 @@
 #include "vgpu_nvml_types.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef nvmlReturn_t (*mem_fn)(nvmlDevice_t, void *);
-typedef nvmlReturn_t (*uuid_fn)(nvmlDevice_t, char *, unsigned int);
-typedef nvmlReturn_t (*index_fn)(nvmlDevice_t, unsigned int *);
-
+/* The real NVML's functions: hooks.def's VGPU_NVML rows. */
 static struct {
-	mem_fn mem, mem_v2;
-	uuid_fn uuid;
-	index_fn index;
+#define VGPU_HOOK(name, version, symbol, per_thread, ret, params)
+#define VGPU_CALL(field, symbol, ret, params)
+#define VGPU_NVML(field, symbol, ret, params) ret (*field) params;
+#include "hooks.def"
+#undef VGPU_NVML
 } nvml;
+
+static const struct {
+	const char *symbol;
+	size_t offset;
+} nvml_rows[] = {
+#define VGPU_NVML(field, symbol, ret, params) \
+	{ #symbol, offsetof(__typeof__(nvml), field) },
+#include "hooks.def"
+#undef VGPU_NVML
+#undef VGPU_CALL
+#undef VGPU_HOOK
+};
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 
 static void load_nvml(void)
@@ -41,10 +53,9 @@ static void load_nvml(void)
 			 "memory queries fail with NVML_ERROR_LIBRARY_NOT_FOUND");
 		return;
 	}
-	nvml.mem = (mem_fn)dlsym(h, "nvmlDeviceGetMemoryInfo");
-	nvml.mem_v2 = (mem_fn)dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
-	nvml.uuid = (uuid_fn)dlsym(h, "nvmlDeviceGetUUID");
-	nvml.index = (index_fn)dlsym(h, "nvmlDeviceGetIndex");
+	for (size_t i = 0; i < sizeof(nvml_rows) / sizeof(nvml_rows[0]); i++)
+		*(void **)((char *)&nvml + nvml_rows[i].offset) =
+			dlsym(h, nvml_rows[i].symbol);
 }
 
 /* The CUDA ordinal of NVML's device, or -1 if CUDA does not see it. */
