@@ -49,7 +49,7 @@ static bool graph_mem(CUgraph g, uint64_t bytes[GRAPH_DEVS])
 		    p.poolProps.location.id < 0 ||
 		    p.poolProps.location.id >= GRAPH_DEVS)
 			continue;
-		bytes[p.poolProps.location.id] += p.bytesize;
+		bytes[p.poolProps.location.id] += vgpu__alloc_size(p.bytesize);
 	}
 	ok = true;
 out:

@@ -32,6 +32,7 @@ static void remember(int table, uint64_t key, struct vgpu_dev *dv, int kind,
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	struct vgpu_dev *dv = vgpu__dev_current();
+	uint64_t held;
 	CUresult r;
 
 	if (!vgpu__real.cuMemAlloc_v2)
@@ -49,19 +50,19 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 			return r == CUDA_SUCCESS
 				       ? r : vgpu__spill(dv, dptr, bytesize);
 	}
-	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, bytesize)) != CUDA_SUCCESS)
+	held = vgpu__alloc_size(bytesize);
+	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, held)) != CUDA_SUCCESS)
 		return r == CUDA_ERROR_OUT_OF_MEMORY && dv->overcommit
 			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	r = vgpu__real.cuMemAlloc_v2(dptr, bytesize);
 	if (r != CUDA_SUCCESS) {
-		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
+		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, held);
 		/* The device itself is full (other tenants' slices). */
 		return r == CUDA_ERROR_OUT_OF_MEMORY && dv->overcommit
 			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	}
 	if (dv->slot)
-		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, bytesize,
-			 0);
+		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, held, 0);
 	return r;
 }
 
@@ -81,7 +82,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
 	    WidthInBytes > (SIZE_MAX - 511) / Height)
 		return vgpu__real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes,
 						     Height, ElementSizeBytes);
-	guess = (uint64_t)((WidthInBytes + 511) & ~(size_t)511) * Height;
+	guess = vgpu__alloc_size((uint64_t)((WidthInBytes + 511) &
+					    ~(size_t)511) * Height);
 	if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, guess)) != CUDA_SUCCESS)
 		return r;
 	r = vgpu__real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height,
@@ -90,7 +92,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, guess);
 		return r;
 	}
-	real = (uint64_t)*pPitch * Height;
+	real = vgpu__alloc_size((uint64_t)*pPitch * Height);
 	if (dv->slot && (r = vgpu__account_error(dv, vgpu_account_adjust(
 			dv->slot, dv->ordinal, VGPU_USAGE_BUFFER, &guess,
 			real))) != CUDA_SUCCESS) {
@@ -110,22 +112,23 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 			   unsigned int flags)
 {
 	struct vgpu_dev *dv = vgpu__dev_current();
+	uint64_t held;
 	CUresult r;
 
 	if (!vgpu__real.cuMemAllocManaged)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!dv || !dptr || bytesize == 0)
 		return vgpu__real.cuMemAllocManaged(dptr, bytesize, flags);
-	if ((r = vgpu__charge(dv, VGPU_USAGE_MANAGED, bytesize)) != CUDA_SUCCESS)
+	held = vgpu__alloc_size(bytesize);
+	if ((r = vgpu__charge(dv, VGPU_USAGE_MANAGED, held)) != CUDA_SUCCESS)
 		return r;
 	r = vgpu__real.cuMemAllocManaged(dptr, bytesize, flags);
 	if (r != CUDA_SUCCESS) {
-		vgpu__uncharge(dv, VGPU_USAGE_MANAGED, bytesize);
+		vgpu__uncharge(dv, VGPU_USAGE_MANAGED, held);
 		return r;
 	}
 	if (dv->slot)
-		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_MANAGED, bytesize,
-			 0);
+		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_MANAGED, held, 0);
 	return r;
 }
 

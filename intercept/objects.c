@@ -282,9 +282,10 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
 	if (!vgpu__real.cuMipmappedArrayCreate)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	dv = vgpu__dev_current();
-	if (!pHandle || !d || numMipmapLevels == 0 || !accounted(dv, &r))
+	if (!pHandle || !d || !accounted(dv, &r))
 		goto pass;
-	bytes = mipmapped_bytes(d, numMipmapLevels);
+	/* 0 levels makes one, as the driver does. */
+	bytes = mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1);
 	if ((r = charge_handle(dv, VGPU_USAGE_ARRAY, bytes)) != CUDA_SUCCESS)
 		return r;
 	r = vgpu__real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);

@@ -28,6 +28,7 @@ struct pool {
 	uint64_t charged;	/* bytes charged for it, atomic */
 	unsigned live;		/* its allocations the shim counted, atomic */
 	bool draining;		/* destroyed with live allocations */
+	bool destroyable;	/* not the device's default pool */
 };
 
 static struct pool pools[MAX_POOLS];
@@ -39,10 +40,17 @@ static int pool_index(CUmemoryPool p, int dev)
 {
 	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE), i;
 
+	CUmemoryPool def = NULL;
+	bool destroyable;
+
 	for (i = 0; i < n; i++)
 		if (__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE) ==
 		    (uint64_t)(uintptr_t)p)
 			return i;
+	/* Asked of the driver before the lock is taken. */
+	destroyable = !vgpu__real.cuDeviceGetDefaultMemPool ||
+		      vgpu__real.cuDeviceGetDefaultMemPool(&def, dev) !=
+			      CUDA_SUCCESS || def != p;
 	pthread_mutex_lock(&pools_lock);
 	for (i = 0; i < npools; i++)
 		if (pools[i].handle == (uint64_t)(uintptr_t)p)
@@ -55,6 +63,7 @@ static int pool_index(CUmemoryPool p, int dev)
 			pools[i].dev = dev;
 			pools[i].charged = 0;
 			pools[i].live = 0;
+			pools[i].destroyable = destroyable;
 			__atomic_store_n(&pools[i].handle,
 					 (uint64_t)(uintptr_t)p,
 					 __ATOMIC_RELEASE);
@@ -70,7 +79,9 @@ static int pool_index(CUmemoryPool p, int dev)
 }
 
 /* Charges pool i for what it holds now; true if that gave bytes back. */
-bool vgpu__pool_settle(int i)
+/* Charges pool i for what it holds now; *grew is what that added (0 when
+ * it gave bytes back). True if it gave bytes back. */
+static bool settle(int i, uint64_t *grew)
 {
 	struct pool *pl;
 	struct vgpu_dev *dv;
@@ -94,7 +105,15 @@ bool vgpu__pool_settle(int i)
 		vgpu_ledger_charge(dv->slot, VGPU_USAGE_POOL, held - old);
 	else if (held < old)
 		vgpu_ledger_release(dv->slot, VGPU_USAGE_POOL, old - held);
+	*grew = held > old ? held - old : 0;
 	return held < old;
+}
+
+bool vgpu__pool_settle(int i)
+{
+	uint64_t grew;
+
+	return settle(i, &grew);
 }
 
 bool vgpu__pools_settle_device(int ordinal)
@@ -124,6 +143,38 @@ static uint64_t pool_growth(int i, uint64_t bytes)
 	    used > reserved)
 		return bytes;
 	return reserved - used >= bytes ? 0 : bytes - (reserved - used);
+}
+
+static bool over_limit(struct vgpu_dev *dv)
+{
+	return vgpu_ledger_tenant_used(dv->slot) >
+	       vgpu_ledger_tenant_limit(dv->slot);
+}
+
+/* The pool grew by more than was admitted (its idle memory was there but
+ * in pieces too small for the allocation) and the tenant is now past its
+ * limit: the allocation is freed, the stream waited for, and the pool's
+ * idle memory given back to the device. CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult undo(struct vgpu_dev *dv, int i, CUdeviceptr p, CUstream s,
+		     int per_thread)
+{
+	CUmemoryPool pool = (CUmemoryPool)(uintptr_t)
+		__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE);
+
+	if (per_thread) {
+		vgpu__real.cuMemFreeAsync_ptsz(p, s);
+		vgpu__real.cuStreamSynchronize_ptsz(s);
+	} else {
+		vgpu__real.cuMemFreeAsync(p, s);
+		vgpu__real.cuStreamSynchronize(s);
+	}
+	if (vgpu__real.cuMemPoolTrimTo)
+		vgpu__real.cuMemPoolTrimTo(pool, 0);
+	vgpu__pool_settle(i);
+	vgpu_log(VGPU_LOG_DEBUG, "device %d: a pool allocation grew the pool "
+		 "past the slice (its idle memory too fragmented to hold it): "
+		 "refused", dv->ordinal);
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
@@ -171,8 +222,15 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 	if (!dv || !dv->slot || !dptr || bytesize == 0)
 		return r;
 	if (i >= 0) {
-		vgpu__pool_settle(i);
+		uint64_t grew = 0;
+
+		settle(i, &grew);
 		vgpu__uncharge(dv, VGPU_USAGE_POOL, admit);
+		if (r == CUDA_SUCCESS && grew > admit && over_limit(dv)) {
+			r = undo(dv, i, *dptr, hStream, per_thread);
+			*dptr = 0;
+			return r;
+		}
 	} else if (r != CUDA_SUCCESS) {
 		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
 	}
@@ -221,6 +279,8 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
 	return alloc_from(dptr, bytesize, pool, hStream, 1, true);
 }
 
+static void pool_freed_async(int i, CUstream s, int per_thread);
+
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int per_thread)
 {
 	struct vgpu_tracked t;
@@ -235,7 +295,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int per_thread)
 		return r;
 	}
 	if (t.kind == VGPU_USAGE_POOL)
-		vgpu__pool_freed((int)t.aux);
+		pool_freed_async((int)t.aux, hStream, per_thread);
 	else	/* cuMemAlloc memory freed in stream order */
 		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind,
 			       t.bytes);
@@ -291,19 +351,61 @@ static void drain(int i)
 	pools[i].draining = false;
 }
 
+/* One allocation of pool i fewer; true when that drained the destroyed
+ * pool. Makes no driver call (it runs in a stream's host function too). */
+static bool unlive(int i)
+{
+	bool drained = false;
+
+	if (__atomic_sub_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL) == 0 &&
+	    __atomic_load_n(&pools[i].draining, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&pools_lock);
+		if (pools[i].draining && pools[i].live == 0) {
+			drain(i);
+			drained = true;
+		}
+		pthread_mutex_unlock(&pools_lock);
+	}
+	return drained;
+}
+
 void vgpu__pool_freed(int i)
 {
 	if (i < 0 || i >= MAX_POOLS)
 		return;
-	if (__atomic_sub_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL) == 0 &&
-	    __atomic_load_n(&pools[i].draining, __ATOMIC_ACQUIRE)) {
-		pthread_mutex_lock(&pools_lock);
-		if (pools[i].draining && pools[i].live == 0)
-			drain(i);
-		pthread_mutex_unlock(&pools_lock);
+	if (!unlive(i))
+		vgpu__pool_settle(i);
+}
+
+/* A stream reached a free of a destroyable pool's allocation. */
+static void CUDA_CB freed_in_order(void *arg)
+{
+	unlive((int)(intptr_t)arg);
+}
+
+/* cuMemFreeAsync of pool i's allocation: a pool that can be destroyed
+ * keeps its memory until the stream reaches the free, so that is when
+ * the allocation stops counting (a host function on the stream); the
+ * default pool, which cannot be destroyed, is settled at once. */
+static void pool_freed_async(int i, CUstream s, int per_thread)
+{
+	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+
+	if (i < 0 || i >= MAX_POOLS)
 		return;
-	}
 	vgpu__pool_settle(i);
+	if (!pools[i].destroyable)
+		goto now;
+	if (per_thread && vgpu__real.cuLaunchHostFunc_ptsz)
+		r = vgpu__real.cuLaunchHostFunc_ptsz(s, freed_in_order,
+						     (void *)(intptr_t)i);
+	else if (!per_thread && vgpu__real.cuLaunchHostFunc)
+		r = vgpu__real.cuLaunchHostFunc(s, freed_in_order,
+						(void *)(intptr_t)i);
+	if (r == CUDA_SUCCESS)
+		return;
+now:
+	unlive(i);
 }
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
@@ -337,6 +439,7 @@ void vgpu__pools_fork_child(void)
 		pools[i].charged = 0;
 		pools[i].live = 0;
 		pools[i].draining = false;
+		pools[i].destroyable = false;
 	}
 	npools = 0;
 }

@@ -224,6 +224,88 @@ Test(lifetimes, pool_destroyed_with_live_allocations)
 	finish();
 }
 
+/* A pool's idle memory in pieces too small for an allocation does not
+ * hold it: the pool grows. Admitted as a reuse, the growth past the slice
+ * is undone. */
+Test(lifetimes, fragmented_pools_do_not_grow_past_the_slice)
+{
+	CUmemoryPool pool = NULL;
+	cuuint64_t max = UINT64_MAX;
+	CUdeviceptr small[32], big[ROUNDS];
+	int made = 0;
+
+	start();
+	pool = new_pool();
+	CU_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+				    &max));
+	for (int i = 0; i < 32; i++)
+		CU_OK(cuMemAllocFromPoolAsync(&small[i], 16 * MIB, pool, NULL));
+	for (int i = 0; i < 32; i += 2)
+		CU_OK(cuMemFreeAsync(small[i], NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	check("holes", 0);
+	for (int i = 0; i < ROUNDS; i++) {
+		CUresult r = cuMemAllocFromPoolAsync(&big[made], 256 * MIB, pool,
+						     NULL);
+
+		CU_OK(cuStreamSynchronize(NULL));
+		check("a large allocation", i);
+		if (r == CUDA_SUCCESS)
+			made++;
+		else
+			CU_ASSERT(r, OOM);
+	}
+	/* 256 MiB live in holes, 256 idle: at most 3 more fit once the
+	 * refusal gave the idle holes back to the device. */
+	cr_assert(made >= 2 && made <= 3, "%d of 256 MiB beside 512 MiB in "
+		  "a 1 GiB slice", made);
+	for (int i = 0; i < made; i++)
+		CU_OK(cuMemFreeAsync(big[i], NULL));
+	for (int i = 1; i < 32; i += 2)
+		CU_OK(cuMemFreeAsync(small[i], NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	CU_OK(cuMemPoolDestroy(pool));
+	finish();
+}
+
+/* A free queued behind work that has not run frees nothing yet: a pool
+ * destroyed meanwhile keeps its memory, and its charge, until the stream
+ * gets there. */
+Test(lifetimes, pool_destroyed_with_frees_still_queued)
+{
+	struct simtest_gate *gate = simtest_gate_new();
+	int made = 0, refused = 0;
+	CUstream s;
+
+	start();
+	CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	simtest_gate_queue(gate, s);
+	for (int i = 0; i < ROUNDS; i++) {
+		CUmemoryPool pool = new_pool();
+		CUdeviceptr p;
+		CUresult r = cuMemAllocFromPoolAsync(&p, OBJ, pool, NULL);
+
+		CU_OK(cuStreamSynchronize(NULL));
+		check("allocated", i);
+		if (r == CUDA_SUCCESS) {
+			made++;
+			CU_OK(cuMemFreeAsync(p, s));
+		} else {
+			CU_ASSERT(r, OOM);
+			refused++;
+		}
+		CU_OK(cuMemPoolDestroy(pool));
+		check("destroyed with its free queued", i);
+	}
+	cr_assert_eq(made, 2, "%d allocations of 512 MiB in a 1 GiB slice",
+		     made);
+	simtest_gate_open(gate);
+	CU_OK(cuStreamSynchronize(s));
+	check("the stream reached the frees", 0);
+	CU_OK(cuStreamDestroy(s));
+	finish();
+}
+
 /* ---- graphs ------------------------------------------------------------ */
 
 /* A graph that allocates OBJ bytes and never frees them: each exec of it

@@ -157,8 +157,9 @@ static void *thread_loop(void *arg)
 				w->p[k] = 0;
 				continue;
 			}
-			w->size[k] = n;
-			w->held += n;
+			/* Charged whole pages, as the device holds them. */
+			w->size[k] = (n + 4095) / 4096 * 4096;
+			w->held += w->size[k];
 		}
 	}
 	return NULL;
