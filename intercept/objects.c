@@ -348,13 +348,15 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+	uint64_t gen;
 	CUresult r;
 
 	if (!vgpu__real.cuMemRelease)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	gen = vgpu__vmm_gen(handle);
 	r = vgpu__real.cuMemRelease(handle);
 	if (r == CUDA_SUCCESS)
-		vgpu__vmm_unref(handle);
+		vgpu__vmm_unref(handle, gen);
 	return r;
 }
 
@@ -377,29 +379,30 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 		  CUmemGenericAllocationHandle handle,
 		  unsigned long long flags)
 {
-	bool known;
+	uint64_t gen;
 	CUresult r;
 
 	if (!vgpu__real.cuMemMap)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	known = vgpu__vmm_ref(handle);
+	gen = vgpu__vmm_ref(handle);
 	r = vgpu__real.cuMemMap(ptr, size, offset, handle, flags);
-	if (known && r != CUDA_SUCCESS)
-		vgpu__vmm_unref(handle);
-	else if (known)
-		vgpu__vmm_mapped(ptr, size, handle);
+	if (r != CUDA_SUCCESS)
+		vgpu__vmm_unref(handle, gen);
+	else
+		vgpu__vmm_mapped(ptr, size, handle, gen);
 	return r;
 }
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+	uint64_t ticket;
 	CUresult r;
 
 	if (!vgpu__real.cuMemUnmap)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	ticket = vgpu__vmm_unmap_begin(ptr, size);
 	r = vgpu__real.cuMemUnmap(ptr, size);
-	if (r == CUDA_SUCCESS)
-		vgpu__vmm_unmapped(ptr, size);
+	vgpu__vmm_unmap_end(ptr, size, ticket, r == CUDA_SUCCESS);
 	return r;
 }
 

@@ -15,6 +15,17 @@
  * given up only after the driver dropped it, so the charge never falls
  * below what the driver holds.
  *
+ * Threads race between their driver calls and these tables: the driver
+ * may hand out a handle value again, or map an address again, before the
+ * thread that released or unmapped the old one has told the table. So
+ * every handle entry has a generation, and a reference is given up only to
+ * the generation it was taken from; a handle value the driver hands out
+ * while the table still has it is stale (the driver freed it), and its
+ * charge is given back then. An unmap marks its mappings with a ticket
+ * before the driver is asked, and removes only those marked entries after;
+ * a mapping made at an address whose entry is still there (marked or not)
+ * finds it stale too.
+ *
  * The tables are fixed open-addressing hashes under one mutex, held for a
  * few loads and stores, never across a driver call. Handles and mappings
  * the shim did not charge (host memory, handles made before the shim
@@ -32,6 +43,7 @@
 struct vmm_handle {
 	uint64_t key;		/* the handle; 0 empty, TOMB deleted */
 	uint64_t bytes;
+	uint64_t gen;		/* this entry's generation, never 0 */
 	int dev;
 	int kind;		/* VGPU_USAGE_VMM or _MULTICAST */
 	unsigned refs;		/* handle references + mappings */
@@ -41,12 +53,15 @@ struct vmm_map {
 	uint64_t key;		/* the mapped address; 0 empty, TOMB deleted */
 	uint64_t size;
 	uint64_t handle;
+	uint64_t hgen;		/* the handle entry's generation */
+	uint64_t unmapping;	/* the ticket of an unmap in flight, or 0 */
 };
 
 static struct vmm_handle handles[VMM_SLOTS];
 static struct vmm_map maps[VMM_SLOTS];
 static unsigned nhandles, nmaps;	/* live entries, under vmm_lock */
 static bool used;			/* anything ever entered */
+static uint64_t next_gen;		/* generations and tickets */
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static unsigned slot_of(uint64_t key)
@@ -137,83 +152,118 @@ static struct vmm_map *map_new(uint64_t key)
 	return i < 0 ? NULL : &maps[i];
 }
 
-/* Drops one reference of h; vmm_lock held. Fills *gone with the charge to
- * give back when that was the last one. */
-static bool unref(struct vmm_handle *h, struct vmm_handle *gone)
-{
-	if (--h->refs > 0)
-		return false;
-	*gone = *h;
-	bury(handles, sizeof(*h), (unsigned)(h - handles));
-	nhandles--;
-	return true;
-}
-
 static void give_back(const struct vmm_handle *gone)
 {
 	vgpu__uncharge(vgpu__dev_peek(gone->dev), gone->kind, gone->bytes);
 }
 
-bool vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
-		   uint64_t bytes)
+/* Drops one reference of (key, gen); the last gives the charge back.
+ * vmm_lock held (the ledger's lock is taken inside it: nothing takes them
+ * the other way round). */
+static void unref_locked(uint64_t key, uint64_t gen)
+{
+	struct vmm_handle *h = handle_find(key);
+
+	if (!h || h->gen != gen || --h->refs > 0)
+		return;
+	give_back(h);
+	bury(handles, sizeof(*h), (unsigned)(h - handles));
+	nhandles--;
+}
+
+uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
+		       uint64_t bytes)
 {
 	struct vmm_handle *h;
+	uint64_t gen = 0;
 
 	pthread_mutex_lock(&vmm_lock);
 	h = handle_find(handle);
-	if (!h)
+	if (h) {
+		/* The driver handed the value out again: the old object is
+		 * gone, whatever references the table still counts. */
+		give_back(h);
+	} else {
 		h = handle_new(handle);
+	}
 	if (h) {
 		h->bytes = bytes;
 		h->dev = dv->ordinal;
 		h->kind = kind;
 		h->refs = 1;
+		h->gen = gen = ++next_gen;
 	}
 	pthread_mutex_unlock(&vmm_lock);
 	if (!h)
 		vgpu_log(VGPU_LOG_WARN, "the virtual-memory handle table is "
 			 "full: %llu bytes stay charged after their release",
 			 (unsigned long long)bytes);
-	return h != NULL;
+	return gen;
 }
 
-bool vgpu__vmm_ref(uint64_t handle)
+uint64_t vgpu__vmm_gen(uint64_t handle)
 {
 	struct vmm_handle *h;
+	uint64_t gen;
 
 	pthread_mutex_lock(&vmm_lock);
 	h = handle_find(handle);
-	if (h)
-		h->refs++;
+	gen = h ? h->gen : 0;
 	pthread_mutex_unlock(&vmm_lock);
-	return h != NULL;
+	return gen;
 }
 
-void vgpu__vmm_unref(uint64_t handle)
+uint64_t vgpu__vmm_ref(uint64_t handle)
 {
-	struct vmm_handle *h, gone;
-	bool last = false;
+	struct vmm_handle *h;
+	uint64_t gen = 0;
 
 	pthread_mutex_lock(&vmm_lock);
 	h = handle_find(handle);
-	if (h)
-		last = unref(h, &gone);
+	if (h) {
+		h->refs++;
+		gen = h->gen;
+	}
 	pthread_mutex_unlock(&vmm_lock);
-	if (last)
-		give_back(&gone);
+	return gen;
 }
 
-void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle)
+void vgpu__vmm_unref(uint64_t handle, uint64_t gen)
+{
+	if (!gen)
+		return;
+	pthread_mutex_lock(&vmm_lock);
+	unref_locked(handle, gen);
+	pthread_mutex_unlock(&vmm_lock);
+}
+
+/* Removes mapping m and gives up its reference; vmm_lock held. */
+static void unmap_locked(struct vmm_map *m)
+{
+	uint64_t handle = m->handle, gen = m->hgen;
+
+	bury(maps, sizeof(*m), (unsigned)(m - maps));
+	nmaps--;
+	unref_locked(handle, gen);
+}
+
+void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle,
+		      uint64_t gen)
 {
 	struct vmm_map *m;
 
+	if (!gen)
+		return;
 	pthread_mutex_lock(&vmm_lock);
 	m = map_find(va);
-	if (!m)
-		m = map_new(va);
+	if (m)		/* the driver mapped over it: it was unmapped */
+		unmap_locked(m);
+	m = map_new(va);
 	if (m) {
 		m->size = size;
 		m->handle = handle;
+		m->hgen = gen;
+		m->unmapping = 0;
 	}
 	pthread_mutex_unlock(&vmm_lock);
 	/* Not remembered: the mapping's reference is never given up, so the
@@ -224,71 +274,66 @@ void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle)
 			 "unmapped", (unsigned long long)va);
 }
 
-/* Removes the mapping at va and drops its handle's reference; vmm_lock
- * held. Returns its size (0: no mapping the shim counted starts at va). */
-static uint64_t unmap_one(uint64_t va, struct vmm_handle *gone, bool *last)
-{
-	struct vmm_map *m = map_find(va);
-	struct vmm_handle *h;
-	uint64_t size;
+/* What an unmap does to each of its mappings. */
+enum step { MARK, REMOVE, UNMARK };
 
-	*last = false;
-	if (!m)
-		return 0;
-	size = m->size;
-	h = handle_find(m->handle);
-	bury(maps, sizeof(*m), (unsigned)(m - maps));
-	nmaps--;
-	if (h)
-		*last = unref(h, gone);
-	return size;
+static void step_one(struct vmm_map *m, enum step step, uint64_t ticket)
+{
+	if (step == MARK && m->unmapping == 0)
+		m->unmapping = ticket;
+	else if (step == REMOVE && m->unmapping == ticket)
+		unmap_locked(m);
+	else if (step == UNMARK && m->unmapping == ticket)
+		m->unmapping = 0;
 }
 
-/* Mappings inside [va, va + size) that do not start where the previous
- * one ended (a hole in the range): found by looking at every entry. */
-static void unmap_scan(uint64_t va, uint64_t size)
+/* Applies step to every mapping that starts in [va, va + size): walked by
+ * address (mappings are usually contiguous), then, past a hole, found by
+ * looking at every entry. vmm_lock held. */
+static void each_in_range(uint64_t va, uint64_t size, enum step step,
+			  uint64_t ticket)
 {
-	struct vmm_handle gone;
-	bool last;
+	uint64_t at = va;
+	struct vmm_map *m;
 
-	for (unsigned i = 0; i < VMM_SLOTS; i++) {
-		uint64_t k = maps[i].key;
+	while (at - va < size && (m = map_find(at)) != NULL) {
+		uint64_t n = m->size;
 
-		if (k == 0 || k == TOMB || k < va || k - va >= size)
-			continue;
-		unmap_one(k, &gone, &last);
-		if (last) {
-			pthread_mutex_unlock(&vmm_lock);
-			give_back(&gone);
-			pthread_mutex_lock(&vmm_lock);
-		}
-	}
-}
-
-void vgpu__vmm_unmapped(uint64_t va, uint64_t size)
-{
-	struct vmm_handle gone;
-	uint64_t at = va, n;
-	bool last;
-
-	pthread_mutex_lock(&vmm_lock);
-	if (nmaps == 0)
-		goto out;
-	/* Mappings are usually contiguous: walk them by address. */
-	while (at - va < size) {
-		n = unmap_one(at, &gone, &last);
-		if (last) {
-			pthread_mutex_unlock(&vmm_lock);
-			give_back(&gone);
-			pthread_mutex_lock(&vmm_lock);
-		}
+		step_one(m, step, ticket);
 		if (n == 0)
 			break;
 		at += n;
 	}
-	if (at - va < size)
-		unmap_scan(at, size - (at - va));
-out:
+	if (at - va >= size)
+		return;
+	for (unsigned i = 0; i < VMM_SLOTS; i++) {
+		uint64_t k = maps[i].key;
+
+		if (k != 0 && k != TOMB && k >= at && k - va < size)
+			step_one(&maps[i], step, ticket);
+	}
+}
+
+uint64_t vgpu__vmm_unmap_begin(uint64_t va, uint64_t size)
+{
+	uint64_t ticket = 0;
+
+	pthread_mutex_lock(&vmm_lock);
+	if (nmaps) {
+		ticket = ++next_gen;
+		each_in_range(va, size, MARK, ticket);
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return ticket;
+}
+
+void vgpu__vmm_unmap_end(uint64_t va, uint64_t size, uint64_t ticket,
+			 bool unmapped)
+{
+	if (!ticket)
+		return;
+	pthread_mutex_lock(&vmm_lock);
+	each_in_range(va, size, unmapped ? REMOVE : UNMARK, ticket);
 	pthread_mutex_unlock(&vmm_lock);
 }
 

@@ -9,23 +9,33 @@
 
 struct vgpu_dev;
 
-/* A handle charged bytes of kind on dv, with its one handle reference.
- * false (with a warning) when the table is full: the charge then stays
- * until the process ends. */
-bool vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
-		   uint64_t bytes);
+/* A handle charged bytes of kind on dv, with its one handle reference;
+ * returns the entry's generation (0, with a warning, when the table is
+ * full: the charge then stays until the process ends). A value still in
+ * the table is stale (the driver freed it and handed it out again): its
+ * charge is given back first. */
+uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
+		       uint64_t bytes);
+/* The generation of a charged handle, 0 if the shim does not know it:
+ * read before the driver is asked to release it. */
+uint64_t vgpu__vmm_gen(uint64_t handle);
 /* One more reference to a charged handle (a retain, or a mapping about to
- * be made); false if the shim does not know the handle. */
-bool vgpu__vmm_ref(uint64_t handle);
-/* One reference fewer (a release, or a mapping the driver refused); the
- * last one gives the charge back. Unknown handles are ignored. */
-void vgpu__vmm_unref(uint64_t handle);
-/* The driver mapped [va, va + size) to a handle whose reference was taken
- * with vgpu__vmm_ref. */
-void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle);
-/* The driver unmapped [va, va + size): the mappings the shim counted in it
- * give up their references. */
-void vgpu__vmm_unmapped(uint64_t va, uint64_t size);
+ * be made); returns its generation, 0 if the shim does not know it. */
+uint64_t vgpu__vmm_ref(uint64_t handle);
+/* One reference fewer of (handle, gen): a release, or a mapping the driver
+ * refused. The last gives the charge back; another generation's (the
+ * value was handed out again since) or gen 0 is ignored. */
+void vgpu__vmm_unref(uint64_t handle, uint64_t gen);
+/* The driver mapped [va, va + size) to a handle whose reference (gen) was
+ * taken with vgpu__vmm_ref. */
+void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle,
+		      uint64_t gen);
+/* Before the driver unmaps [va, va + size): its mappings are marked with
+ * the ticket returned. After: unmapped, the marked ones give up their
+ * references; refused, they are unmarked. */
+uint64_t vgpu__vmm_unmap_begin(uint64_t va, uint64_t size);
+void vgpu__vmm_unmap_end(uint64_t va, uint64_t size, uint64_t ticket,
+			 bool unmapped);
 /* Charged handles alive (for tests). */
 uint64_t vgpu__vmm_count(void);
 /* In a forked child: the parent's handles are forgotten. */
