@@ -277,21 +277,22 @@ static CUresult spill_managed(struct vgpu_dev *dv, CUdeviceptr *dptr,
 {
 	CUmemLocation host = { CU_MEM_LOCATION_TYPE_HOST, 0 };
 	CUmemLocation gpu = { CU_MEM_LOCATION_TYPE_DEVICE, dv->ordinal };
+	uint64_t held = vgpu__alloc_size(bytes);	/* whole pages */
 	CUresult r;
 	int i;
 
 	if (!vgpu__real.cuMemAllocManaged)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_SPILLED, bytes) != 0)
+	if (vgpu_ledger_reserve(dv->slot, VGPU_USAGE_SPILLED, held) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if ((i = claim_entry()) < 0) {
-		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, bytes);
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, held);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	r = vgpu__real.cuMemAllocManaged(dptr, bytes, CU_MEM_ATTACH_GLOBAL);
 	if (r != CUDA_SUCCESS) {
 		set_state(i, SPILL_FREE);
-		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, bytes);
+		vgpu__uncharge(dv, VGPU_USAGE_SPILLED, held);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (vgpu__real.cuMemAdvise_v2) {
@@ -303,10 +304,10 @@ static CUresult spill_managed(struct vgpu_dev *dv, CUdeviceptr *dptr,
 	}
 	spills[i].dev = dv->ordinal;
 	__atomic_store_n(&spills[i].va, *dptr, __ATOMIC_RELAXED);
-	__atomic_store_n(&spills[i].size, bytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&spills[i].size, held, __ATOMIC_RELAXED);
 	spills[i].asked = bytes;
 	set_state(i, SPILL_MANAGED);
-	struct vgpu_tracked t = { bytes, VGPU_USAGE_SPILLED,
+	struct vgpu_tracked t = { held, VGPU_USAGE_SPILLED,
 				  (unsigned)dv->ordinal, (unsigned)i };
 	vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t);
 	return CUDA_SUCCESS;

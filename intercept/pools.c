@@ -79,9 +79,8 @@ static int pool_index(CUmemoryPool p, int dev)
 }
 
 /* Charges pool i for what it holds now; true if that gave bytes back. */
-/* Charges pool i for what it holds now; *grew is what that added (0 when
- * it gave bytes back). True if it gave bytes back. */
-static bool settle(int i, uint64_t *grew)
+/* Charges pool i for what it holds now; true if that gave bytes back. */
+bool vgpu__pool_settle(int i)
 {
 	struct pool *pl;
 	struct vgpu_dev *dv;
@@ -105,15 +104,7 @@ static bool settle(int i, uint64_t *grew)
 		vgpu_ledger_charge(dv->slot, VGPU_USAGE_POOL, held - old);
 	else if (held < old)
 		vgpu_ledger_release(dv->slot, VGPU_USAGE_POOL, old - held);
-	*grew = held > old ? held - old : 0;
 	return held < old;
-}
-
-bool vgpu__pool_settle(int i)
-{
-	uint64_t grew;
-
-	return settle(i, &grew);
 }
 
 bool vgpu__pools_settle_device(int ordinal)
@@ -151,10 +142,10 @@ static bool over_limit(struct vgpu_dev *dv)
 	       vgpu_ledger_tenant_limit(dv->slot);
 }
 
-/* The pool grew by more than was admitted (its idle memory was there but
- * in pieces too small for the allocation) and the tenant is now past its
- * limit: the allocation is freed, the stream waited for, and the pool's
- * idle memory given back to the device. CUDA_ERROR_OUT_OF_MEMORY. */
+/* An allocation admitted as a reuse of idle memory that the idle memory
+ * did not hold, and the tenant is now past its limit: the allocation is
+ * freed, the stream waited for, and the pool's idle memory given back to
+ * the device. CUDA_ERROR_OUT_OF_MEMORY. */
 static CUresult undo(struct vgpu_dev *dv, int i, CUdeviceptr p, CUstream s,
 		     int per_thread)
 {
@@ -222,11 +213,13 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 	if (!dv || !dv->slot || !dptr || bytesize == 0)
 		return r;
 	if (i >= 0) {
-		uint64_t grew = 0;
-
-		settle(i, &grew);
+		vgpu__pool_settle(i);
 		vgpu__uncharge(dv, VGPU_USAGE_POOL, admit);
-		if (r == CUDA_SUCCESS && grew > admit && over_limit(dv)) {
+		/* Admitted (in part) as a reuse of idle memory, and the
+		 * tenant is past its limit now: the idle memory did not hold
+		 * it (fragmented, or taken by another thread's allocation
+		 * admitted the same way). */
+		if (r == CUDA_SUCCESS && admit < bytesize && over_limit(dv)) {
 			r = undo(dv, i, *dptr, hStream, per_thread);
 			*dptr = 0;
 			return r;

@@ -476,8 +476,11 @@ Test(ledger_race, sixteen_processes_killed_at_random, .timeout = 30)
 
 	for (w = 0; w < WORKERS; w++)
 		pid[w] = chaos_spawn(c, w, l);
+	/* At least CHAOS_NS, and on until 30 kills however slow the machine
+	 * (a sanitizer build, a loaded CI host), within the test's timeout. */
 	end = now_ns() + CHAOS_NS;
-	while (now_ns() < end) {
+	while (now_ns() < end ||
+	       (kills <= 30 && now_ns() < end + 4 * CHAOS_NS)) {
 		usleep(2000 + rand_r(&seed) % 20000);
 		w = chaos_kill(c, pid, &seed, kills++);
 		pid[w] = chaos_spawn(c, w, l);
