@@ -6,6 +6,7 @@
  * last reference goes (vmm.c). Graph memory is graphs.c's.
  */
 #include "devices.h"
+#include "overcommit.h"
 #include "track.h"
 #include "vmm.h"
 
@@ -600,6 +601,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 	if (!vgpu__real.cuCtxDestroy_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	vgpu__ctx_teardown();
+	vgpu__overcommit_ctx_gone(ctx);
 	known = vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
 	r = forget_handle(key, vgpu__real.cuCtxDestroy_v2(ctx), &t, known);
 	if (r == CUDA_SUCCESS && known)

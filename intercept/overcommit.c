@@ -56,6 +56,7 @@ struct spill {
 	CUmemGenericAllocationHandle handle;
 	uint64_t seq;		/* order of spilling */
 	uint64_t last_use;	/* use stamp: allocation, kernel arguments */
+	CUcontext ctx;		/* current at the allocation: its owner */
 };
 
 static struct spill spills[MAX_SPILLS];
@@ -232,6 +233,9 @@ static void record_range(int i, struct vgpu_dev *dv, CUdeviceptr va,
 	__atomic_store_n(&spills[i].size, size, __ATOMIC_RELAXED);
 	spills[i].asked = asked;
 	spills[i].handle = h;
+	spills[i].ctx = NULL;
+	if (vgpu__real.cuCtxGetCurrent)
+		vgpu__real.cuCtxGetCurrent(&spills[i].ctx);
 	__atomic_store_n(&spills[i].last_use, stamp(), __ATOMIC_RELAXED);
 	set_state(i, state);
 	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
@@ -428,6 +432,43 @@ CUresult vgpu__spill_free(CUdeviceptr dptr, const struct vgpu_tracked *t)
 	if (r != CUDA_SUCCESS)
 		set_state(i, state);
 	return r;
+}
+
+/* The job destroys ctx: what it allocated in it goes with it, as the
+ * driver frees cuMemAlloc memory with its context. Ranges being moved by
+ * another thread are left to it (doomed). Called before the driver
+ * destroys ctx, which is made current meanwhile (release synchronises). */
+void vgpu__overcommit_ctx_gone(CUcontext ctx)
+{
+	struct vgpu_tracked t;
+	CUcontext top;
+	bool pushed;
+	int state;
+
+	if (!ctx || !vgpu__movable_any() || !vgpu__real.cuCtxPushCurrent_v2)
+		return;
+	pushed = vgpu__real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+	for (int i = 0; i < MAX_SPILLS; i++) {
+		pthread_mutex_lock(&spill_lock);
+		state = spills[i].state;
+		if (spills[i].ctx != ctx || state == SPILL_FREE ||
+		    state == SPILL_MANAGED) {
+			pthread_mutex_unlock(&spill_lock);
+			continue;
+		}
+		if (state == SPILL_BUSY) {
+			spills[i].doomed = true;
+			pthread_mutex_unlock(&spill_lock);
+			continue;
+		}
+		take(i);
+		pthread_mutex_unlock(&spill_lock);
+		vgpu__track_remove(VGPU_TRACK_PTR, spills[i].va, &t);
+		if (release(i, state) != CUDA_SUCCESS)
+			set_state(i, state);
+	}
+	if (pushed)
+		vgpu__real.cuCtxPopCurrent_v2(&top);
 }
 
 /* Moves range i's backing to `to` (device or host) at the same address,

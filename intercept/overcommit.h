@@ -30,5 +30,8 @@ static inline bool vgpu__movable_any(void)
 /* Whether p lies in a VMM range the shim made for spilling. */
 bool vgpu__spilled_range(CUdeviceptr p);
 void vgpu__overcommit_fork_child(void);
+/* The job destroys ctx: the movable ranges allocated in it are released
+ * (and their charge given back) before the driver destroys it. */
+void vgpu__overcommit_ctx_gone(CUcontext ctx);
 
 #endif
