@@ -25,7 +25,10 @@
 struct pool {
 	uint64_t handle;	/* CUmemoryPool; 0: free entry */
 	int dev;
-	uint64_t charged;	/* bytes charged for it, atomic */
+	uint64_t charged;	/* bytes charged for it, under lock */
+	uint64_t reads;		/* settles begun, atomic */
+	uint64_t applied;	/* the latest settle applied, under lock */
+	pthread_mutex_t lock;	/* charged, applied; after pools_lock */
 	unsigned live;		/* its allocations the shim counted, atomic */
 	bool draining;		/* destroyed with live allocations */
 	bool destroyable;	/* not the device's default pool */
@@ -60,8 +63,12 @@ static int pool_index(CUmemoryPool p, int dev)
 					      pools[i].draining); i++)
 			;
 		if (i < MAX_POOLS) {
-			pools[i].dev = dev;
+			if (i == npools)	/* first use of the entry */
+				pthread_mutex_init(&pools[i].lock, NULL);
+			pthread_mutex_lock(&pools[i].lock);
 			pools[i].charged = 0;
+			pthread_mutex_unlock(&pools[i].lock);
+			pools[i].dev = dev;
 			pools[i].live = 0;
 			pools[i].destroyable = destroyable;
 			__atomic_store_n(&pools[i].handle,
@@ -85,7 +92,7 @@ bool vgpu__pool_settle(int i)
 	struct pool *pl;
 	struct vgpu_dev *dv;
 	cuuint64_t held = 0;
-	uint64_t old;
+	uint64_t old, ticket;
 
 	if (i < 0 || i >= MAX_POOLS || !vgpu__real.cuMemPoolGetAttribute)
 		return false;
@@ -94,16 +101,28 @@ bool vgpu__pool_settle(int i)
 	dv = vgpu__dev_peek(pl->dev);
 	if (!h || !dv || !dv->slot)
 		return false;
+	ticket = __atomic_add_fetch(&pl->reads, 1, __ATOMIC_ACQ_REL);
 	if (vgpu__real.cuMemPoolGetAttribute((CUmemoryPool)(uintptr_t)h,
 					     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
 					     &held) != CUDA_SUCCESS)
 		return false;
-	old = __atomic_exchange_n(&pl->charged, (uint64_t)held,
-				  __ATOMIC_ACQ_REL);
+	pthread_mutex_lock(&pl->lock);
+	/* A read older than one applied already, or of a pool destroyed
+	 * since, is dropped: every change is followed by a settle that
+	 * began after it. */
+	if (ticket < pl->applied ||
+	    __atomic_load_n(&pl->handle, __ATOMIC_ACQUIRE) != h) {
+		pthread_mutex_unlock(&pl->lock);
+		return false;
+	}
+	pl->applied = ticket;
+	old = pl->charged;
+	pl->charged = held;
 	if (held > old)
 		vgpu_ledger_charge(dv->slot, VGPU_USAGE_POOL, held - old);
 	else if (held < old)
 		vgpu_ledger_release(dv->slot, VGPU_USAGE_POOL, old - held);
+	pthread_mutex_unlock(&pl->lock);
 	return held < old;
 }
 
@@ -336,11 +355,14 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
  * pools_lock held. */
 static void drain(int i)
 {
-	uint64_t old = __atomic_exchange_n(&pools[i].charged, 0,
-					   __ATOMIC_ACQ_REL);
+	uint64_t old;
 
-	vgpu__uncharge(vgpu__dev_peek(pools[i].dev), VGPU_USAGE_POOL, old);
+	pthread_mutex_lock(&pools[i].lock);
+	old = pools[i].charged;
+	pools[i].charged = 0;
 	__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&pools[i].lock);
+	vgpu__uncharge(vgpu__dev_peek(pools[i].dev), VGPU_USAGE_POOL, old);
 	pools[i].draining = false;
 }
 
@@ -427,6 +449,8 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 void vgpu__pools_fork_child(void)
 {
 	pthread_mutex_init(&pools_lock, NULL);
+	for (int i = 0; i < npools; i++)
+		pthread_mutex_init(&pools[i].lock, NULL);
 	for (int i = 0; i < MAX_POOLS; i++) {
 		pools[i].handle = 0;
 		pools[i].charged = 0;
