@@ -72,8 +72,7 @@ struct CUgraphExec_st {
 	bool *live;                      /* allocated, not freed */
 	size_t nmems;
 	bool leaky;                      /* an allocation outlives a launch */
-	int device;                      /* of the memory nodes */
-	size_t reserve_bytes;
+	size_t reserve[VSIM_MAX_DEVICES]; /* per device, of the memory nodes */
 	bool backed, launched;
 	int in_flight;
 	struct CUstream_st *last_stream;
@@ -537,8 +536,7 @@ static CUresult exec_build(struct CUgraphExec_st *x, struct CUgraph_st *g)
 			e->slot = x->nmems;
 			x->mems[x->nmems++] = n->mem;
 			n->mem->refs++;
-			x->device = n->mem->device;
-			x->reserve_bytes += n->mem->mapped;
+			x->reserve[n->mem->device] += n->mem->mapped;
 			x->leaky |= !n->freed;
 		}
 	}
@@ -715,6 +713,28 @@ static void CUDA_CB run_exec(void *arg)
 	pthread_mutex_unlock(&graph_lock);
 }
 
+/* Reserves x's memory on each device it allocates on, all or nothing;
+ * graph_lock held. */
+static CUresult reserve_all(struct CUgraphExec_st *x)
+{
+	CUresult rc = CUDA_SUCCESS;
+	int d;
+
+	for (d = 0; d < VSIM_MAX_DEVICES && rc == CUDA_SUCCESS; d++)
+		if (x->reserve[d])
+			rc = vsim_state_reserve(d, x->reserve[d]);
+	if (rc != CUDA_SUCCESS) {
+		for (d -= 2; d >= 0; d--)
+			if (x->reserve[d])
+				vsim_state_release(d, x->reserve[d]);
+		return rc;
+	}
+	for (d = 0; d < VSIM_MAX_DEVICES; d++)
+		if (x->reserve[d])
+			pool_reserved(d, (int64_t)x->reserve[d]);
+	return CUDA_SUCCESS;
+}
+
 /* Checks a launch and reserves the graph's memory; graph_lock held. */
 static CUresult launch_begin(struct CUgraphExec_st *x)
 {
@@ -725,11 +745,10 @@ static CUresult launch_begin(struct CUgraphExec_st *x)
 	if (x->leaky && x->launched &&
 	    !(x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!x->backed && x->reserve_bytes) {
-		rc = vsim_state_reserve(x->device, x->reserve_bytes);
+	if (!x->backed) {
+		rc = reserve_all(x);
 		if (rc != CUDA_SUCCESS)
 			return rc;
-		pool_reserved(x->device, (int64_t)x->reserve_bytes);
 		x->backed = true;
 	}
 	x->launched = true;
@@ -798,13 +817,18 @@ static void exec_unback(struct CUgraphExec_st *x)
 {
 	for (size_t k = 0; k < x->nmems; k++) {
 		if (x->live[k])
-			pool_used(x->device, -(int64_t)x->mems[k]->mapped);
+			pool_used(x->mems[k]->device,
+				  -(int64_t)x->mems[k]->mapped);
 		x->live[k] = false;
 	}
 	if (!x->backed)
 		return;
-	vsim_state_release(x->device, x->reserve_bytes);
-	pool_reserved(x->device, -(int64_t)x->reserve_bytes);
+	for (int d = 0; d < VSIM_MAX_DEVICES; d++) {
+		if (!x->reserve[d])
+			continue;
+		vsim_state_release(d, x->reserve[d]);
+		pool_reserved(d, -(int64_t)x->reserve[d]);
+	}
 	x->backed = false;
 }
 
@@ -851,7 +875,7 @@ VSIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 		bool busy = x->in_flight > 0;
 		for (size_t k = 0; k < x->nmems; k++)
 			busy |= x->live[k];
-		if (x->device == device && x->backed && !busy)
+		if (x->reserve[device] && x->backed && !busy)
 			exec_unback(x);
 	}
 	pthread_mutex_unlock(&graph_lock);

@@ -221,6 +221,39 @@ Test(graph, memory_reserved_at_launch_kept_until_trim)
 	CU_ASSERT(cuDeviceGraphMemTrim(7), CUDA_ERROR_INVALID_DEVICE);
 }
 
+/* Memory nodes on two devices: each device holds its own node's memory
+ * (the executable graph reserved all of it on one device before). */
+Test(graph, memory_nodes_on_two_devices)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p0 = alloc_params(4 * MIB);
+	CUDA_MEM_ALLOC_NODE_PARAMS p1 = alloc_params(8 * MIB);
+	cuuint64_t r0 = 1, r1 = 1;
+	CUgraphNode n0, n1;
+	CUgraphExec x;
+	CUgraph g;
+
+	setenv("VGPU_SIM_DEVICES", "2", 1);
+	simtest_init();
+	p1.poolProps.location.id = 1;
+	CU_OK(cuGraphCreate(&g, 0));
+	CU_OK(cuGraphAddMemAllocNode(&n0, g, NULL, 0, &p0));
+	CU_OK(cuGraphAddMemAllocNode(&n1, g, &n0, 1, &p1));
+	CU_OK(cuGraphInstantiate(&x, g, 0));
+	CU_OK(cuGraphLaunch(x, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	CU_OK(cuDeviceGetGraphMemAttribute(0,
+			CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r0));
+	CU_OK(cuDeviceGetGraphMemAttribute(1,
+			CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r1));
+	cr_assert_eq(r0, 4 * MIB);
+	cr_assert_eq(r1, 8 * MIB);
+	CU_OK(cuGraphExecDestroy(x));
+	CU_OK(cuDeviceGetGraphMemAttribute(1,
+			CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r1));
+	cr_assert_eq(r1, 0);
+	CU_OK(cuGraphDestroy(g));
+}
+
 Test(graph, launch_out_of_memory)
 {
 	CUdeviceptr p;
