@@ -407,32 +407,102 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	return r;
 }
 
-/* A multicast object is charged its size on the current device, for as
- * long as its handle or a mapping of it lives. */
+/* A multicast object takes its size on each device added to it (the
+ * simulator's model; what a real driver takes is for the GPU check to
+ * show), for as long as its handle or a mapping of it lives; it holds a
+ * reference to each memory handle bound to it (vmm.c). */
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle,
 			   const CUmulticastObjectProp *prop)
 {
-	struct vgpu_dev *dv;
 	CUresult r;
 
 	if (!vgpu__real.cuMulticastCreate)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	dv = vgpu__dev_current();
-	if (!mcHandle || !prop || prop->size == 0 || !accounted(dv, &r))
-		goto pass;
-	if ((r = charge_handle(dv, VGPU_USAGE_MULTICAST, prop->size)) !=
+	r = vgpu__real.cuMulticastCreate(mcHandle, prop);
+	if (r == CUDA_SUCCESS && mcHandle && prop)
+		vgpu__vmm_add(*mcHandle, NULL, VGPU_USAGE_MULTICAST,
+			      prop->size);
+	return r;
+}
+
+CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle,
+			      CUdevice dev)
+{
+	struct vgpu_dev *dv;
+	uint64_t gen, bytes;
+	CUresult r;
+
+	if (!vgpu__real.cuMulticastAddDevice)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	bytes = vgpu__vmm_bytes(mcHandle, &gen);
+	dv = vgpu__dev_attach(dev);
+	if (!gen || !accounted(dv, &r))
+		return gen && r != CUDA_SUCCESS
+			       ? r : vgpu__real.cuMulticastAddDevice(mcHandle,
+								     dev);
+	if ((r = charge_handle(dv, VGPU_USAGE_MULTICAST, bytes)) !=
 	    CUDA_SUCCESS)
 		return r;
-	r = vgpu__real.cuMulticastCreate(mcHandle, prop);
-	if (r != CUDA_SUCCESS)
-		vgpu__uncharge(dv, VGPU_USAGE_MULTICAST, prop->size);
-	else
-		vgpu__vmm_add(*mcHandle, dv, VGPU_USAGE_MULTICAST, prop->size);
+	r = vgpu__real.cuMulticastAddDevice(mcHandle, dev);
+	if (r != CUDA_SUCCESS ||
+	    !vgpu__vmm_add_device(mcHandle, gen, dev, &bytes))
+		vgpu__uncharge(dv, VGPU_USAGE_MULTICAST, bytes);
 	return r;
-pass:
-	if (dv && dv->state == VGPU_DEV_FAILED)
-		return CUDA_ERROR_INVALID_DEVICE;
-	return vgpu__real.cuMulticastCreate(mcHandle, prop);
+}
+
+/* A binding is a reference to the memory bound: counted before the
+ * driver makes it. */
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle,
+			    size_t mcOffset,
+			    CUmemGenericAllocationHandle memHandle,
+			    size_t memOffset, size_t size,
+			    unsigned long long flags)
+{
+	uint64_t gen;
+	CUresult r;
+
+	if (!vgpu__real.cuMulticastBindMem)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	gen = vgpu__vmm_ref(memHandle);
+	r = vgpu__real.cuMulticastBindMem(mcHandle, mcOffset, memHandle,
+					  memOffset, size, flags);
+	if (r != CUDA_SUCCESS)
+		vgpu__vmm_unref(memHandle, gen);
+	else
+		vgpu__vmm_bound(mcHandle, mcOffset, size, memHandle, gen);
+	return r;
+}
+
+CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle,
+			     size_t mcOffset, CUdeviceptr memptr, size_t size,
+			     unsigned long long flags)
+{
+	uint64_t gen, handle = 0;
+	CUresult r;
+
+	if (!vgpu__real.cuMulticastBindAddr)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	gen = vgpu__vmm_ref_mapped(memptr, &handle);
+	r = vgpu__real.cuMulticastBindAddr(mcHandle, mcOffset, memptr, size,
+					   flags);
+	if (r != CUDA_SUCCESS)
+		vgpu__vmm_unref(handle, gen);
+	else
+		vgpu__vmm_bound(mcHandle, mcOffset, size, handle, gen);
+	return r;
+}
+
+CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle,
+			   CUdevice dev, size_t mcOffset, size_t size)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuMulticastUnbind)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMulticastUnbind(mcHandle, dev, mcOffset, size);
+	if (r == CUDA_SUCCESS)
+		vgpu__vmm_unbound(mcHandle, dev, mcOffset, size);
+	return r;
 }
 
 /* ---- contexts ----------------------------------------------------------- */

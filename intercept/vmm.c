@@ -42,7 +42,8 @@
 
 struct vmm_handle {
 	uint64_t key;		/* the handle; 0 empty, TOMB deleted */
-	uint64_t bytes;
+	uint64_t bytes;		/* charged on each device of devs */
+	uint64_t devs;		/* bit d: charged on device d */
 	uint64_t gen;		/* this entry's generation, never 0 */
 	int dev;
 	int kind;		/* VGPU_USAGE_VMM or _MULTICAST */
@@ -57,7 +58,20 @@ struct vmm_map {
 	uint64_t unmapping;	/* the ticket of an unmap in flight, or 0 */
 };
 
+/* A multicast object's binding of a memory handle (a reference to it),
+ * until unbound or the object goes. Few: searched by looking at all. */
+struct vmm_bind {
+	uint64_t mc;		/* the multicast handle; 0: a free entry */
+	uint64_t mc_gen;
+	int dev;
+	uint64_t offset, size;	/* in the multicast object */
+	uint64_t handle, hgen;	/* the memory bound */
+};
+
+#define VMM_BINDS 4096
+
 static struct vmm_handle handles[VMM_SLOTS];
+static struct vmm_bind binds[VMM_BINDS];
 static struct vmm_map maps[VMM_SLOTS];
 static unsigned nhandles, nmaps;	/* live entries, under vmm_lock */
 static bool used;			/* anything ever entered */
@@ -154,7 +168,24 @@ static struct vmm_map *map_new(uint64_t key)
 
 static void give_back(const struct vmm_handle *gone)
 {
-	vgpu__uncharge(vgpu__dev_peek(gone->dev), gone->kind, gone->bytes);
+	for (int d = 0; d < 64; d++)
+		if (gone->devs & (UINT64_C(1) << d))
+			vgpu__uncharge(vgpu__dev_peek(d), gone->kind,
+				       gone->bytes);
+}
+
+static void unref_locked(uint64_t key, uint64_t gen);
+
+/* Multicast object (key, gen) is gone: the driver dropped its bindings,
+ * and with them their references. vmm_lock held. */
+static void unbind_all(uint64_t key, uint64_t gen)
+{
+	for (int i = 0; i < VMM_BINDS; i++) {
+		if (binds[i].mc != key || binds[i].mc_gen != gen)
+			continue;
+		binds[i].mc = 0;
+		unref_locked(binds[i].handle, binds[i].hgen);
+	}
 }
 
 /* Drops one reference of (key, gen); the last gives the charge back.
@@ -164,11 +195,16 @@ static void unref_locked(uint64_t key, uint64_t gen)
 {
 	struct vmm_handle *h = handle_find(key);
 
+	struct vmm_handle gone;
+
 	if (!h || h->gen != gen || --h->refs > 0)
 		return;
-	give_back(h);
+	gone = *h;
 	bury(handles, sizeof(*h), (unsigned)(h - handles));
 	nhandles--;
+	give_back(&gone);
+	if (gone.kind == VGPU_USAGE_MULTICAST)
+		unbind_all(gone.key, gone.gen);
 }
 
 uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
@@ -183,12 +219,15 @@ uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
 		/* The driver handed the value out again: the old object is
 		 * gone, whatever references the table still counts. */
 		give_back(h);
+		if (h->kind == VGPU_USAGE_MULTICAST)
+			unbind_all(h->key, h->gen);
 	} else {
 		h = handle_new(handle);
 	}
 	if (h) {
 		h->bytes = bytes;
-		h->dev = dv->ordinal;
+		h->dev = dv ? dv->ordinal : -1;
+		h->devs = dv ? UINT64_C(1) << dv->ordinal : 0;
 		h->kind = kind;
 		h->refs = 1;
 		h->gen = gen = ++next_gen;
@@ -199,6 +238,96 @@ uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
 			 "full: %llu bytes stay charged after their release",
 			 (unsigned long long)bytes);
 	return gen;
+}
+
+bool vgpu__vmm_add_device(uint64_t handle, uint64_t gen, int dev,
+			  uint64_t *bytes)
+{
+	struct vmm_handle *h;
+	bool ok;
+
+	pthread_mutex_lock(&vmm_lock);
+	h = handle_find(handle);
+	ok = h && h->gen == gen && dev >= 0 && dev < 64 &&
+	     !(h->devs & (UINT64_C(1) << dev));
+	if (ok)
+		h->devs |= UINT64_C(1) << dev;
+	if (h && h->gen == gen)
+		*bytes = h->bytes;
+	pthread_mutex_unlock(&vmm_lock);
+	return ok;
+}
+
+uint64_t vgpu__vmm_bytes(uint64_t handle, uint64_t *gen)
+{
+	struct vmm_handle *h;
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&vmm_lock);
+	h = handle_find(handle);
+	*gen = h ? h->gen : 0;
+	if (h)
+		bytes = h->bytes;
+	pthread_mutex_unlock(&vmm_lock);
+	return bytes;
+}
+
+uint64_t vgpu__vmm_ref_mapped(uint64_t va, uint64_t *handle)
+{
+	struct vmm_map *m;
+	struct vmm_handle *h;
+	uint64_t gen = 0;
+
+	pthread_mutex_lock(&vmm_lock);
+	m = map_find(va);
+	h = m && !m->unmapping ? handle_find(m->handle) : NULL;
+	if (h && h->gen == m->hgen) {
+		h->refs++;
+		gen = h->gen;
+		*handle = m->handle;
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return gen;
+}
+
+void vgpu__vmm_bound(uint64_t mc, uint64_t offset, uint64_t size,
+		     uint64_t handle, uint64_t gen)
+{
+	struct vmm_handle *m, *h;
+	int i;
+
+	if (!gen)
+		return;
+	pthread_mutex_lock(&vmm_lock);
+	m = handle_find(mc);
+	h = handle_find(handle);
+	for (i = 0; m && h && i < VMM_BINDS && binds[i].mc; i++)
+		;
+	if (m && h && i < VMM_BINDS) {
+		/* Bound for the device the memory is on. */
+		binds[i] = (struct vmm_bind){ mc, m->gen, h->dev, offset,
+					      size, handle, gen };
+		used = true;
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	/* Not remembered (an object the shim does not know, or the table
+	 * full): the reference stays until the process ends (over, never
+	 * under). */
+}
+
+void vgpu__vmm_unbound(uint64_t mc, int dev, uint64_t offset, uint64_t size)
+{
+	pthread_mutex_lock(&vmm_lock);
+	for (int i = 0; i < VMM_BINDS; i++) {
+		struct vmm_bind *b = &binds[i];
+
+		if (b->mc != mc || b->dev != dev || b->offset < offset ||
+		    b->offset - offset >= size)
+			continue;
+		b->mc = 0;
+		unref_locked(b->handle, b->hgen);
+	}
+	pthread_mutex_unlock(&vmm_lock);
 }
 
 uint64_t vgpu__vmm_gen(uint64_t handle)
@@ -354,6 +483,7 @@ void vgpu__vmm_fork_child(void)
 	if (used) {
 		memset(handles, 0, sizeof(handles));
 		memset(maps, 0, sizeof(maps));
+		memset(binds, 0, sizeof(binds));
 	}
 	used = false;
 	nhandles = 0;

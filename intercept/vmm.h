@@ -16,6 +16,28 @@ struct vgpu_dev;
  * charge is given back first. */
 uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
 		       uint64_t bytes);
+/* (dv NULL: charged on no device yet, as a multicast object before its
+ * devices are added.) */
+/* A multicast object's (handle, gen) memory is now also on device dev,
+ * whose charge of *bytes (the object's size) the caller has made: true
+ * if the object took it (false: the object is gone or had the device
+ * already; the caller gives the charge back). */
+bool vgpu__vmm_add_device(uint64_t handle, uint64_t gen, int dev,
+			  uint64_t *bytes);
+/* A handle's size and generation (*gen 0: unknown). */
+uint64_t vgpu__vmm_bytes(uint64_t handle, uint64_t *gen);
+/* One more reference to the handle mapped at va (a binding by address);
+ * its generation (0: no mapping the shim counted starts there), *handle
+ * set. */
+uint64_t vgpu__vmm_ref_mapped(uint64_t va, uint64_t *handle);
+/* Multicast object mc bound (handle, gen) at [offset, offset + size), for
+ * the device the memory is on: the binding holds that reference until
+ * unbound or the object goes. */
+void vgpu__vmm_bound(uint64_t mc, uint64_t offset, uint64_t size,
+		     uint64_t handle, uint64_t gen);
+/* The driver unbound device dev's bindings of mc in [offset, offset +
+ * size): their references are given up. */
+void vgpu__vmm_unbound(uint64_t mc, int dev, uint64_t offset, uint64_t size);
 /* The generation of a charged handle, 0 if the shim does not know it:
  * read before the driver is asked to release it. */
 uint64_t vgpu__vmm_gen(uint64_t handle);

@@ -464,7 +464,9 @@ Test(alloc, graph_mem_nodes_charged_per_exec)
 
 /* ---- multicast objects ----------------------------------------------------- */
 
-Test(alloc, multicast_objects_charged_until_released)
+/* A multicast object takes its size on each device added to it (as the
+ * simulated device does), until its last reference goes. */
+Test(alloc, multicast_objects_charged_per_device_until_released)
 {
 	CUmulticastObjectProp p;
 	CUmemGenericAllocationHandle h1, h2;
@@ -480,13 +482,19 @@ Test(alloc, multicast_objects_charged_until_released)
 	cr_assert(gran > 0 && (48 * MIB) % gran == 0, "granularity %zu", gran);
 	p.size = 48 * MIB;
 	CU_OK(cuMulticastCreate(&h1, &p));
+	expect_usage(VGPU_USAGE_MULTICAST, 0);
+	CU_OK(cuMulticastAddDevice(h1, 0));
 	expect_usage(VGPU_USAGE_MULTICAST, 48 * MIB);
 	p.size = 16 * MIB + gran;
-	CU_ASSERT(cuMulticastCreate(&h2, &p), OOM);
+	CU_OK(cuMulticastCreate(&h2, &p));
+	CU_ASSERT(cuMulticastAddDevice(h2, 0), OOM);
+	CU_OK(cuMemRelease(h2));
 	p.size = 16 * MIB;
 	CU_OK(cuMulticastCreate(&h2, &p));
+	CU_OK(cuMulticastAddDevice(h2, 0));
 	expect_usage(VGPU_USAGE_MULTICAST, SLICE);
 	CU_OK(cuMemRelease(h1));
+	expect_usage(VGPU_USAGE_MULTICAST, 16 * MIB);
 	CU_OK(cuMemRelease(h2));
 	finish();
 }

@@ -179,6 +179,43 @@ Test(lifetimes, vmm_retained_handles)
 	finish();
 }
 
+/* A multicast object holds its size on the device added, and each memory
+ * handle bound to it: released while bound, the memory stays. */
+Test(lifetimes, multicast_bindings_keep_memory)
+{
+	CUmemAllocationProp p = device_prop();
+	CUmulticastObjectProp mp;
+	CUmemGenericAllocationHandle mc, h;
+	int bound = 0;
+
+	start();
+	shimtest_need("cuMulticastBindMem", 12010);
+	memset(&mp, 0, sizeof(mp));
+	mp.numDevices = 1;
+	mp.size = 256 * MIB;
+	CU_OK(cuMulticastCreate(&mc, &mp));
+	CU_OK(cuMulticastAddDevice(mc, 0));
+	check("multicast object added", 0);
+	for (int i = 0; i < ROUNDS; i++) {
+		CUresult r = cuMemCreate(&h, 256 * MIB, &p, 0);
+
+		check("cuMemCreate", i);
+		if (r == OOM)
+			continue;
+		CU_OK(r);
+		r = cuMulticastBindMem(mc, 0, h, 0, 256 * MIB, 0);
+		CU_OK(cuMemRelease(h));
+		check("bound and released", i);
+		bound += r == CUDA_SUCCESS;
+	}
+	cr_assert_geq(bound, 1);
+	cr_assert_leq(charged(), SLICE);
+	CU_OK(cuMulticastUnbind(mc, 0, 0, 256 * MIB));
+	check("unbound", 0);
+	CU_OK(cuMemRelease(mc));
+	finish();
+}
+
 /* ---- pools ------------------------------------------------------------- */
 
 static CUmemoryPool new_pool(void)
