@@ -87,6 +87,9 @@ bool vgpu__pool_settle(int index);
  * its charge back). */
 void vgpu__pool_freed(int index);
 bool vgpu__pools_settle_device(int ordinal);
+/* The device's pools give back the memory they keep idle (trimmed), then
+ * are settled; true if any charge fell (the core's reclaim primitive). */
+bool vgpu__pools_reclaim(int ordinal);
 /* prim.c: the core's primitives over this driver. */
 extern const struct vgpu_prim vgpu__prim;
 void vgpu__pools_fork_child(void);

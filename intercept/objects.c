@@ -365,13 +365,20 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
 				     void *addr)
 {
+	uint64_t gen, pre = 0;
 	CUresult r;
 
 	if (!vgpu__real.cuMemRetainAllocationHandle)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	/* Counted before the driver makes it: an unmap racing it cannot
+	 * give the charge back meanwhile. */
+	gen = vgpu__vmm_ref_mapped((uintptr_t)addr, &pre);
 	r = vgpu__real.cuMemRetainAllocationHandle(handle, addr);
-	if (r == CUDA_SUCCESS && handle)
-		vgpu__vmm_ref(*handle);
+	if (r != CUDA_SUCCESS || !handle || *handle != pre) {
+		vgpu__vmm_unref(pre, gen);
+		if (r == CUDA_SUCCESS && handle)
+			vgpu__vmm_ref(*handle);
+	}
 	return r;
 }
 

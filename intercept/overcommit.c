@@ -96,8 +96,10 @@ static void set_state_locked(int i, int state)
 		__atomic_sub_fetch(&spilled_host, 1, __ATOMIC_RELAXED);
 	if (is_movable(spills[i].state))
 		__atomic_sub_fetch(&vgpu__movable_count, 1, __ATOMIC_RELAXED);
-	if (state == SPILL_FREE)
+	if (state == SPILL_FREE) {
 		spills[i].gen++;
+		spills[i].ctx = NULL;
+	}
 	__atomic_store_n(&spills[i].state, state, __ATOMIC_RELEASE);
 	if (state == SPILL_HOST) {
 		spills[i].seq = __atomic_add_fetch(&spill_seq, 1,
@@ -227,17 +229,23 @@ static void record_range(int i, struct vgpu_dev *dv, CUdeviceptr va,
 {
 	struct vgpu_tracked t = { size, VGPU_USAGE_SPILLED,
 				  (unsigned)dv->ordinal, (unsigned)i };
+	CUcontext cur;
 
 	spills[i].dev = dv->ordinal;
 	__atomic_store_n(&spills[i].va, va, __ATOMIC_RELAXED);
 	__atomic_store_n(&spills[i].size, size, __ATOMIC_RELAXED);
 	spills[i].asked = asked;
 	spills[i].handle = h;
-	spills[i].ctx = NULL;
-	if (vgpu__real.cuCtxGetCurrent)
-		vgpu__real.cuCtxGetCurrent(&spills[i].ctx);
+	if (!vgpu__real.cuCtxGetCurrent ||
+	    vgpu__real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
+		cur = NULL;
 	__atomic_store_n(&spills[i].last_use, stamp(), __ATOMIC_RELAXED);
-	set_state(i, state);
+	/* The owner is set with the state, under the lock: a context
+	 * destroyed meanwhile never sees an entry being made as its own. */
+	pthread_mutex_lock(&spill_lock);
+	spills[i].ctx = cur;
+	set_state_locked(i, state);
+	pthread_mutex_unlock(&spill_lock);
 	vgpu__track_insert(VGPU_TRACK_PTR, va, &t);
 	*dptr = va;
 }

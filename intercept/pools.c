@@ -8,7 +8,12 @@
  * first; the pool's growth is charged when it is settled, and the
  * reservation given back after that, so the ledger never shows less than
  * the pool holds. The pool may overshoot the slice by its rounding (the
- * driver's granularity), never by a whole allocation.
+ * driver's granularity), never by a whole allocation. An allocation is
+ * admitted only when its whole size fits, whatever the pool holds idle (idle
+ * memory in pieces may not hold it); at the slice's edge the core asks the
+ * pools of the device to give their idle memory back (vgpu__pools_reclaim)
+ * and tries once more. An allocation counts as live from before the driver
+ * is asked, so a pool destroyed meanwhile keeps its charge.
  *
  * A pool destroyed while allocations from it live keeps its memory until
  * they are freed (the driver's rule): its entry then drains, keeping the
@@ -32,14 +37,16 @@ struct pool {
 	unsigned live;		/* its allocations the shim counted, atomic */
 	bool draining;		/* destroyed with live allocations */
 	bool destroyable;	/* not the device's default pool */
+	bool host;		/* host memory: nothing to charge */
 };
 
 static struct pool pools[MAX_POOLS];
 static int npools;		/* entries in use or once used, atomic */
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The index of pool p of device dev, registered now if new; -1 if full. */
-static int pool_index(CUmemoryPool p, int dev)
+/* The index of pool p of device dev (host: a host pool), registered now
+ * if new; -1 if full. */
+static int pool_index(CUmemoryPool p, int dev, bool host)
 {
 	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE), i;
 
@@ -71,6 +78,7 @@ static int pool_index(CUmemoryPool p, int dev)
 			pools[i].dev = dev;
 			pools[i].live = 0;
 			pools[i].destroyable = destroyable;
+			pools[i].host = host;
 			__atomic_store_n(&pools[i].handle,
 					 (uint64_t)(uintptr_t)p,
 					 __ATOMIC_RELEASE);
@@ -126,6 +134,28 @@ bool vgpu__pool_settle(int i)
 	return held < old;
 }
 
+/* At the slice's edge: every pool of the device gives back the memory it
+ * keeps idle (trimmed to what its allocations use), then is settled. True
+ * if any charge fell. */
+bool vgpu__pools_reclaim(int ordinal)
+{
+	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
+	bool freed = false;
+
+	for (int i = 0; i < n; i++) {
+		uint64_t h = __atomic_load_n(&pools[i].handle,
+					     __ATOMIC_ACQUIRE);
+
+		if (pools[i].dev != ordinal || !h || pools[i].host)
+			continue;
+		if (vgpu__real.cuMemPoolTrimTo)
+			vgpu__real.cuMemPoolTrimTo((CUmemoryPool)(uintptr_t)h,
+						   0);
+		freed |= vgpu__pool_settle(i);
+	}
+	return freed;
+}
+
 bool vgpu__pools_settle_device(int ordinal)
 {
 	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
@@ -137,126 +167,98 @@ bool vgpu__pools_settle_device(int ordinal)
 	return freed;
 }
 
-/* What an allocation of bytes may add to what pool i holds: nothing when
- * the pool's idle memory covers it (a reuse is never refused). */
-static uint64_t pool_growth(int i, uint64_t bytes)
-{
-	cuuint64_t reserved = 0, used = 0;
-	CUmemoryPool p = (CUmemoryPool)(uintptr_t)
-		__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE);
+static int find_pool(CUmemoryPool p);
 
-	if (vgpu__real.cuMemPoolGetAttribute(p,
-			CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
-		    CUDA_SUCCESS ||
-	    vgpu__real.cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
-					     &used) != CUDA_SUCCESS ||
-	    used > reserved)
-		return bytes;
-	return reserved - used >= bytes ? 0 : bytes - (reserved - used);
+/* The pool an allocation is made from, registered; -1 when the shim
+ * cannot follow it. */
+static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
+{
+	int i;
+
+	if (!explicit_pool &&
+	    (!vgpu__real.cuDeviceGetMemPool ||
+	     vgpu__real.cuDeviceGetMemPool(&pool, dv->ordinal) != CUDA_SUCCESS))
+		return -1;
+	if (!pool)
+		return -1;
+	/* A pool made through the shim is registered with its own device
+	 * (cuMemPoolCreate); others are the current device's. */
+	i = find_pool(pool);
+	return i >= 0 ? i : pool_index(pool, dv->ordinal, false);
 }
 
-static bool over_limit(struct vgpu_dev *dv)
+static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,
+			   CUmemoryPool pool, CUstream hStream, int per_thread,
+			   bool explicit_pool)
 {
-	return vgpu_ledger_tenant_used(dv->slot) >
-	       vgpu_ledger_tenant_limit(dv->slot);
+	if (explicit_pool)
+		return per_thread
+		       ? vgpu__real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize,
+								 pool, hStream)
+		       : vgpu__real.cuMemAllocFromPoolAsync(dptr, bytesize, pool,
+							    hStream);
+	return per_thread
+	       ? vgpu__real.cuMemAllocAsync_ptsz(dptr, bytesize, hStream)
+	       : vgpu__real.cuMemAllocAsync(dptr, bytesize, hStream);
 }
 
-/* An allocation admitted as a reuse of idle memory that the idle memory
- * did not hold, and the tenant is now past its limit: the allocation is
- * freed, the stream waited for, and the pool's idle memory given back to
- * the device. CUDA_ERROR_OUT_OF_MEMORY. */
-static CUresult undo(struct vgpu_dev *dv, int i, CUdeviceptr p, CUstream s,
-		     int per_thread)
+static void remember_alloc(CUdeviceptr p, size_t bytes, int kind, int dev,
+			   int i)
 {
-	CUmemoryPool pool = (CUmemoryPool)(uintptr_t)
-		__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE);
+	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dev,
+				  i >= 0 ? (unsigned)i : 0 };
 
-	if (per_thread) {
-		vgpu__real.cuMemFreeAsync_ptsz(p, s);
-		vgpu__real.cuStreamSynchronize_ptsz(s);
-	} else {
-		vgpu__real.cuMemFreeAsync(p, s);
-		vgpu__real.cuStreamSynchronize(s);
-	}
-	if (vgpu__real.cuMemPoolTrimTo)
-		vgpu__real.cuMemPoolTrimTo(pool, 0);
-	vgpu__pool_settle(i);
-	vgpu_log(VGPU_LOG_DEBUG, "device %d: a pool allocation grew the pool "
-		 "past the slice (its idle memory too fragmented to hold it): "
-		 "refused", dv->ordinal);
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	vgpu__track_keep(VGPU_TRACK_PTR, p, &t);
 }
 
 static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 			   CUmemoryPool pool, CUstream hStream, int per_thread,
 			   bool explicit_pool)
 {
-	struct vgpu_dev *dv = vgpu__dev_current();
+	struct vgpu_dev *dv = vgpu__dev_current(), *pdv;
 	CUresult r;
-	int i = -1;
+	int i;
 
-	if (dv && dv->slot && dptr && bytesize > 0) {
-		if (!explicit_pool &&
-		    (!vgpu__real.cuDeviceGetMemPool ||
-		     vgpu__real.cuDeviceGetMemPool(&pool, dv->ordinal) !=
-			     CUDA_SUCCESS))
-			pool = NULL;
-		if (pool)
-			i = pool_index(pool, dv->ordinal);
-	}
-	uint64_t admit = 0;
-
-	if (i >= 0) {
-		admit = pool_growth(i, bytesize);
-		r = vgpu__charge(dv, VGPU_USAGE_POOL, admit);
-		if (r != CUDA_SUCCESS)
-			return r;
-	} else if (dv && dv->state == VGPU_DEV_FAILED) {
+	if (dv && dv->state == VGPU_DEV_FAILED)
 		return CUDA_ERROR_INVALID_DEVICE;
-	} else if (dv && dv->slot && dptr && bytesize > 0) {
-		/* A pool the shim cannot follow: charged as a buffer. */
-		r = vgpu__charge(dv, VGPU_USAGE_BUFFER, bytesize);
-		if (r != CUDA_SUCCESS)
-			return r;
-	}
-	if (explicit_pool)
-		r = per_thread
-		    ? vgpu__real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize,
-							      pool, hStream)
-		    : vgpu__real.cuMemAllocFromPoolAsync(dptr, bytesize, pool,
-							 hStream);
-	else
-		r = per_thread
-		    ? vgpu__real.cuMemAllocAsync_ptsz(dptr, bytesize, hStream)
-		    : vgpu__real.cuMemAllocAsync(dptr, bytesize, hStream);
 	if (!dv || !dv->slot || !dptr || bytesize == 0)
-		return r;
-	if (i >= 0) {
-		vgpu__pool_settle(i);
-		vgpu__uncharge(dv, VGPU_USAGE_POOL, admit);
-		/* Admitted (in part) as a reuse of idle memory, and the
-		 * tenant is past its limit now: the idle memory did not hold
-		 * it (fragmented, or taken by another thread's allocation
-		 * admitted the same way). */
-		if (r == CUDA_SUCCESS && admit < bytesize && over_limit(dv)) {
-			r = undo(dv, i, *dptr, hStream, per_thread);
-			*dptr = 0;
+		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
+				  explicit_pool);
+	i = pool_of(dv, pool, explicit_pool);
+	if (i < 0) {
+		/* A pool the shim cannot follow: charged as a buffer. */
+		uint64_t held = vgpu__alloc_size(bytesize);
+
+		if ((r = vgpu__charge(dv, VGPU_USAGE_BUFFER, held)) !=
+		    CUDA_SUCCESS)
 			return r;
-		}
-	} else if (r != CUDA_SUCCESS) {
-		vgpu__uncharge(dv, VGPU_USAGE_BUFFER, bytesize);
+		r = call_alloc(dptr, bytesize, pool, hStream, per_thread,
+			       explicit_pool);
+		if (r != CUDA_SUCCESS)
+			vgpu__uncharge(dv, VGPU_USAGE_BUFFER, held);
+		else
+			remember_alloc(*dptr, held, VGPU_USAGE_BUFFER,
+				       dv->ordinal, -1);
+		return r;
 	}
-	if (r == CUDA_SUCCESS && i >= 0)
-		__atomic_add_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL);
-	if (r == CUDA_SUCCESS) {
-		struct vgpu_tracked t = {
-			bytesize, i >= 0 ? VGPU_USAGE_POOL : VGPU_USAGE_BUFFER,
-			(unsigned)dv->ordinal, i >= 0 ? (unsigned)i : 0 };
-		if (!vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t))
-			vgpu_log(VGPU_LOG_WARN, "the allocation table is full: "
-				 "%zu bytes stay charged after their free",
-				 bytesize);
+	pdv = vgpu__dev_attach(pools[i].dev);
+	if (pools[i].host || !pdv || !pdv->slot)
+		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
+				  explicit_pool);
+	/* The whole size is admitted; the pool's growth is charged when it
+	 * is settled, and the admission given back after. */
+	if ((r = vgpu__charge(pdv, VGPU_USAGE_POOL, bytesize)) != CUDA_SUCCESS)
+		return r;
+	__atomic_add_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL);
+	r = call_alloc(dptr, bytesize, pool, hStream, per_thread,
+		       explicit_pool);
+	vgpu__pool_settle(i);
+	vgpu__uncharge(pdv, VGPU_USAGE_POOL, bytesize);
+	if (r != CUDA_SUCCESS) {
+		vgpu__pool_freed(i);
+		return r;
 	}
+	remember_alloc(*dptr, bytesize, VGPU_USAGE_POOL, pdv->ordinal, i);
 	return r;
 }
 
@@ -337,6 +339,24 @@ static int find_pool(CUmemoryPool p)
 		    (uint64_t)(uintptr_t)p)
 			return i;
 	return -1;
+}
+
+/* A pool is registered with its own device (not the current one), and a
+ * host pool as host memory. */
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+	CUresult r;
+
+	if (!vgpu__real.cuMemPoolCreate)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemPoolCreate(pool, poolProps);
+	if (r != CUDA_SUCCESS || !pool || !poolProps)
+		return r;
+	if (poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		pool_index(*pool, poolProps->location.id, false);
+	else
+		pool_index(*pool, -1, true);
+	return r;
 }
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
@@ -457,6 +477,7 @@ void vgpu__pools_fork_child(void)
 		pools[i].live = 0;
 		pools[i].draining = false;
 		pools[i].destroyable = false;
+		pools[i].host = false;
 	}
 	npools = 0;
 }

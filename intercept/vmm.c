@@ -76,6 +76,7 @@ static struct vmm_map maps[VMM_SLOTS];
 static unsigned nhandles, nmaps;	/* live entries, under vmm_lock */
 static bool used;			/* anything ever entered */
 static uint64_t next_gen;		/* generations and tickets */
+static uint64_t maps_lo = UINT64_MAX, maps_hi;	/* bounds of the mappings */
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static unsigned slot_of(uint64_t key)
@@ -272,6 +273,23 @@ uint64_t vgpu__vmm_bytes(uint64_t handle, uint64_t *gen)
 	return bytes;
 }
 
+/* The live mapping that contains va, or NULL; vmm_lock held. By its
+ * start first, else by looking at every entry (an address inside). */
+static struct vmm_map *map_containing(uint64_t va)
+{
+	struct vmm_map *m = map_find(va);
+
+	if (m || va < maps_lo || va >= maps_hi)
+		return m;
+	for (unsigned i = 0; i < VMM_SLOTS && nmaps; i++) {
+		uint64_t k = maps[i].key;
+
+		if (k != 0 && k != TOMB && k <= va && va - k < maps[i].size)
+			return &maps[i];
+	}
+	return NULL;
+}
+
 uint64_t vgpu__vmm_ref_mapped(uint64_t va, uint64_t *handle)
 {
 	struct vmm_map *m;
@@ -279,7 +297,7 @@ uint64_t vgpu__vmm_ref_mapped(uint64_t va, uint64_t *handle)
 	uint64_t gen = 0;
 
 	pthread_mutex_lock(&vmm_lock);
-	m = map_find(va);
+	m = map_containing(va);
 	h = m && !m->unmapping ? handle_find(m->handle) : NULL;
 	if (h && h->gen == m->hgen) {
 		h->refs++;
@@ -372,7 +390,10 @@ static void unmap_locked(struct vmm_map *m)
 	uint64_t handle = m->handle, gen = m->hgen;
 
 	bury(maps, sizeof(*m), (unsigned)(m - maps));
-	nmaps--;
+	if (--nmaps == 0) {
+		maps_lo = UINT64_MAX;
+		maps_hi = 0;
+	}
 	unref_locked(handle, gen);
 }
 
@@ -389,6 +410,10 @@ void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle,
 		unmap_locked(m);
 	m = map_new(va);
 	if (m) {
+		if (va < maps_lo)
+			maps_lo = va;
+		if (va + size > maps_hi)
+			maps_hi = va + size;
 		m->size = size;
 		m->handle = handle;
 		m->hgen = gen;
@@ -410,8 +435,8 @@ static void step_one(struct vmm_map *m, enum step step, uint64_t ticket)
 {
 	if (step == MARK && m->unmapping == 0)
 		m->unmapping = ticket;
-	else if (step == REMOVE && m->unmapping == ticket)
-		unmap_locked(m);
+	else if (step == REMOVE && m->unmapping && m->unmapping <= ticket)
+		unmap_locked(m);	/* marked before this unmap began */
 	else if (step == UNMARK && m->unmapping == ticket)
 		m->unmapping = 0;
 }
@@ -433,7 +458,9 @@ static void each_in_range(uint64_t va, uint64_t size, enum step step,
 			break;
 		at += n;
 	}
-	if (at - va >= size)
+	/* Past a hole: no mapping can start there outside the bounds. */
+	if (at - va >= size || at >= maps_hi ||
+	    (size <= UINT64_MAX - va && va + size <= maps_lo))
 		return;
 	for (unsigned i = 0; i < VMM_SLOTS; i++) {
 		uint64_t k = maps[i].key;
@@ -488,4 +515,6 @@ void vgpu__vmm_fork_child(void)
 	used = false;
 	nhandles = 0;
 	nmaps = 0;
+	maps_lo = UINT64_MAX;
+	maps_hi = 0;
 }

@@ -26,9 +26,10 @@ bool vgpu__vmm_add_device(uint64_t handle, uint64_t gen, int dev,
 			  uint64_t *bytes);
 /* A handle's size and generation (*gen 0: unknown). */
 uint64_t vgpu__vmm_bytes(uint64_t handle, uint64_t *gen);
-/* One more reference to the handle mapped at va (a binding by address);
- * its generation (0: no mapping the shim counted starts there), *handle
- * set. */
+/* One more reference to the handle mapped at va, or at a mapping that
+ * contains va (a retain, a binding by address), taken before the driver
+ * is asked; its generation (0: no mapping the shim counted is there),
+ * *handle set. */
 uint64_t vgpu__vmm_ref_mapped(uint64_t va, uint64_t *handle);
 /* Multicast object mc bound (handle, gen) at [offset, offset + size), for
  * the device the memory is on: the binding holds that reference until
@@ -53,8 +54,9 @@ void vgpu__vmm_unref(uint64_t handle, uint64_t gen);
 void vgpu__vmm_mapped(uint64_t va, uint64_t size, uint64_t handle,
 		      uint64_t gen);
 /* Before the driver unmaps [va, va + size): its mappings are marked with
- * the ticket returned. After: unmapped, the marked ones give up their
- * references; refused, they are unmarked. */
+ * the ticket returned. After: unmapped, the marked ones (by this unmap or
+ * one that began before it: the driver unmapped them all) give up their
+ * references; refused, this unmap's marks are taken off. */
 uint64_t vgpu__vmm_unmap_begin(uint64_t va, uint64_t size);
 void vgpu__vmm_unmap_end(uint64_t va, uint64_t size, uint64_t ticket,
 			 bool unmapped);

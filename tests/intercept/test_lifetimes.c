@@ -305,6 +305,68 @@ Test(lifetimes, fragmented_pools_do_not_grow_past_the_slice)
 	finish();
 }
 
+/* At the slice's edge, an async allocation on a stream held by a host
+ * function neither hangs nor escapes: the pools are trimmed and it is
+ * refused or admitted on what is in use. */
+Test(lifetimes, pool_edge_does_not_wait_for_the_stream, .timeout = 20)
+{
+	struct simtest_gate *gate = simtest_gate_new();
+	cuuint64_t max = UINT64_MAX;
+	CUdeviceptr a, b, c;
+	CUmemoryPool pool;
+	CUstream s;
+	CUresult r;
+
+	start();
+	pool = new_pool();
+	CU_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+				    &max));
+	CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU_OK(cuMemAllocFromPoolAsync(&a, 384 * MIB, pool, NULL));
+	CU_OK(cuMemAllocFromPoolAsync(&b, 512 * MIB, pool, NULL));
+	CU_OK(cuMemFreeAsync(b, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	check("idle in the pool", 0);
+	simtest_gate_queue(gate, s);
+	r = cuMemAllocFromPoolAsync(&c, 704 * MIB, pool, s);
+	check("past the idle memory, stream held", 0);
+	CU_ASSERT(r, OOM);
+	r = cuMemAllocFromPoolAsync(&c, 512 * MIB, pool, s);
+	check("within the slice once trimmed", 0);
+	CU_OK(r);
+	simtest_gate_open(gate);
+	CU_OK(cuMemFreeAsync(c, s));
+	CU_OK(cuMemFreeAsync(a, s));
+	CU_OK(cuStreamSynchronize(s));
+	CU_OK(cuStreamDestroy(s));
+	CU_OK(cuMemPoolDestroy(pool));
+	finish();
+}
+
+/* A pool is charged on its own device, whichever context is current. */
+Test(lifetimes, pools_charged_on_their_own_device)
+{
+	CUmemPoolProps pp;
+	CUmemoryPool pool;
+	CUdeviceptr p;
+
+	setenv("VGPU_SIM_DEVICES", "2", 1);
+	start();
+	memset(&pp, 0, sizeof(pp));
+	pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	pp.location.id = 1;
+	CU_OK(cuMemPoolCreate(&pool, &pp));
+	CU_OK(cuMemAllocFromPoolAsync(&p, OBJ, pool, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	cr_assert_eq(charged(), 0, "device 0's ledger charged device 1's "
+		     "pool");
+	CU_OK(cuMemFreeAsync(p, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	CU_OK(cuMemPoolDestroy(pool));
+	finish();
+}
+
 /* A free queued behind work that has not run frees nothing yet: a pool
  * destroyed meanwhile keeps its memory, and its charge, until the stream
  * gets there. */
