@@ -248,16 +248,21 @@ static void *thread_main(void *arg)
 		one_step(t);
 		diff_restore_ctx(t);
 		barrier();
+		/* Only the checker decides, between the two barriers, so
+		 * that every thread leaves at the same step: a failure a
+		 * thread records in its next step must not make another
+		 * leave this one (the rest would wait at a barrier). */
 		if (is_checker(t)) {
 			diff_check(t->step, false, opt.overcommit);
 			int left = 0;
 			for (int p = 0; p < opt.procs; p++)
 				left += atomic_load(&diff_sh->objs[p]);
-			if (t->step + 1 >= opt.steps && left == 0)
+			if ((t->step + 1 >= opt.steps && left == 0) ||
+			    atomic_load(&diff_sh->failed))
 				atomic_store(&diff_sh->done, 1);
 		}
 		barrier();
-		if (atomic_load(&diff_sh->failed) || atomic_load(&diff_sh->done))
+		if (atomic_load(&diff_sh->done))
 			break;
 	}
 	if (atomic_load(&diff_sh->failed))
