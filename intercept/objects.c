@@ -238,11 +238,12 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle,
 
 CUresult cuArrayDestroy(CUarray hArray)
 {
+	struct vgpu_tracked t;
+	bool known;
+
 	if (!vgpu__real.cuArrayDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	struct vgpu_tracked t;
-	bool known = take_handle((uintptr_t)hArray, &t);
-
+	known = take_handle((uintptr_t)hArray, &t);
 	return forget_handle((uintptr_t)hArray,
 			     vgpu__real.cuArrayDestroy(hArray), &t, known);
 }
@@ -306,11 +307,12 @@ pass:
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
+	struct vgpu_tracked t;
+	bool known;
+
 	if (!vgpu__real.cuMipmappedArrayDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	struct vgpu_tracked t;
-	bool known = take_handle((uintptr_t)hMipmappedArray, &t);
-
+	known = take_handle((uintptr_t)hMipmappedArray, &t);
 	return forget_handle((uintptr_t)hMipmappedArray,
 			     vgpu__real.cuMipmappedArrayDestroy(hMipmappedArray),
 			     &t, known);
@@ -533,8 +535,10 @@ static bool ptr_gone(uint64_t key, const struct vgpu_tracked *t)
 	size_t size;
 	CUresult r;
 
-	(void)t;
-	if (!vgpu__real.cuMemGetAddressRange_v2)
+	/* Overcommit's ranges are virtual memory, which a context does not
+	 * take with it (the driver may not even know them as allocations):
+	 * a destroyed context releases its own (vgpu__overcommit_ctx_gone). */
+	if (t->kind == VGPU_USAGE_SPILLED || !vgpu__real.cuMemGetAddressRange_v2)
 		return false;
 	r = vgpu__real.cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)key);
 	return r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE;
@@ -657,12 +661,16 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc,
 
 CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
-	if (!vgpu__real.cuGreenCtxDestroy)
-		return CUDA_ERROR_NOT_INITIALIZED;
 	struct vgpu_tracked t;
+	CUcontext ctx;
 	bool known;
 
+	if (!vgpu__real.cuGreenCtxDestroy)
+		return CUDA_ERROR_NOT_INITIALIZED;
 	vgpu__ctx_teardown();
+	if (vgpu__real.cuCtxFromGreenCtx &&
+	    vgpu__real.cuCtxFromGreenCtx(&ctx, hCtx) == CUDA_SUCCESS)
+		vgpu__overcommit_ctx_orphan(ctx);
 	known = take_handle((uintptr_t)hCtx, &t);
 	return forget_handle((uintptr_t)hCtx, vgpu__real.cuGreenCtxDestroy(hCtx),
 			     &t, known);

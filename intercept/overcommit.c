@@ -66,6 +66,7 @@ static uint64_t spill_seq;	/* atomic */
 static unsigned spilled_host;	/* SPILL_HOST entries, atomic */
 unsigned vgpu__movable_count;	/* SPILL_HOST + SPILL_DEVICE entries, atomic */
 static uint64_t use_clock;	/* use stamps, atomic */
+static bool ever_spilled;	/* an entry was ever claimed, atomic */
 
 static int claim_entry(void)
 {
@@ -75,6 +76,7 @@ static int claim_entry(void)
 	for (i = 0; i < MAX_SPILLS && spills[i].state != SPILL_FREE; i++)
 		;
 	if (i < MAX_SPILLS) {
+		__atomic_store_n(&ever_spilled, true, __ATOMIC_RELAXED);
 		__atomic_store_n(&spills[i].state, SPILL_BUSY, __ATOMIC_RELAXED);
 		spills[i].doomed = false;
 	}
@@ -290,6 +292,7 @@ static CUresult spill_managed(struct vgpu_dev *dv, CUdeviceptr *dptr,
 	CUmemLocation host = { CU_MEM_LOCATION_TYPE_HOST, 0 };
 	CUmemLocation gpu = { CU_MEM_LOCATION_TYPE_DEVICE, dv->ordinal };
 	uint64_t held = vgpu__alloc_size(bytes);	/* whole pages */
+	CUcontext cur;
 	CUresult r;
 	int i;
 
@@ -318,7 +321,13 @@ static CUresult spill_managed(struct vgpu_dev *dv, CUdeviceptr *dptr,
 	__atomic_store_n(&spills[i].va, *dptr, __ATOMIC_RELAXED);
 	__atomic_store_n(&spills[i].size, held, __ATOMIC_RELAXED);
 	spills[i].asked = bytes;
-	set_state(i, SPILL_MANAGED);
+	if (!vgpu__real.cuCtxGetCurrent ||
+	    vgpu__real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
+		cur = NULL;
+	pthread_mutex_lock(&spill_lock);
+	spills[i].ctx = cur;
+	set_state_locked(i, SPILL_MANAGED);
+	pthread_mutex_unlock(&spill_lock);
 	struct vgpu_tracked t = { held, VGPU_USAGE_SPILLED,
 				  (unsigned)dv->ordinal, (unsigned)i };
 	vgpu__track_insert(VGPU_TRACK_PTR, *dptr, &t);
@@ -453,20 +462,26 @@ void vgpu__overcommit_ctx_gone(CUcontext ctx)
 	bool pushed;
 	int state;
 
-	if (!ctx || !vgpu__movable_any() || !vgpu__real.cuCtxPushCurrent_v2)
+	if (!ctx || !__atomic_load_n(&ever_spilled, __ATOMIC_RELAXED) ||
+	    !vgpu__real.cuCtxPushCurrent_v2)
 		return;
 	pushed = vgpu__real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
 	for (int i = 0; i < MAX_SPILLS; i++) {
 		pthread_mutex_lock(&spill_lock);
 		state = spills[i].state;
-		if (spills[i].ctx != ctx || state == SPILL_FREE ||
-		    state == SPILL_MANAGED) {
+		if (spills[i].ctx != ctx || state == SPILL_FREE) {
 			pthread_mutex_unlock(&spill_lock);
 			continue;
 		}
 		if (state == SPILL_BUSY) {
+			/* Being moved: the mover releases it. Its address
+			 * leaves the table now, as the job's free would. */
 			spills[i].doomed = true;
 			pthread_mutex_unlock(&spill_lock);
+			vgpu__track_remove(VGPU_TRACK_PTR,
+					   __atomic_load_n(&spills[i].va,
+							   __ATOMIC_RELAXED),
+					   &t);
 			continue;
 		}
 		take(i);
@@ -477,6 +492,17 @@ void vgpu__overcommit_ctx_gone(CUcontext ctx)
 	}
 	if (pushed)
 		vgpu__real.cuCtxPopCurrent_v2(&top);
+}
+
+void vgpu__overcommit_ctx_orphan(CUcontext ctx)
+{
+	if (!ctx || !__atomic_load_n(&ever_spilled, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS; i++)
+		if (spills[i].ctx == ctx)
+			spills[i].ctx = NULL;
+	pthread_mutex_unlock(&spill_lock);
 }
 
 /* Moves range i's backing to `to` (device or host) at the same address,

@@ -33,5 +33,9 @@ void vgpu__overcommit_fork_child(void);
 /* The job destroys ctx: the movable ranges allocated in it are released
  * (and their charge given back) before the driver destroys it. */
 void vgpu__overcommit_ctx_gone(CUcontext ctx);
+/* ctx goes but what was allocated in it stays (a green context's memory
+ * is its device's): its ranges are no longer tied to it, so a context
+ * given the same handle later does not take them with it. */
+void vgpu__overcommit_ctx_orphan(CUcontext ctx);
 
 #endif
