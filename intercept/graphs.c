@@ -109,15 +109,11 @@ static CUresult commit(CUgraphExec x, const uint64_t bytes[GRAPH_DEVS],
 		unreserve(bytes, GRAPH_DEVS);
 		return r;
 	}
-	for (int d = 0; d < GRAPH_DEVS; d++) {
-		struct vgpu_tracked t = { bytes[d], VGPU_USAGE_GRAPH,
-					  (unsigned)d, 0 };
-
+	for (int d = 0; d < GRAPH_DEVS; d++)
 		if (bytes[d])
-			vgpu__track_keep(VGPU_TRACK_HANDLE,
-					 (uint64_t)(uintptr_t)x + (unsigned)d,
-					 &t);
-	}
+			vgpu__track_charged(VGPU_TRACK_HANDLE,
+					    (uint64_t)(uintptr_t)x + (unsigned)d,
+					    VGPU_USAGE_GRAPH, d, bytes[d], 0);
 	return r;
 }
 

@@ -13,20 +13,6 @@
 
 #include <string.h>
 
-static void remember(int table, uint64_t key, struct vgpu_dev *dv, int kind,
-		     uint64_t bytes, unsigned aux)
-{
-	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dv->ordinal,
-				  aux };
-
-	if (!vgpu__track_insert(table, key, &t)) {
-		/* Never forgotten silently: the charge stays until exit. */
-		vgpu_log(VGPU_LOG_WARN, "the allocation table is full: %llu "
-			 "bytes stay charged after their free",
-			 (unsigned long long)bytes);
-	}
-}
-
 /* ---- buffers ----------------------------------------------------------- */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -62,7 +48,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	}
 	if (dv->slot)
-		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, held, 0);
+		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_BUFFER,
+				    dv->ordinal, held, 0);
 	return r;
 }
 
@@ -102,7 +89,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
 		return r;
 	}
 	if (dv->slot)
-		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_BUFFER, real, 0);
+		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_BUFFER,
+				    dv->ordinal, real, 0);
 	return r;
 }
 
@@ -128,7 +116,8 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 		return r;
 	}
 	if (dv->slot)
-		remember(VGPU_TRACK_PTR, *dptr, dv, VGPU_USAGE_MANAGED, held, 0);
+		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_MANAGED,
+				    dv->ordinal, held, 0);
 	return r;
 }
 

@@ -87,18 +87,6 @@ static CUresult charge_handle(struct vgpu_dev *dv, int kind, uint64_t bytes)
 	return vgpu__charge(dv, kind, bytes);
 }
 
-static void remember_handle(uint64_t key, struct vgpu_dev *dv, int kind,
-			    uint64_t bytes)
-{
-	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dv->ordinal,
-				  0 };
-
-	if (dv->slot && !vgpu__track_insert(VGPU_TRACK_HANDLE, key, &t))
-		vgpu_log(VGPU_LOG_WARN, "the handle table is full: %llu bytes "
-			 "stay charged after their release",
-			 (unsigned long long)bytes);
-}
-
 /* The end of the protocol for an object the driver was asked to make
  * after bytes of kind were charged: kept and remembered under key when it
  * made it (r is CUDA_SUCCESS), given back when it refused. Returns r. */
@@ -108,7 +96,8 @@ static CUresult commit_handle(struct vgpu_dev *dv, int kind, uint64_t bytes,
 	if (r != CUDA_SUCCESS)
 		vgpu__uncharge(dv, kind, bytes);
 	else
-		remember_handle(key, dv, kind, bytes);
+		vgpu__track_charged(VGPU_TRACK_HANDLE, key, kind, dv->ordinal,
+				    bytes, 0);
 	return r;
 }
 

@@ -202,15 +202,6 @@ static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,
 	       : vgpu__real.cuMemAllocAsync(dptr, bytesize, hStream);
 }
 
-static void remember_alloc(CUdeviceptr p, size_t bytes, int kind, int dev,
-			   int i)
-{
-	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dev,
-				  i >= 0 ? (unsigned)i : 0 };
-
-	vgpu__track_keep(VGPU_TRACK_PTR, p, &t);
-}
-
 static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 			   CUmemoryPool pool, CUstream hStream, int per_thread,
 			   bool explicit_pool)
@@ -237,8 +228,9 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		if (r != CUDA_SUCCESS)
 			vgpu__uncharge(dv, VGPU_USAGE_BUFFER, held);
 		else
-			remember_alloc(*dptr, held, VGPU_USAGE_BUFFER,
-				       dv->ordinal, -1);
+			vgpu__track_charged(VGPU_TRACK_PTR, *dptr,
+					    VGPU_USAGE_BUFFER, dv->ordinal,
+					    held, 0);
 		return r;
 	}
 	pdv = vgpu__dev_attach(pools[i].dev);
@@ -258,7 +250,8 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		vgpu__pool_freed(i);
 		return r;
 	}
-	remember_alloc(*dptr, bytesize, VGPU_USAGE_POOL, pdv->ordinal, i);
+	vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_POOL, pdv->ordinal,
+			    bytesize, (unsigned)i);
 	return r;
 }
 

@@ -184,6 +184,14 @@ uint64_t vgpu__track_count(int table)
 	return __atomic_load_n(&tables[table].live, __ATOMIC_RELAXED);
 }
 
+void vgpu__track_charged(int table, uint64_t key, int kind, int dev,
+			 uint64_t bytes, unsigned aux)
+{
+	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dev, aux };
+
+	vgpu__track_keep(table, key, &t);
+}
+
 void vgpu__track_keep(int table, uint64_t key, const struct vgpu_tracked *t)
 {
 	/* Never forgotten silently: the charge stays until exit. */

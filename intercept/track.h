@@ -35,6 +35,9 @@ bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t);
 /* Inserts, or warns that the table is full: the charge then stays until
  * the process ends (over, never under). */
 void vgpu__track_keep(int table, uint64_t key, const struct vgpu_tracked *t);
+/* The same for bytes of kind charged on device dev (aux: per kind). */
+void vgpu__track_charged(int table, uint64_t key, int kind, int dev,
+			 uint64_t bytes, unsigned aux);
 /* Removes key; false if it was not there. */
 bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t);
 /* For each live entry of table on device dev, calls gone(key, entry, arg);
