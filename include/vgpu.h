@@ -26,7 +26,7 @@
 
 /* The layout version: in the file name and the header. A layout change
  * bumps it, so a new version uses a new file and never meets an old one. */
-#define VGPU_LEDGER_VERSION	1
+#define VGPU_LEDGER_VERSION	2
 #define VGPU_LEDGER_MAGIC	UINT64_C(0x4744454C55504756)	/* "VGPULEDG" */
 #define VGPU_LEDGER_SUFFIX	".ledger"
 
@@ -43,8 +43,13 @@
 #define VGPU_LEDGER_SLOTS_OFFSET \
 	(VGPU_LEDGER_TENANTS_OFFSET + \
 	 VGPU_LEDGER_MAX_TENANTS * VGPU_LEDGER_TENANT_SIZE)
-#define VGPU_LEDGER_FILE_SIZE \
+#define VGPU_LEDGER_SHARES_OFFSET \
 	(VGPU_LEDGER_SLOTS_OFFSET + VGPU_LEDGER_MAX_SLOTS * VGPU_LEDGER_SLOT_SIZE)
+#define VGPU_LEDGER_SHARES_HEAD	64	/* struct vgpu_ledger_shares */
+#define VGPU_LEDGER_SHARE_SIZE	128
+#define VGPU_LEDGER_MAX_SHARES	511
+#define VGPU_LEDGER_SHARE_HOLDERS 8
+#define VGPU_LEDGER_FILE_SIZE	(VGPU_LEDGER_SHARES_OFFSET + 65536)
 
 #define VGPU_LEDGER_UNLIMITED	UINT64_MAX	/* a limit that never refuses */
 
@@ -100,7 +105,11 @@ struct vgpu_ledger_header {
 	uint32_t kind_slots;		/* VGPU_LEDGER_KIND_SLOTS */
 	uint64_t joins;			/* processes joined so far (a counter) */
 	char gpu_uuid[VGPU_LEDGER_UUID_MAX];	/* NUL-terminated */
-	uint64_t reserved[46];		/* zero */
+	uint32_t shares_offset;		/* VGPU_LEDGER_SHARES_OFFSET */
+	uint32_t max_shares;		/* VGPU_LEDGER_MAX_SHARES */
+	uint32_t share_size;		/* VGPU_LEDGER_SHARE_SIZE */
+	uint32_t share_holders;		/* VGPU_LEDGER_SHARE_HOLDERS */
+	uint64_t reserved[44];		/* zero */
 };
 
 /* The compute throttle's per-tenant state (vgpu/throttle.c, docs/compute.md):
@@ -171,6 +180,29 @@ struct vgpu_ledger_timeline {
 	uint64_t end_ns[VGPU_LEDGER_TIMELINE_ENTRIES];	/* CLOCK_MONOTONIC */
 };
 
+/* Memory shared between processes (CUDA IPC, exported VMM handles), at
+ * VGPU_LEDGER_SHARES_OFFSET: charged once, to one holder's slot (the payer:
+ * the exporter first), whoever else holds it; when the payer lets go or
+ * dies while others hold it, the charge moves to one of them
+ * (docs/memory.md). Changed under the shares lock, an OFD lock on the
+ * region's first byte. */
+struct vgpu_ledger_shares {
+	uint32_t in_use;		/* records with a key (under the lock) */
+	uint32_t reserved0;
+	uint64_t moves;			/* charges moved to another holder */
+	uint64_t reserved[6];
+};
+
+struct vgpu_ledger_share {
+	uint64_t key[2];		/* the memory's identity; 0,0: free */
+	uint64_t bytes;			/* charged to the payer */
+	uint32_t kind;			/* the usage kind charged */
+	uint32_t payer;			/* holders[] index + 1; 0: none */
+	uint32_t slot[VGPU_LEDGER_SHARE_HOLDERS];	/* index + 1; 0 free */
+	uint32_t gen[VGPU_LEDGER_SHARE_HOLDERS];	/* the slot's generation */
+	uint32_t count[VGPU_LEDGER_SHARE_HOLDERS];	/* its holds */
+};
+
 /* ---- the layout, pinned -------------------------------------------------- */
 
 #define VGPU_LEDGER_PIN_(type, field, off, size) \
@@ -197,7 +229,23 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_header, kind_count, 64, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_header, kind_slots, 68, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_header, joins, 72, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_header, gpu_uuid, 80, 64);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_header, reserved, 144, 368);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, shares_offset, 144, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, max_shares, 148, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, share_size, 152, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, share_holders, 156, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, reserved, 160, 352);
+
+_Static_assert(sizeof(struct vgpu_ledger_shares) == VGPU_LEDGER_SHARES_HEAD,
+	       "shares head size");
+_Static_assert(sizeof(struct vgpu_ledger_share) == VGPU_LEDGER_SHARE_SIZE,
+	       "share size");
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, key, 0, 16);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, bytes, 16, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, kind, 24, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, payer, 28, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, slot, 32, 32);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, gen, 64, 32);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_share, count, 96, 32);
 
 _Static_assert(sizeof(struct vgpu_ledger_compute) == 64, "compute size");
 VGPU_LEDGER_PIN_(struct vgpu_ledger_compute, share_pct, 0, 4);
@@ -258,7 +306,10 @@ _Static_assert(VGPU_LEDGER_TIMELINE_OFFSET >= VGPU_LEDGER_HEADER_SIZE &&
 VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, head, 0, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, end_ns, 64, 3072);
 _Static_assert(VGPU_LEDGER_SLOTS_OFFSET == 69632, "slots offset");
-_Static_assert(VGPU_LEDGER_FILE_SIZE == 331776, "file size");
+_Static_assert(VGPU_LEDGER_SHARES_OFFSET == 331776, "shares offset");
+_Static_assert(VGPU_LEDGER_SHARES_HEAD + VGPU_LEDGER_MAX_SHARES *
+	       VGPU_LEDGER_SHARE_SIZE <= 65536, "shares fit");
+_Static_assert(VGPU_LEDGER_FILE_SIZE == 397312, "file size");
 _Static_assert(VGPU_USAGE_COUNT <= VGPU_LEDGER_KIND_SLOTS, "kinds fit");
 _Static_assert(VGPU_USAGE_SPILLED == VGPU_USAGE_COUNT - 1, "kinds dense");
 

@@ -105,6 +105,10 @@ static void fill_header(struct vgpu_ledger_header *h, const char *uuid,
 	h->slots_offset = VGPU_LEDGER_SLOTS_OFFSET;
 	h->kind_count = VGPU_USAGE_COUNT;
 	h->kind_slots = VGPU_LEDGER_KIND_SLOTS;
+	h->shares_offset = VGPU_LEDGER_SHARES_OFFSET;
+	h->max_shares = VGPU_LEDGER_MAX_SHARES;
+	h->share_size = VGPU_LEDGER_SHARE_SIZE;
+	h->share_holders = VGPU_LEDGER_SHARE_HOLDERS;
 	snprintf(h->gpu_uuid, sizeof(h->gpu_uuid), "%s", uuid);
 }
 
@@ -201,12 +205,17 @@ static int validate(int fd, const char *path, const char *uuid,
 	    h.slot_size != VGPU_LEDGER_SLOT_SIZE ||
 	    h.tenants_offset != VGPU_LEDGER_TENANTS_OFFSET ||
 	    h.slots_offset != VGPU_LEDGER_SLOTS_OFFSET ||
-	    h.kind_slots != VGPU_LEDGER_KIND_SLOTS)
+	    h.kind_slots != VGPU_LEDGER_KIND_SLOTS ||
+	    h.shares_offset != VGPU_LEDGER_SHARES_OFFSET ||
+	    h.max_shares != VGPU_LEDGER_MAX_SHARES ||
+	    h.share_size != VGPU_LEDGER_SHARE_SIZE ||
+	    h.share_holders != VGPU_LEDGER_SHARE_HOLDERS)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
 			"ledger '%s': layout constants differ from version %d's"
-			" (header %u, %u tenants of %u, %u slots of %u)", path,
-			VGPU_LEDGER_VERSION, h.header_size, h.max_tenants,
-			h.tenant_size, h.max_slots, h.slot_size);
+			" (header %u, %u tenants of %u, %u slots of %u, %u "
+			"shares of %u)", path, VGPU_LEDGER_VERSION,
+			h.header_size, h.max_tenants, h.tenant_size,
+			h.max_slots, h.slot_size, h.max_shares, h.share_size);
 	h.gpu_uuid[sizeof(h.gpu_uuid) - 1] = '\0';
 	if (strcmp(h.gpu_uuid, uuid) != 0)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
@@ -243,6 +252,8 @@ static int attach(struct vgpu_ledger *l, const char *uuid, char *err,
 	l->hdr = l->map;
 	l->tenants = (void *)((char *)l->map + VGPU_LEDGER_TENANTS_OFFSET);
 	l->slots = (void *)((char *)l->map + VGPU_LEDGER_SLOTS_OFFSET);
+	l->shares = (void *)((char *)l->map + VGPU_LEDGER_SHARES_OFFSET);
+	l->share = (void *)((char *)l->shares + VGPU_LEDGER_SHARES_HEAD);
 	return 0;
 }
 
@@ -261,6 +272,7 @@ static void free_handle(struct vgpu_ledger *l)
 	if (l->fd >= 0)
 		close(l->fd);
 	pthread_mutex_destroy(&l->mu);
+	pthread_mutex_destroy(&l->shares_mu);
 	free(l);
 }
 
@@ -287,6 +299,7 @@ int vgpu_ledger_open(const char *dir, const char *gpu_uuid,
 			"out of memory opening a ledger");
 	l->fd = -1;
 	pthread_mutex_init(&l->mu, NULL);
+	pthread_mutex_init(&l->shares_mu, NULL);
 	snprintf(l->path, sizeof(l->path), "%s/%s.v%d%s", dir, gpu_uuid,
 		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
 	rc = 0;

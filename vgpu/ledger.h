@@ -31,7 +31,8 @@
 	X(ESYS, -4, "a system call failed") \
 	X(EBADFILE, -5, "not a usable ledger file") \
 	X(EFULL, -6, "the ledger has no free record") \
-	X(ENOMEM, -7, "out of memory")
+	X(ENOMEM, -7, "out of memory") \
+	X(ENOENT, -8, "no such record")
 
 enum vgpu_ledger_error {
 #define VGPU_LEDGER_ERR_ENUM_(NAME, value, text) VGPU_LEDGER_##NAME = value,
@@ -193,6 +194,30 @@ int vgpu_ledger_lock_holder(const struct vgpu_slot *s, int32_t *pid,
 
 /* For tests only: take and drop the slot's tenant lock directly (a test
  * child dies holding it). vgpu__ledger_lock returns 0 or _ETIMEDOUT. */
+/* ---- ledger_shares.c: memory shared between processes ---------------------
+ * Keys identify one piece of memory across processes (never 0,0); records
+ * are indices into the file's shares. */
+
+/* s has charged `bytes` of device `kind` for memory it exports (or imports
+ * from a process that recorded nothing), identified by key: s becomes its
+ * payer and holder. If it has a record already, s only holds it and
+ * *paid_elsewhere is set: the caller gives its own charge back. The
+ * record's index, or VGPU_LEDGER_EFULL (no free record or holder entry:
+ * the caller's charge stays its own), ETIMEDOUT, EINVAL. */
+int vgpu_ledger_share_export(struct vgpu_slot *s, const uint64_t key[2],
+			     int kind, uint64_t bytes, bool *paid_elsewhere);
+/* s holds memory another process recorded: the record's index (s is
+ * charged nothing), VGPU_LEDGER_ENOENT (none: the caller charges and
+ * exports), EFULL (the caller charges it as its own), ETIMEDOUT. */
+int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2]);
+/* s lets go of one hold of record idx (its key checked): the payer's last
+ * hold moves the charge to another live holder, or gives it back when
+ * none is left. */
+void vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2]);
+/* Record idx's charged bytes and the payer's pid (views, tests). */
+uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
+				 int32_t *pid);
+
 int vgpu__ledger_lock(struct vgpu_slot *s);
 void vgpu__ledger_unlock(struct vgpu_slot *s);
 

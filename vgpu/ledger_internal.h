@@ -7,7 +7,9 @@
  *   2. the join lock: an OFD lock on byte 0 of the file (cross-process);
  *   3. a slot's OFD lock on its byte (offset of the slot record): held by
  *      the owner for its life; taken only with F_OFD_SETLK (never waits);
- *   4. a tenant's lock word (ledger_lock.c): a few instructions at a time.
+ *   4. the shares lock: an OFD lock on the shares region's first byte
+ *      (ledger_shares.c), bounded like the join lock;
+ *   5. a tenant's lock word (ledger_lock.c): a few instructions at a time.
  */
 #ifndef VGPU_LEDGER_INTERNAL_H
 #define VGPU_LEDGER_INTERNAL_H
@@ -35,7 +37,10 @@ struct vgpu_ledger {
 	struct vgpu_ledger_header *hdr;
 	struct vgpu_ledger_tenant *tenants;
 	struct vgpu_ledger_slot *slots;
+	struct vgpu_ledger_shares *shares;	/* the shared memory records */
+	struct vgpu_ledger_share *share;	/* [VGPU_LEDGER_MAX_SHARES] */
 	pthread_mutex_t mu;		/* joined list, join lock users */
+	pthread_mutex_t shares_mu;	/* this process's shares lock user */
 	struct vgpu_slot *joined;	/* slots joined through this handle */
 	/* Slots whose OFD lock this process holds (its own, or one it is
 	 * reclaiming): alive as far as this process is concerned, and never
@@ -102,6 +107,9 @@ uint64_t vgpu__now_ns(int clock);
 /* The cross-process join lock, bounded by VGPU_LEDGER_LOCK_TIMEOUT_NS. */
 int vgpu__join_lock(struct vgpu_ledger *l);
 void vgpu__join_unlock(struct vgpu_ledger *l);
+/* The same for the shares lock. */
+int vgpu__shares_lock(struct vgpu_ledger *l);
+void vgpu__shares_unlock(struct vgpu_ledger *l);
 
 /* A slot's OFD lock: true if this process now holds it (and marks it owned).
  * Fails at once if held by another process or another thread of this one. */
@@ -145,5 +153,14 @@ int vgpu__slot_reclaim(struct vgpu_ledger *l, uint32_t index);
 
 /* Reclaims tenant t's dead slots; returns how many. */
 int vgpu__reclaim_tenant(struct vgpu_ledger *l, uint32_t t);
+
+/* ---- ledger_shares.c ----------------------------------------------------- */
+
+/* Slot `index` of generation `gen` is leaving or reclaimed: its holds of
+ * shared memory end; what it pays for moves to another holder or is given
+ * back. `owner` is a live lock word to take tenant locks with (the slot's
+ * own, or the reclaimer's for it). Before the slot gives its usage back. */
+void vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
+			    uint32_t gen, uint32_t owner);
 
 #endif

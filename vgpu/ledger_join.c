@@ -55,6 +55,10 @@ int vgpu__slot_reclaim(struct vgpu_ledger *l, uint32_t index)
 	if (t < VGPU_LEDGER_MAX_TENANTS) {
 		gen = __atomic_load_n(&r->generation, __ATOMIC_RELAXED) + 1;
 		__atomic_store_n(&r->generation, gen, __ATOMIC_RELEASE);
+		/* Its shared memory first: what it paid for that others
+		 * still hold moves to them. */
+		vgpu__shares_slot_gone(l, index, gen - 1,
+				       vgpu__owner_word(index, gen));
 		if (vgpu__tenant_lock(l, t, vgpu__owner_word(index, gen)))
 			return VGPU_LEDGER_ETIMEDOUT;
 		slot_give_back(&l->tenants[t], r);
@@ -429,6 +433,9 @@ void vgpu_ledger_leave(struct vgpu_slot *s)
 			break;
 		}
 	pthread_mutex_unlock(&l->mu);
+	vgpu__shares_slot_gone(l, s->index,
+			       __atomic_load_n(&s->rec->generation,
+					       __ATOMIC_ACQUIRE), s->owner);
 	/* On a timeout the slot stays active with its usage and, once its
 	 * OFD lock is gone, is reclaimed like a dead process's. */
 	if (vgpu__tenant_lock(l, s->tenant_index, s->owner) == 0) {

@@ -42,14 +42,16 @@ static void sleep_ns(long ns)
 	nanosleep(&ts, NULL);
 }
 
-int vgpu__join_lock(struct vgpu_ledger *l)
+/* A process-wide lock on one byte of the file, waited for in growing
+ * sleeps up to the bound. */
+static int byte_lock(struct vgpu_ledger *l, off_t at)
 {
 	uint64_t deadline = vgpu__now_ns(CLOCK_MONOTONIC) +
 			    VGPU_LEDGER_LOCK_TIMEOUT_NS;
 	struct flock fl;
 	long pause = 20000;
 
-	while (ofd_lock(l->fd, F_WRLCK, 0, F_OFD_SETLK, &fl) != 0) {
+	while (ofd_lock(l->fd, F_WRLCK, at, F_OFD_SETLK, &fl) != 0) {
 		if (errno != EAGAIN && errno != EACCES && errno != EINTR)
 			return VGPU_LEDGER_ESYS;
 		if (vgpu__now_ns(CLOCK_MONOTONIC) > deadline)
@@ -61,11 +63,37 @@ int vgpu__join_lock(struct vgpu_ledger *l)
 	return 0;
 }
 
+int vgpu__join_lock(struct vgpu_ledger *l)
+{
+	return byte_lock(l, 0);
+}
+
 void vgpu__join_unlock(struct vgpu_ledger *l)
 {
 	struct flock fl;
 
 	ofd_lock(l->fd, F_UNLCK, 0, F_OFD_SETLK, &fl);
+}
+
+/* OFD locks exclude other processes only (every thread of this one shares
+ * the open file description): shares_mu excludes this one's threads. */
+int vgpu__shares_lock(struct vgpu_ledger *l)
+{
+	int rc;
+
+	pthread_mutex_lock(&l->shares_mu);
+	rc = byte_lock(l, VGPU_LEDGER_SHARES_OFFSET);
+	if (rc)
+		pthread_mutex_unlock(&l->shares_mu);
+	return rc;
+}
+
+void vgpu__shares_unlock(struct vgpu_ledger *l)
+{
+	struct flock fl;
+
+	ofd_lock(l->fd, F_UNLCK, VGPU_LEDGER_SHARES_OFFSET, F_OFD_SETLK, &fl);
+	pthread_mutex_unlock(&l->shares_mu);
 }
 
 bool vgpu__slot_owned(const struct vgpu_ledger *l, uint32_t index)

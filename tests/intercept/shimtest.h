@@ -56,7 +56,7 @@ struct ledger_view {
 	const struct vgpu_ledger_slot *slots;
 };
 
-/* Maps <dir>/<uuid>.v1.ledger read-only (uuid NULL: the only ledger file
+/* Maps <dir>/<uuid>.v2.ledger read-only (uuid NULL: the only ledger file
  * in dir); false if there is none or it is not a version-1 ledger. */
 bool ledger_view_open(struct ledger_view *v, const char *dir,
 		      const char *uuid);

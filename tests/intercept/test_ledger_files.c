@@ -38,7 +38,7 @@ static const struct shape_case shapes[SHAPES] = {
 	[EMPTY] = { "empty", "is empty" },
 	[TRUNCATED] = { "truncated in its header", "truncated" },
 	[HEADER_ONLY] = { "a header and no records", "truncated" },
-	[OTHER_VERSION] = { "layout version 2", "layout version 2" },
+	[OTHER_VERSION] = { "layout version 3", "layout version 3" },
 	[OTHER_MAGIC] = { "another magic", "not a libvgpu ledger" },
 	[TEXT] = { "text", "not a libvgpu ledger" },
 	[DIRECTORY] = { "a directory", "ledger" },
@@ -58,6 +58,10 @@ static void header(struct vgpu_ledger_header *h)
 	h->slot_size = VGPU_LEDGER_SLOT_SIZE;
 	h->tenants_offset = VGPU_LEDGER_TENANTS_OFFSET;
 	h->slots_offset = VGPU_LEDGER_SLOTS_OFFSET;
+	h->shares_offset = VGPU_LEDGER_SHARES_OFFSET;
+	h->max_shares = VGPU_LEDGER_MAX_SHARES;
+	h->share_size = VGPU_LEDGER_SHARE_SIZE;
+	h->share_holders = VGPU_LEDGER_SHARE_HOLDERS;
 	h->kind_count = VGPU_USAGE_COUNT;
 	h->kind_slots = VGPU_LEDGER_KIND_SLOTS;
 }
@@ -92,7 +96,7 @@ static void make_bad(enum shape s, const char *path, const char *uuid)
 		write_file(path, &h, sizeof(h), 8192);
 		break;
 	case OTHER_VERSION:
-		h.layout_version = 2;
+		h.layout_version = 3;
 		write_file(path, &h, sizeof(h), VGPU_LEDGER_FILE_SIZE);
 		break;
 	case OTHER_MAGIC:

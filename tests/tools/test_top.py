@@ -419,30 +419,30 @@ def case_bad_files(w):
     data = open(good, "rb").read()
     d = w.ledger
     bad = {
-        "GPU-trunc.v1.ledger": (data[:100000], "expected 331776 (truncated)"),
-        "GPU-short.v1.ledger": (data[:100], "too short for a ledger header"),
-        "GPU-foreign.v1.ledger": (b"not a ledger at all" * 20000,
+        "GPU-trunc.v2.ledger": (data[:100000], "expected 397312 (truncated)"),
+        "GPU-short.v2.ledger": (data[:100], "too short for a ledger header"),
+        "GPU-foreign.v2.ledger": (b"not a ledger at all" * 20000,
                                   "not a libvgpu ledger"),
-        "GPU-v7.v1.ledger": (data[:8] + (7).to_bytes(4, "little") +
-                             data[12:], "layout version 7, expected 1"),
-        "GPU-empty.v1.ledger": (b"", "an empty file"),
-        "GPU-other.v2.ledger": (data, "its name has layout version 2"),
-        "GPU-renamed.v1.ledger": (data, "expected the UUID of its name"),
-        "GPU-padded.v1.ledger": (data + b"\0" * 4096, "(padded)"),
+        "GPU-v7.v2.ledger": (data[:8] + (7).to_bytes(4, "little") +
+                             data[12:], "layout version 7, expected 2"),
+        "GPU-empty.v2.ledger": (b"", "an empty file"),
+        "GPU-other.v3.ledger": (data, "its name has layout version 3"),
+        "GPU-renamed.v2.ledger": (data, "expected the UUID of its name"),
+        "GPU-padded.v2.ledger": (data + b"\0" * 4096, "(padded)"),
     }
     for name, (content, _) in bad.items():
         with open(os.path.join(d, name), "wb") as f:
             f.write(content)
-    os.mkdir(os.path.join(d, "GPU-dir.v1.ledger"))
-    bad["GPU-dir.v1.ledger"] = (None, "a directory, expected a regular file")
-    os.mkfifo(os.path.join(d, "GPU-fifo.v1.ledger"))
-    bad["GPU-fifo.v1.ledger"] = (None, "not a regular file")
+    os.mkdir(os.path.join(d, "GPU-dir.v2.ledger"))
+    bad["GPU-dir.v2.ledger"] = (None, "a directory, expected a regular file")
+    os.mkfifo(os.path.join(d, "GPU-fifo.v2.ledger"))
+    bad["GPU-fifo.v2.ledger"] = (None, "not a regular file")
     if os.geteuid() != 0:
-        p = os.path.join(d, "GPU-secret.v1.ledger")
+        p = os.path.join(d, "GPU-secret.v2.ledger")
         with open(p, "wb") as f:
             f.write(data)
         os.chmod(p, 0)
-        bad["GPU-secret.v1.ledger"] = (None, "cannot be opened for reading")
+        bad["GPU-secret.v2.ledger"] = (None, "cannot be opened for reading")
     open(os.path.join(d, "notes.txt"), "w").close()   # not a ledger name
     for mode in ("--json", "--once", "--prometheus"):
         r = w.top(mode, "--interval", "0")

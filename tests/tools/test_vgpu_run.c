@@ -600,7 +600,7 @@ Test(run_ledger, bad_files_refused, .init = make_tmpdir,
 	struct vrun_gpu g = ledger_gpu();
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s.v1.ledger", tmpdir, UUID);
+	snprintf(path, sizeof(path), "%s/%s.v2.ledger", tmpdir, UUID);
 	write_text(path, "short");
 	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
 	cr_assert(strstr(err, "wrong size"), "%s", err);

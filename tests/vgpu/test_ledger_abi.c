@@ -17,14 +17,14 @@
 
 Test(ledger_abi, constants)
 {
-	cr_expect_eq(VGPU_LEDGER_VERSION, 1);
+	cr_expect_eq(VGPU_LEDGER_VERSION, 2);
 	cr_expect_eq(VGPU_LEDGER_MAGIC, 0x4744454C55504756ull);
 	cr_expect_eq(VGPU_LEDGER_MAX_TENANTS, 128);
 	cr_expect_eq(VGPU_LEDGER_MAX_SLOTS, 1024);
 	cr_expect_eq(VGPU_LEDGER_KIND_SLOTS, 16);
 	cr_expect_eq(VGPU_LEDGER_TENANTS_OFFSET, 4096);
 	cr_expect_eq(VGPU_LEDGER_SLOTS_OFFSET, 69632);
-	cr_expect_eq(VGPU_LEDGER_FILE_SIZE, 331776);
+	cr_expect_eq(VGPU_LEDGER_FILE_SIZE, 397312);
 	cr_expect_eq(VGPU_LEDGER_UNLIMITED, UINT64_MAX);
 }
 
@@ -63,7 +63,28 @@ Test(ledger_abi, header)
 	PIN(vgpu_ledger_header, kind_slots, 68, 4);
 	PIN(vgpu_ledger_header, joins, 72, 8);
 	PIN(vgpu_ledger_header, gpu_uuid, 80, 64);
-	PIN(vgpu_ledger_header, reserved, 144, 368);
+	PIN(vgpu_ledger_header, shares_offset, 144, 4);
+	PIN(vgpu_ledger_header, max_shares, 148, 4);
+	PIN(vgpu_ledger_header, share_size, 152, 4);
+	PIN(vgpu_ledger_header, share_holders, 156, 4);
+	PIN(vgpu_ledger_header, reserved, 160, 352);
+}
+
+Test(ledger_abi, shares)
+{
+	cr_expect_eq(VGPU_LEDGER_SHARES_OFFSET, 331776);
+	cr_expect_eq(sizeof(struct vgpu_ledger_shares), 64);
+	cr_expect_eq(sizeof(struct vgpu_ledger_share), 128);
+	cr_expect_eq(VGPU_LEDGER_MAX_SHARES, 511);
+	PIN(vgpu_ledger_shares, in_use, 0, 4);
+	PIN(vgpu_ledger_shares, moves, 8, 8);
+	PIN(vgpu_ledger_share, key, 0, 16);
+	PIN(vgpu_ledger_share, bytes, 16, 8);
+	PIN(vgpu_ledger_share, kind, 24, 4);
+	PIN(vgpu_ledger_share, payer, 28, 4);
+	PIN(vgpu_ledger_share, slot, 32, 32);
+	PIN(vgpu_ledger_share, gen, 64, 32);
+	PIN(vgpu_ledger_share, count, 96, 32);
 }
 
 Test(ledger_abi, tenant)

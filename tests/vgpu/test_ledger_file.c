@@ -70,7 +70,7 @@ Test(ledger_file, an_empty_file_is_refused)
 {
 	write_file("", 0, 0);
 	expect_refused(VGPU_LEDGER_EBADFILE, path,
-		       "is empty (0 bytes, expected 331776)");
+		       "is empty (0 bytes, expected 397312)");
 }
 
 Test(ledger_file, a_file_too_short_for_a_header_is_refused)
@@ -80,7 +80,7 @@ Test(ledger_file, a_file_too_short_for_a_header_is_refused)
 	h = good_header();
 	write_file(&h, 100, 100);
 	expect_refused(VGPU_LEDGER_EBADFILE, path,
-		"is truncated: too short for a header: 100, expected 331776");
+		"is truncated: too short for a header: 100, expected 397312");
 }
 
 Test(ledger_file, a_truncated_file_is_refused)
@@ -90,7 +90,7 @@ Test(ledger_file, a_truncated_file_is_refused)
 	h = good_header();
 	write_file(&h, sizeof(h), 70000);
 	expect_refused(VGPU_LEDGER_EBADFILE, path,
-		       "is truncated or padded: size 70000, expected 331776");
+		       "is truncated or padded: size 70000, expected 397312");
 }
 
 Test(ledger_file, another_layout_version_is_refused)
@@ -101,7 +101,7 @@ Test(ledger_file, another_layout_version_is_refused)
 	h.layout_version = 7;
 	write_file(&h, sizeof(h), VGPU_LEDGER_FILE_SIZE);
 	expect_refused(VGPU_LEDGER_EBADFILE, path,
-		       "has layout version 7, expected 1");
+		       "has layout version 7, expected 2");
 }
 
 Test(ledger_file, a_wrong_size_field_is_refused)
@@ -112,7 +112,7 @@ Test(ledger_file, a_wrong_size_field_is_refused)
 	h.file_size = 4096;
 	write_file(&h, sizeof(h), VGPU_LEDGER_FILE_SIZE);
 	expect_refused(VGPU_LEDGER_EBADFILE, path,
-		       "header gives a size of 4096, expected 331776");
+		       "header gives a size of 4096, expected 397312");
 }
 
 Test(ledger_file, other_layout_constants_are_refused)
@@ -123,7 +123,7 @@ Test(ledger_file, other_layout_constants_are_refused)
 	h.max_slots = 2048;
 	write_file(&h, sizeof(h), VGPU_LEDGER_FILE_SIZE);
 	expect_refused(VGPU_LEDGER_EBADFILE, path,
-		       "layout constants differ from version 1's");
+		       "layout constants differ from version 2's");
 }
 
 Test(ledger_file, another_gpus_file_is_refused)

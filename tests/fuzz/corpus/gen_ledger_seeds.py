@@ -3,13 +3,14 @@
 
 Byte 0: mode (0 raw file, 1 header overlay, 2 patches), byte 1: operations
 (0x01 reclaim, 0x02 join, 0x04 second joiner, 0x08 limited, high nibble:
-usage kind). Offsets follow include/vgpu.h (version 1). Run from anywhere;
+usage kind). Offsets follow include/vgpu.h (version 2). Run from anywhere;
 the seeds go next to this script, in fuzz_ledger/.
 """
 import os
 import struct
 
-FILE_SIZE = 331776
+FILE_SIZE = 397312
+SHARES = 331776
 TENANTS = 4096
 TENANT_SIZE = 512
 SLOTS = TENANTS + 128 * TENANT_SIZE
@@ -17,11 +18,12 @@ SLOT_SIZE = 256
 UUID = b"GPU-fuzz-0"
 
 
-def header(version=1):
+def header(version=2):
     h = struct.pack("<8sIIQQQIIIIIIII Q", b"VGPULEDG", version, 512,
                     FILE_SIZE, 80 << 30, 0, 128, 1024, TENANT_SIZE,
                     SLOT_SIZE, TENANTS, SLOTS, 9, 16, 0)
     h += UUID.ljust(64, b"\0")
+    h += struct.pack("<IIII", SHARES, 511, 128, 8)
     return h.ljust(512, b"\0")
 
 
@@ -48,7 +50,7 @@ seeds = {
     "valid_join": b"\x02\x02",
     "valid_all_ops": b"\x02\x3f",
     "header_overlay": b"\x01\x0f" + header(),
-    "header_version2": b"\x01\x02" + header(2),
+    "header_version3": b"\x01\x02" + header(3),
     "raw_header_only": b"\x00\x02" + header(),
     "raw_empty": b"\x00\x02",
     # tenant 0 "fuzz", limited, with usage held by a dead slot 0, its lock

@@ -1,0 +1,302 @@
+/* ledger_shares.c - memory shared between processes, charged once.
+ *
+ * Memory one process exports (a CUDA IPC handle, a VMM handle exported as
+ * a file descriptor) and others import lives on the device while any of
+ * them holds it, and only once. Each such memory has a record keyed by its
+ * identity (the shim derives it from the handle: docs/memory.md): who
+ * holds it (slot, generation, how many holds) and which holder pays (the
+ * payer: the exporter first, whose slot carries the charge). Importers
+ * hold it without being charged. When the payer lets go while others hold
+ * it, or dies, the charge moves to one of them (their slot and tenant),
+ * so it stays charged exactly as long as the device keeps the memory, and
+ * a crash anywhere gives it back through the usual reclaim.
+ *
+ * Everything here is rare (export, import, the last free), so it takes the
+ * shares lock (an OFD lock plus a process mutex, bounded) and then the
+ * tenant locks it needs; the allocation path never comes here. A tenant
+ * lock is never held when the shares lock is taken.
+ */
+#include "ledger_internal.h"
+
+#include <string.h>
+
+#define H VGPU_LEDGER_SHARE_HOLDERS
+
+static bool key_ok(const uint64_t key[2])
+{
+	return key && (key[0] || key[1]);
+}
+
+static int find(struct vgpu_ledger *l, const uint64_t key[2])
+{
+	for (int i = 0; i < VGPU_LEDGER_MAX_SHARES; i++)
+		if (l->share[i].key[0] == key[0] && l->share[i].key[1] == key[1])
+			return i;
+	return -1;
+}
+
+/* A holder entry names a slot that is still the process that took it. */
+static bool holder_live(struct vgpu_ledger *l, const struct vgpu_ledger_share *r,
+			int pos)
+{
+	const struct vgpu_ledger_slot *s;
+
+	if (!r->slot[pos] || r->slot[pos] > VGPU_LEDGER_MAX_SLOTS)
+		return false;
+	s = &l->slots[r->slot[pos] - 1];
+	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == VGPU_SLOT_ACTIVE &&
+	       __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE) == r->gen[pos];
+}
+
+static int holder_of(const struct vgpu_ledger_share *r, uint32_t index,
+		     uint32_t gen)
+{
+	for (int p = 0; p < H; p++)
+		if (r->slot[p] == index + 1 && r->gen[p] == gen)
+			return p;
+	return -1;
+}
+
+/* One more hold by (index, gen): its entry, a free one, or one of a holder
+ * that is gone (never the payer's: its charge is still in its slot). */
+static int hold(struct vgpu_ledger *l, struct vgpu_ledger_share *r,
+		uint32_t index, uint32_t gen)
+{
+	int p = holder_of(r, index, gen);
+
+	if (p < 0)
+		for (p = 0; p < H; p++)
+			if (!r->slot[p] || ((uint32_t)p + 1 != r->payer &&
+					    !holder_live(l, r, p)))
+				break;
+	if (p == H)
+		return -1;
+	if (r->slot[p] != index + 1 || r->gen[p] != gen) {
+		r->slot[p] = index + 1;
+		r->gen[p] = gen;
+		r->count[p] = 0;
+	}
+	r->count[p]++;
+	return p;
+}
+
+static void tenant_add(struct vgpu_ledger_tenant *ten, int kind, int64_t d)
+{
+	uint64_t have = vgpu__ld(&ten->usage[kind]);
+
+	if (d < 0 && (uint64_t)-d > have)
+		d = -(int64_t)have;
+	vgpu__st(&ten->usage[kind], have + (uint64_t)d);
+	if (VGPU_USAGE_IS_DEVICE(kind)) {
+		have = vgpu__ld(&ten->used);
+		if (d < 0 && (uint64_t)-d > have)
+			d = -(int64_t)have;
+		vgpu__st(&ten->used, have + (uint64_t)d);
+	}
+}
+
+/* Moves the record's charge from holder `from` to holder `to` (to < 0:
+ * gives it back), under both tenants' locks taken in index order. False,
+ * with nothing changed, if a lock was not taken in time. */
+static bool move(struct vgpu_ledger *l, struct vgpu_ledger_share *r,
+		 int from, int to, uint32_t owner)
+{
+	struct vgpu_ledger_slot *a = &l->slots[r->slot[from] - 1], *b = NULL;
+	uint32_t ta = __atomic_load_n(&a->tenant, __ATOMIC_RELAXED), tb = ta;
+	uint32_t first, second;
+	uint64_t have, bytes = r->bytes;
+	int kind = (int)r->kind;
+
+	if (to >= 0) {
+		b = &l->slots[r->slot[to] - 1];
+		tb = __atomic_load_n(&b->tenant, __ATOMIC_RELAXED);
+	}
+	if (ta >= VGPU_LEDGER_MAX_TENANTS || tb >= VGPU_LEDGER_MAX_TENANTS)
+		return false;
+	first = ta < tb ? ta : tb;
+	second = ta < tb ? tb : ta;
+	if (vgpu__tenant_lock(l, first, owner))
+		return false;
+	if (second != first && vgpu__tenant_lock(l, second, owner)) {
+		vgpu__tenant_unlock(&l->tenants[first]);
+		return false;
+	}
+	have = vgpu__ld(&a->usage[kind]);
+	if (bytes > have)
+		bytes = have;
+	vgpu__st(&a->usage[kind], have - bytes);
+	tenant_add(&l->tenants[ta], kind, -(int64_t)bytes);
+	if (b) {
+		vgpu__add(&b->usage[kind], bytes);
+		tenant_add(&l->tenants[tb], kind, (int64_t)bytes);
+	}
+	if (second != first)
+		vgpu__tenant_unlock(&l->tenants[second]);
+	vgpu__tenant_unlock(&l->tenants[first]);
+	return true;
+}
+
+static void free_record(struct vgpu_ledger *l, struct vgpu_ledger_share *r)
+{
+	memset(r, 0, sizeof(*r));
+	__atomic_store_n(&l->shares->in_use, l->shares->in_use - 1,
+			 __ATOMIC_RELEASE);
+}
+
+/* Holder `pos` of record r lets go of `n` holds (all of them if n is 0).
+ * Under the shares lock. */
+static void let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
+		   unsigned n, uint32_t owner)
+{
+	bool payer = r->payer == (uint32_t)pos + 1;
+	bool others = false;
+
+	if (n && r->count[pos] > n) {
+		r->count[pos] -= n;
+		return;
+	}
+	r->count[pos] = 0;
+	if (!payer) {
+		r->slot[pos] = 0;
+		r->gen[pos] = 0;
+		return;
+	}
+	for (int p = 0; p < H; p++) {
+		if (p == pos || !holder_live(l, r, p))
+			continue;
+		others = true;
+		if (move(l, r, pos, p, owner)) {
+			r->payer = (uint32_t)p + 1;
+			vgpu__add(&l->shares->moves, 1);
+			r->slot[pos] = 0;
+			r->gen[pos] = 0;
+			return;
+		}
+	}
+	/* Nobody else holds it: the device frees it, the charge goes. A
+	 * lock not taken in time leaves the charge with the slot (over,
+	 * never under), whose reclaim or leave gives it back. */
+	if (!others)
+		move(l, r, pos, -1, owner);
+	free_record(l, r);
+}
+
+int vgpu_ledger_share_export(struct vgpu_slot *s, const uint64_t key[2],
+			     int kind, uint64_t bytes, bool *paid_elsewhere)
+{
+	struct vgpu_ledger *l = s->l;
+	struct vgpu_ledger_share *r;
+	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
+	int i, p, rc;
+
+	*paid_elsewhere = false;
+	if (!key_ok(key) || (unsigned)kind >= VGPU_USAGE_COUNT ||
+	    !VGPU_USAGE_IS_DEVICE(kind))
+		return VGPU_LEDGER_EINVAL;
+	if ((rc = vgpu__shares_lock(l)))
+		return rc;
+	i = find(l, key);
+	if (i >= 0) {
+		r = &l->share[i];
+		p = hold(l, r, s->index, gen);
+		if (p < 0)
+			rc = VGPU_LEDGER_EFULL;
+		else
+			*paid_elsewhere = r->payer != (uint32_t)p + 1;
+		vgpu__shares_unlock(l);
+		return rc ? rc : i;
+	}
+	for (i = 0; i < VGPU_LEDGER_MAX_SHARES && key_ok(l->share[i].key); i++)
+		;
+	if (i == VGPU_LEDGER_MAX_SHARES) {
+		vgpu__shares_unlock(l);
+		return VGPU_LEDGER_EFULL;
+	}
+	r = &l->share[i];
+	memset(r, 0, sizeof(*r));
+	r->bytes = bytes;
+	r->kind = (uint32_t)kind;
+	r->slot[0] = s->index + 1;
+	r->gen[0] = gen;
+	r->count[0] = 1;
+	r->payer = 1;
+	r->key[1] = key[1];
+	r->key[0] = key[0];
+	__atomic_store_n(&l->shares->in_use, l->shares->in_use + 1,
+			 __ATOMIC_RELEASE);
+	vgpu__shares_unlock(l);
+	return i;
+}
+
+int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
+{
+	struct vgpu_ledger *l = s->l;
+	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
+	int i, rc;
+
+	if (!key_ok(key))
+		return VGPU_LEDGER_EINVAL;
+	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
+		return VGPU_LEDGER_ENOENT;
+	if ((rc = vgpu__shares_lock(l)))
+		return rc;
+	i = find(l, key);
+	if (i < 0)
+		rc = VGPU_LEDGER_ENOENT;
+	else if (hold(l, &l->share[i], s->index, gen) < 0)
+		rc = VGPU_LEDGER_EFULL;
+	vgpu__shares_unlock(l);
+	return rc ? rc : i;
+}
+
+void vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
+{
+	struct vgpu_ledger *l = s->l;
+	struct vgpu_ledger_share *r;
+	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
+	int p;
+
+	if (idx < 0 || idx >= VGPU_LEDGER_MAX_SHARES || !key_ok(key) ||
+	    vgpu__shares_lock(l))
+		return;
+	r = &l->share[idx];
+	if (r->key[0] == key[0] && r->key[1] == key[1] &&
+	    (p = holder_of(r, s->index, gen)) >= 0)
+		let_go(l, r, p, 1, s->owner);
+	vgpu__shares_unlock(l);
+}
+
+uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
+				 int32_t *pid)
+{
+	const struct vgpu_ledger_share *r;
+	uint32_t slot;
+
+	*pid = 0;
+	if (idx < 0 || idx >= VGPU_LEDGER_MAX_SHARES)
+		return 0;
+	r = &s->l->share[idx];
+	if (!r->payer || r->payer > H)
+		return 0;
+	slot = r->slot[r->payer - 1];
+	if (slot && slot <= VGPU_LEDGER_MAX_SLOTS)
+		*pid = s->l->slots[slot - 1].pid;
+	return r->bytes;
+}
+
+void vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
+			    uint32_t gen, uint32_t owner)
+{
+	int p;
+
+	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE) ||
+	    vgpu__shares_lock(l))
+		return;
+	for (int i = 0; i < VGPU_LEDGER_MAX_SHARES; i++) {
+		struct vgpu_ledger_share *r = &l->share[i];
+
+		if (key_ok(r->key) && (p = holder_of(r, index, gen)) >= 0)
+			let_go(l, r, p, 0, owner);
+	}
+	vgpu__shares_unlock(l);
+}
