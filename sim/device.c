@@ -75,6 +75,8 @@ static const int attr_values[CU_DEVICE_ATTRIBUTE_MAX] = {
 	[CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED] = 1,
 	[CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED] = 1,
 	[CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED] = 1,
+	/* vmm.c's shareable handles; ipc.c shares memory, not events. */
+	[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 1,
 };
 
 static const char *uuid_hex(const CUuuid *u, char *buf)

@@ -5,9 +5,16 @@
  * shared device state, rounded up to whole pages, so every process using the
  * state directory sees one device. The allocation table is a sorted array:
  * lookups by any address inside an allocation are a binary search.
+ *
+ * Legacy IPC: an allocation exported with cuIpcGetMemHandle becomes a
+ * memfd mapped shared at its own address (its contents copied over), and
+ * its bytes a shared object of the device state (state.c), counted once
+ * for every process that holds it; another process opens the memfd and maps
+ * it where it likes. Lock order: the table's lock, then the state mutex.
  */
 #include "sim.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -55,18 +62,16 @@ static long find_index(uintptr_t p)
 	return -1;
 }
 
-static int table_insert(const struct vsim_alloc *a)
+/* Caller holds table_lock for writing; 0, or -1 out of memory. */
+static int table_insert_locked(const struct vsim_alloc *a)
 {
 	size_t i;
 
-	pthread_rwlock_wrlock(&table_lock);
 	if (table_len == table_cap) {
 		size_t cap = table_cap ? table_cap * 2 : 64;
 		struct vsim_alloc *t = realloc(table, cap * sizeof(*t));
-		if (!t) {
-			pthread_rwlock_unlock(&table_lock);
+		if (!t)
 			return -1;
-		}
 		table = t;
 		table_cap = cap;
 	}
@@ -74,8 +79,17 @@ static int table_insert(const struct vsim_alloc *a)
 	memmove(&table[i + 1], &table[i], (table_len - i) * sizeof(*table));
 	table[i] = *a;
 	table_len++;
-	pthread_rwlock_unlock(&table_lock);
 	return 0;
+}
+
+static int table_insert(const struct vsim_alloc *a)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&table_lock);
+	rc = table_insert_locked(a);
+	pthread_rwlock_unlock(&table_lock);
+	return rc;
 }
 
 /* Removes the allocation starting exactly at base and of kind; 0 if found. */
@@ -149,6 +163,16 @@ static void release_alloc(const struct vsim_alloc *a)
 {
 	if (a->flags & VSIM_ALLOC_POOL) {
 		vsim_pool_block_free(a);
+		return;
+	}
+	if (a->share_id) {
+		/* Counted in the shared object, not in this process's slot.
+		 * The hold goes first: an exporter's fd stays open for as long
+		 * as importers may reopen it. */
+		vsim_shared_drop(a->device, a->share_id);
+		munmap((void *)a->base, a->mapped);
+		if (!(a->flags & VSIM_ALLOC_IPC))
+			close(a->share_fd);
 		return;
 	}
 	if (a->kind == VSIM_MEM_DEVICE)
@@ -268,7 +292,8 @@ VSIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	if (dptr == 0)
 		return CUDA_SUCCESS;
 	if (!vsim_mem_lookup((uintptr_t)dptr, 1, &a) || a.base != dptr ||
-	    a.kind != VSIM_MEM_DEVICE || (a.flags & VSIM_ALLOC_MAPPED))
+	    a.kind != VSIM_MEM_DEVICE ||
+	    (a.flags & (VSIM_ALLOC_MAPPED | VSIM_ALLOC_IPC)))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* As on a GPU, freeing waits for work that may still use the memory;
 	 * here it also keeps host forms of kernels off unmapped pages. */
@@ -311,6 +336,197 @@ VSIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize,
 	if (psize)
 		*psize = a.size;
 	return CUDA_SUCCESS;
+}
+
+/* ---- legacy IPC (ipc.c's entry points) ------------------------------------ */
+
+/* What cuIpcGetMemHandle takes, as the driver does: cuMemAlloc(Pitch)
+ * memory, not pool blocks, managed memory, VMM mappings or memory opened
+ * from another process. */
+static bool ipc_exportable(const struct vsim_alloc *a)
+{
+	return a->kind == VSIM_MEM_DEVICE &&
+	       !(a->flags & (VSIM_ALLOC_POOL | VSIM_ALLOC_MANAGED |
+			     VSIM_ALLOC_MAPPED | VSIM_ALLOC_IPC));
+}
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	const uint64_t *w = (const uint64_t *)p;
+
+	for (size_t i = 0; i < n / sizeof(*w); i++)
+		if (w[i])
+			return false;
+	return true;
+}
+
+/* Writes a's contents to fd, skipping runs of zeros: the memfd reads them as
+ * zeros already, and pages never written stay unallocated in both. */
+static int copy_to(int fd, const struct vsim_alloc *a)
+{
+	const size_t chunk = 64 << 10;
+
+	for (size_t off = 0; off < a->mapped; off += chunk) {
+		const unsigned char *src = (const unsigned char *)a->base + off;
+		size_t n = a->mapped - off < chunk ? a->mapped - off : chunk;
+		size_t done = 0;
+
+		if (all_zero(src, n))
+			continue;
+		while (done < n) {
+			ssize_t w = pwrite(fd, src + done, n - done,
+					   (off_t)(off + done));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				return -1;
+			done += (size_t)w;
+		}
+	}
+	return 0;
+}
+
+/* Moves a's pages to a memfd mapped shared over them, at the same address,
+ * and its bytes to a new shared object. Caller holds table_lock for writing,
+ * and no work of a's context is in flight. */
+static CUresult share_alloc(struct vsim_alloc *a)
+{
+	struct vsim_shared_desc d = {
+		.kind = VSIM_SHARED_IPC, .size = a->mapped, .asked = a->size,
+	};
+	CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+
+	d.fd = memfd_create("vgpu-sim-ipc", MFD_CLOEXEC);
+	if (d.fd < 0)
+		return rc;
+	if (ftruncate(d.fd, (off_t)a->mapped) != 0 || copy_to(d.fd, a) != 0 ||
+	    mmap((void *)a->base, a->mapped, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_FIXED, d.fd, 0) == MAP_FAILED)
+		goto out_close;
+	/* The memory is the memfd's from here; should the object not be made,
+	 * it stays so, merely not exported, and counted in this slot. */
+	rc = vsim_shared_create(a->device, &d, &a->share_id);
+	if (rc != CUDA_SUCCESS)
+		goto out_close;
+	a->share_fd = d.fd;
+	return CUDA_SUCCESS;
+out_close:
+	close(d.fd);
+	return rc;
+}
+
+CUresult vsim_mem_export(uintptr_t p, struct vsim_alloc *out)
+{
+	struct vsim_alloc a;
+	CUresult rc = CUDA_SUCCESS;
+	long i;
+
+	if (!vsim_mem_lookup(p, 1, &a) || !ipc_exportable(&a))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (a.share_id) {
+		*out = a;
+		return CUDA_SUCCESS;
+	}
+	/* Work in flight must not write the old pages while they are copied. */
+	vsim_ctx_drain(a.ctx);
+	pthread_rwlock_wrlock(&table_lock);
+	i = find_index(p);
+	if (i < 0 || table[i].base != a.base || !ipc_exportable(&table[i])) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (!table[i].share_id)
+		rc = share_alloc(&table[i]);
+	*out = table[i];
+out:
+	pthread_rwlock_unlock(&table_lock);
+	return rc;
+}
+
+/* The table's lock is held for writing throughout, so that two threads
+ * opening one handle map it once. */
+CUresult vsim_mem_ipc_open(struct CUctx_st *ctx, int device, uint64_t id,
+			   uintptr_t *out)
+{
+	struct vsim_shared_desc d;
+	struct vsim_alloc a;
+	CUresult rc;
+	void *p;
+	int fd;
+
+	pthread_rwlock_wrlock(&table_lock);
+	for (size_t i = 0; i < table_len; i++) {
+		struct vsim_alloc *t = &table[i];
+		if (!(t->flags & VSIM_ALLOC_IPC) || t->device != device ||
+		    t->share_id != id)
+			continue;
+		/* "Only by one CUcontext per CUdevice per other process". */
+		rc = t->ctx == ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+		if (rc == CUDA_SUCCESS) {
+			t->ipc_refs++;
+			*out = t->base;
+		}
+		goto out;
+	}
+	rc = vsim_shared_open(device, id, &fd, &d);
+	if (rc != CUDA_SUCCESS)
+		goto out;
+	p = mmap(NULL, d.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	a = (struct vsim_alloc){
+		.base = (uintptr_t)p, .size = d.asked, .mapped = d.size,
+		.kind = VSIM_MEM_DEVICE, .device = device, .ctx = ctx,
+		.id = atomic_fetch_add(&next_buffer_id, 1),
+		.flags = VSIM_ALLOC_IPC, .share_id = id, .share_fd = -1,
+		.ipc_refs = 1,
+	};
+	if (p == MAP_FAILED || table_insert_locked(&a) != 0) {
+		rc = p == MAP_FAILED ? CUDA_ERROR_MAP_FAILED
+				     : CUDA_ERROR_OUT_OF_MEMORY;
+		if (p != MAP_FAILED)
+			munmap(p, d.size);
+		vsim_shared_drop(device, id);
+		goto out;
+	}
+	*out = a.base;
+out:
+	pthread_rwlock_unlock(&table_lock);
+	return rc;
+}
+
+CUresult vsim_mem_ipc_close(uintptr_t base)
+{
+	struct vsim_alloc a;
+	CUresult rc = CUDA_SUCCESS;
+	bool last = false;
+	long i;
+
+	if (!vsim_mem_lookup(base, 1, &a) || a.base != base ||
+	    !(a.flags & VSIM_ALLOC_IPC))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The last close unmaps: the context's work that may use it ends
+	 * first, as for cuMemFree. */
+	if (a.ipc_refs == 1)
+		vsim_ctx_drain(a.ctx);
+	pthread_rwlock_wrlock(&table_lock);
+	i = find_index(base);
+	if (i < 0 || table[i].base != base ||
+	    !(table[i].flags & VSIM_ALLOC_IPC)) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (--table[i].ipc_refs > 0)
+		goto out;
+	a = table[i];
+	memmove(&table[i], &table[i + 1],
+		(table_len - (size_t)i - 1) * sizeof(*table));
+	table_len--;
+	last = true;
+out:
+	pthread_rwlock_unlock(&table_lock);
+	if (last)
+		release_alloc(&a);
+	return rc;
 }
 
 /* ---- page-locked host memory --------------------------------------------- */
@@ -451,8 +667,10 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr,
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
 		PUT(bool, (a->flags & VSIM_ALLOC_MANAGED) != 0);
 		break;
-	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+		PUT(bool, ipc_exportable(a));
+		break;
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
 	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
 		PUT(bool, false);
@@ -476,7 +694,8 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr,
 		PUT(size_t, a->size);
 		break;
 	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-		PUT(unsigned long long, 0);
+		PUT(unsigned long long, (a->flags & VSIM_ALLOC_MAPPED) ?
+			vsim_vmm_handle_types(p) : 0);
 		break;
 	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
 		PUT(int, CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE);

@@ -3,8 +3,9 @@
  * Prototypes are grouped by the file that defines them. Everything not listed
  * here is static to its file. Names: vsim_ for the simulator's internals.
  *
- * Device pointers (CUdeviceptr) are host virtual addresses of anonymous
- * mappings, so host implementations of kernels dereference them directly.
+ * Device pointers (CUdeviceptr) are host virtual addresses of mappings
+ * (anonymous; memfds shared for VMM handles and memory shared between
+ * processes), so host implementations of kernels dereference them directly.
  */
 #ifndef VGPU_SIM_H
 #define VGPU_SIM_H
@@ -96,6 +97,45 @@ CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
  * count taken, which the caller gives back to vsim_engine_release. */
 unsigned vsim_engine_acquire(int ordinal, unsigned sms);
 void vsim_engine_release(int ordinal, unsigned sms);
+
+/* Shared objects: device memory that several processes may hold (legacy
+ * IPC, ipc.c; exported VMM handles, vmm.c). Its bytes count once on the
+ * device, in an entry of the shared state rather than in a process's slot,
+ * for as long as any live process holds it. Each process counts its own
+ * holds of an object; its death, or its exit, drops them all. */
+enum vsim_shared_kind { VSIM_SHARED_IPC = 1, VSIM_SHARED_VMM = 2 };
+
+struct vsim_shared_desc {
+	enum vsim_shared_kind kind;
+	uint64_t size;             /* bytes counted on the device */
+	uint64_t asked;            /* IPC: the size the allocation asked for */
+	int fd;                    /* the memory, a memfd */
+	CUmemAllocationProp prop;  /* VMM: the exported handle's properties */
+};
+
+/* Makes d->size bytes that this process reserved on device `ordinal` (with
+ * vsim_state_reserve) a new shared object held once by this process; the
+ * device's used memory does not change. An IPC object remembers d->fd as
+ * the one importers reopen (the caller keeps it open while it holds the
+ * object). CUDA_ERROR_OUT_OF_MEMORY when the table is full. */
+CUresult vsim_shared_create(int ordinal, const struct vsim_shared_desc *d,
+			    uint64_t *id);
+/* Drops one hold of this process; when it was the last hold of the last
+ * live process, the object's bytes return to the device. */
+void vsim_shared_drop(int ordinal, uint64_t id);
+/* Legacy IPC: takes a hold of object `id` of device `ordinal` and opens its
+ * memory (a new O_RDWR, O_CLOEXEC fd in *fd). The exporter must be alive and
+ * still hold it: else CUDA_ERROR_INVALID_HANDLE, as for an unknown id;
+ * CUDA_ERROR_INVALID_CONTEXT when this process is the exporter;
+ * CUDA_ERROR_MAP_FAILED when its memory cannot be opened. */
+CUresult vsim_shared_open(int ordinal, uint64_t id, int *fd,
+			  struct vsim_shared_desc *out);
+/* VMM: takes a hold of the exported object whose memory fd is, on any
+ * device of this process; its ordinal, id and description (prop's location
+ * in this process's ordinals). CUDA_ERROR_INVALID_VALUE when fd is no live
+ * object's memory. */
+CUresult vsim_shared_import(int fd, int *ordinal, uint64_t *id,
+			    struct vsim_shared_desc *out);
 
 /* ---- visible.c: CUDA_VISIBLE_DEVICES ------------------------------------- */
 
@@ -209,6 +249,8 @@ enum vsim_mem_kind { VSIM_MEM_DEVICE, VSIM_MEM_HOST };
 #define VSIM_ALLOC_MANAGED 0x20000000u
 /* A mapped range of the VMM API (vmm.c), never in the allocation table. */
 #define VSIM_ALLOC_MAPPED 0x10000000u
+/* Another process's memory opened with cuIpcOpenMemHandle (ipc.c). */
+#define VSIM_ALLOC_IPC 0x08000000u
 
 struct vsim_alloc {
 	uintptr_t base;
@@ -220,6 +262,11 @@ struct vsim_alloc {
 	unsigned long long id;
 	unsigned flags;       /* cuMemHostAlloc flags */
 	void *owner;          /* what holds the memory (VSIM_ALLOC_POOL) */
+	/* Legacy IPC (ipc.c): the shared object (vsim_shared_*) this memory
+	 * is, once exported or when opened (VSIM_ALLOC_IPC); 0: none. */
+	uint64_t share_id;
+	int share_fd;         /* exported: the memfd importers reopen */
+	int ipc_refs;         /* VSIM_ALLOC_IPC: opens - closes here */
 };
 
 /* Finds the allocation containing [p, p+len); copies it into *out. */
@@ -237,6 +284,19 @@ CUresult vsim_mem_alloc(struct CUctx_st *ctx, size_t size,
 int vsim_mem_register(const struct vsim_alloc *a);
 /* Removes the record starting exactly at base; false when there is none. */
 bool vsim_mem_unregister(uintptr_t base, struct vsim_alloc *out);
+/* Legacy IPC export (ipc.c): makes the cuMemAlloc allocation holding p a
+ * shared object, once (its pages move to a memfd mapped shared at the same
+ * address); its record, with share_id, in *out. CUDA_ERROR_INVALID_VALUE
+ * for anything but cuMemAlloc(Pitch) memory of this process. */
+CUresult vsim_mem_export(uintptr_t p, struct vsim_alloc *out);
+/* Legacy IPC import (ipc.c): maps shared object id of device in ctx, or
+ * counts one more open when this process has it open already (in another
+ * context: CUDA_ERROR_INVALID_CONTEXT). Errors of vsim_shared_open. */
+CUresult vsim_mem_ipc_open(struct CUctx_st *ctx, int device, uint64_t id,
+			   uintptr_t *out);
+/* One open fewer of the memory opened at base; the last unmaps it and drops
+ * the hold. CUDA_ERROR_INVALID_VALUE when base is no such memory. */
+CUresult vsim_mem_ipc_close(uintptr_t base);
 
 /* ---- pool.c: memory pools and stream-ordered allocation ------------------ */
 
@@ -262,6 +322,9 @@ struct vsim_handle {
 	int map_refs;                /* mappings and multicast bindings */
 	struct vsim_mcast *mc;       /* multicast.c's part, or NULL */
 	unsigned long long id;
+	/* Exported (cuMemExportToShareableHandle) or imported: the shared
+	 * object (vsim_shared_*) its bytes are counted in; 0: none. */
+	uint64_t shared_id;
 };
 
 /* The VMM lock guards handles, reservations and mappings (multicast.c
@@ -283,6 +346,9 @@ bool vsim_vmm_lookup(uintptr_t p, size_t len, struct vsim_alloc *out);
 /* The part of [p, p+len) in the mapping holding p, from p (0: p is not
  * mapped), and whether its memory is host-located (the bus model). */
 size_t vsim_vmm_span(uintptr_t p, size_t len, bool *host);
+/* The requestedHandleTypes of the handle mapped at p (0: none, or not
+ * mapped): CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES. */
+unsigned long long vsim_vmm_handle_types(uintptr_t p);
 void vsim_vmm_fork_child(void);
 
 /* ---- managed.c ------------------------------------------------------------ */

@@ -11,6 +11,12 @@
  * for as long as it lives, so the kernel releases it at death whatever the pid
  * namespace. Dead slots are reclaimed under the robust mutex, so a process
  * killed at any instruction returns its memory to the device.
+ *
+ * Shared objects (IPC): memory that several processes may hold is counted
+ * once, in an entry of its own with a bitmap of the slots holding it, not in
+ * any slot; it leaves `used` when the last holder lets go or dies (the
+ * section "shared objects" below). Invariant, under the mutex: used = the
+ * claimed slots' used + the live entries' size.
  */
 #include "sim.h"
 
@@ -19,6 +25,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -28,12 +35,14 @@
 #include <unistd.h>
 
 #define STATE_MAGIC 0x5441545350475656ull     /* "VVGPSTAT" */
-#define STATE_VERSION 2u
+#define STATE_VERSION 3u
 #define STATE_SLOTS 256
 #define STATE_RING 4096
 #define LOCK_BASE (1ll << 40)                  /* slot lock bytes start here */
 #define STALE_WAIT_NS 5000000ull               /* liveness check period */
 #define ORPHAN_TICKET_NS 1000000000ull         /* a ticket nobody registered */
+#define STATE_SHARED 512                       /* shared objects at a time */
+#define HOLDER_WORDS (STATE_SLOTS / 64)
 
 struct state_slot {
 	_Atomic uint32_t claimed;
@@ -43,6 +52,21 @@ struct state_slot {
 	_Atomic uint32_t first_ticket; /* next_ticket when claimed: older
 					* tickets naming this slot were a dead
 					* owner's */
+};
+
+/* A shared object (IPC): memory held by one or more processes, counted once.
+ * An entry is free while id is 0; id is written last when it is made. */
+struct state_shared {
+	uint64_t id;                   /* unique in this file, never reused */
+	uint64_t size;                 /* bytes counted in the file's used */
+	uint64_t asked;                /* legacy IPC: the size cuMemAlloc got */
+	uint64_t ino, fsdev;           /* the memfd's identity (fstat) */
+	uint32_t kind;                 /* enum vsim_shared_kind */
+	int32_t exporter_slot;         /* legacy IPC: -1 once it let go */
+	int32_t exporter_pid;          /* where importers reopen the memfd: */
+	int32_t exporter_fd;           /* /proc/<pid>/fd/<fd> */
+	CUmemAllocationProp prop;      /* VMM: the exported handle's */
+	uint64_t holders[HOLDER_WORDS];  /* bitmap of the slots holding it */
 };
 
 struct state_file {
@@ -60,13 +84,32 @@ struct state_file {
 	uint32_t pad;
 	_Atomic uint64_t ring[STATE_RING];   /* ticket << 32 | slot */
 	struct state_slot slots[STATE_SLOTS];
+	/* Shared objects (the section "shared objects" below). */
+	uint64_t shared_next_id;
+	struct state_shared shared[STATE_SHARED];
+};
+
+/* This process's holds of one shared object (it may hold it several times:
+ * an allocation and an import, two imported handles...). */
+struct shared_hold {
+	uint64_t id;
+	int refs;
 };
 
 struct dev_state {
 	int fd;
 	struct state_file *sh;
 	int slot;
+	/* Shared objects this process holds; guarded by the state mutex. */
+	struct shared_hold *holds;
+	size_t nholds, holds_cap;
 };
+
+/* The section "shared objects", below; callers hold the state mutex. */
+static void shared_sweep(struct state_file *sh);
+static uint64_t shared_total(const struct state_file *sh);
+static uint64_t shared_first_id(void);
+static void holds_forget(struct dev_state *d);
 
 static struct dev_state states[VSIM_MAX_DEVICES] = {
 	[0 ... VSIM_MAX_DEVICES - 1] = { .fd = -1, .slot = -1 },
@@ -107,6 +150,7 @@ static void reclaim_dead(struct dev_state *d)
 		atomic_store(&s->sms, 0);
 		atomic_store(&s->claimed, 0);
 	}
+	shared_sweep(sh);
 }
 
 static void recompute_used(struct state_file *sh)
@@ -116,7 +160,8 @@ static void recompute_used(struct state_file *sh)
 	for (int i = 0; i < STATE_SLOTS; i++)
 		if (atomic_load(&sh->slots[i].claimed))
 			sum += sh->slots[i].used;
-	sh->used = sum;
+	shared_sweep(sh);
+	sh->used = sum + shared_total(sh);
 }
 
 static void state_lock(struct state_file *sh)
@@ -146,6 +191,7 @@ static void init_file(struct state_file *sh, uint64_t capacity)
 	pthread_mutex_init(&sh->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
 	sh->capacity = capacity;
+	sh->shared_next_id = shared_first_id();
 	sh->version = STATE_VERSION;
 	sh->size = sizeof(*sh);
 	sh->magic = STATE_MAGIC;
@@ -296,10 +342,12 @@ void vsim_state_detach_all(void)
 		s->used = 0;
 		atomic_store(&s->sms, 0);
 		atomic_store(&s->claimed, 0);
+		shared_sweep(d->sh);	/* this process's holds go with its slot */
 		state_unlock(d->sh);
 		slot_lock_op(d->fd, d->slot, F_OFD_SETLK, F_UNLCK);
 		munmap(d->sh, sizeof(struct state_file));
 		close(d->fd);
+		holds_forget(d);
 		*d = (struct dev_state){ .fd = -1, .slot = -1 };
 	}
 }
@@ -314,6 +362,7 @@ void vsim_state_forget(void)
 			continue;
 		munmap(d->sh, sizeof(struct state_file));
 		close(d->fd);
+		holds_forget(d);
 		*d = (struct dev_state){ .fd = -1, .slot = -1 };
 	}
 	pthread_mutex_init(&attach_lock, NULL);
@@ -418,6 +467,341 @@ out_close:
 	close(d.fd);	/* drops the shared flock too */
 	return CUDA_SUCCESS;
 }
+
+/* ---- shared objects --------------------------------------------------------
+ *
+ * One entry per object some process exported (ipc.c, vmm.c): its size,
+ * counted once in `used`, and a bitmap of the slots holding it. A process
+ * sets its bit at its first hold of the object and clears it at its last
+ * (it counts its holds in dev_state.holds); shared_sweep clears the bits of
+ * dead and detached processes with their slots. The last bit to go frees
+ * the entry and its bytes. All of it runs under the state mutex; these are
+ * rare calls, so the table is searched linearly.
+ */
+
+static void holder_set(struct state_shared *o, int slot)
+{
+	o->holders[slot / 64] |= 1ull << (slot % 64);
+}
+
+static void holder_clear(struct state_shared *o, int slot)
+{
+	o->holders[slot / 64] &= ~(1ull << (slot % 64));
+	if (o->exporter_slot == slot)
+		o->exporter_slot = -1;
+}
+
+static bool holders_none(const struct state_shared *o)
+{
+	for (int w = 0; w < HOLDER_WORDS; w++)
+		if (o->holders[w])
+			return false;
+	return true;
+}
+
+/* Ids start from the wall clock, so that a handle kept across a restart of
+ * the state file does not name an object of the new one. */
+static uint64_t shared_first_id(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) | 1;
+}
+
+/* Nobody holds o any more: its bytes leave the device. */
+static void shared_free(struct state_file *sh, struct state_shared *o)
+{
+	sh->used -= o->size < sh->used ? o->size : sh->used;
+	memset(o, 0, sizeof(*o));
+}
+
+/* Clears the bits of slots no process claims (dead or detached), and frees
+ * the objects left without a holder. */
+static void shared_sweep(struct state_file *sh)
+{
+	for (int i = 0; i < STATE_SHARED; i++) {
+		struct state_shared *o = &sh->shared[i];
+		if (!o->id)
+			continue;
+		for (int w = 0; w < HOLDER_WORDS; w++) {
+			uint64_t bits = o->holders[w];
+			while (bits) {
+				int slot = w * 64 + __builtin_ctzll(bits);
+				bits &= bits - 1;
+				if (!atomic_load(&sh->slots[slot].claimed))
+					holder_clear(o, slot);
+			}
+		}
+		if (holders_none(o))
+			shared_free(sh, o);
+	}
+}
+
+static uint64_t shared_total(const struct state_file *sh)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < STATE_SHARED; i++)
+		if (sh->shared[i].id)
+			sum += sh->shared[i].size;
+	return sum;
+}
+
+static struct state_shared *shared_find(struct state_file *sh, uint64_t id)
+{
+	for (int i = 0; id && i < STATE_SHARED; i++)
+		if (sh->shared[i].id == id)
+			return &sh->shared[i];
+	return NULL;
+}
+
+static struct state_shared *shared_unused(struct state_file *sh)
+{
+	for (int i = 0; i < STATE_SHARED; i++)
+		if (!sh->shared[i].id)
+			return &sh->shared[i];
+	return NULL;
+}
+
+static struct shared_hold *hold_find(struct dev_state *d, uint64_t id)
+{
+	for (size_t i = 0; i < d->nholds; i++)
+		if (d->holds[i].id == id)
+			return &d->holds[i];
+	return NULL;
+}
+
+/* One more hold of id by this process; 0, or -1 out of memory. */
+static int hold_add(struct dev_state *d, uint64_t id)
+{
+	struct shared_hold *h = hold_find(d, id);
+
+	if (h) {
+		h->refs++;
+		return 0;
+	}
+	if (d->nholds == d->holds_cap) {
+		size_t cap = d->holds_cap ? d->holds_cap * 2 : 16;
+		h = realloc(d->holds, cap * sizeof(*h));
+		if (!h)
+			return -1;
+		d->holds = h;
+		d->holds_cap = cap;
+	}
+	d->holds[d->nholds++] = (struct shared_hold){ .id = id, .refs = 1 };
+	return 0;
+}
+
+/* One hold fewer; true when it was this process's last hold of id. */
+static bool hold_remove(struct dev_state *d, uint64_t id)
+{
+	struct shared_hold *h = hold_find(d, id);
+
+	if (!h || --h->refs > 0)
+		return false;
+	*h = d->holds[--d->nholds];
+	return true;
+}
+
+/* The process no longer uses the file (exit, or a forked child's copy). */
+static void holds_forget(struct dev_state *d)
+{
+	free(d->holds);
+	d->holds = NULL;
+	d->nholds = d->holds_cap = 0;
+}
+
+static void describe(const struct state_shared *o, int ordinal,
+		     struct vsim_shared_desc *out)
+{
+	*out = (struct vsim_shared_desc){
+		.kind = (enum vsim_shared_kind)o->kind, .size = o->size,
+		.asked = o->asked, .fd = -1, .prop = o->prop,
+	};
+	if (out->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		out->prop.location.id = ordinal;
+}
+
+CUresult vsim_shared_create(int ordinal, const struct vsim_shared_desc *desc,
+			    uint64_t *id)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	struct state_shared *o;
+	struct state_slot *s;
+	struct stat st;
+	uint64_t moved;
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!sh)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (fstat(desc->fd, &st) != 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	state_lock(sh);
+	o = shared_unused(sh);
+	if (!o) {
+		reclaim_dead(d);
+		o = shared_unused(sh);
+	}
+	if (!o || hold_add(d, sh->shared_next_id) != 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	*o = (struct state_shared){
+		.size = desc->size, .asked = desc->asked,
+		.ino = st.st_ino, .fsdev = st.st_dev, .kind = desc->kind,
+		.exporter_slot = d->slot, .exporter_pid = (int32_t)getpid(),
+		.exporter_fd = desc->fd, .prop = desc->prop,
+	};
+	o->prop.win32HandleMetaData = NULL;	/* a pointer of this process */
+	holder_set(o, d->slot);
+	/* The bytes move from this process's slot to the object. */
+	s = &sh->slots[d->slot];
+	moved = desc->size < s->used ? desc->size : s->used;
+	s->used -= moved;
+	sh->used += desc->size - moved;
+	o->id = *id = sh->shared_next_id++;
+	if (sh->shared_next_id == 0)
+		sh->shared_next_id = 1;
+out:
+	state_unlock(sh);
+	return rc;
+}
+
+void vsim_shared_drop(int ordinal, uint64_t id)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	struct state_shared *o;
+
+	if (!sh)
+		return;
+	state_lock(sh);
+	if (!hold_remove(d, id))
+		goto out;
+	o = shared_find(sh, id);
+	if (!o)
+		goto out;
+	holder_clear(o, d->slot);
+	if (holders_none(o))
+		shared_free(sh, o);
+	else
+		reclaim_dead(d);	/* the others may be dead: find out now */
+out:
+	state_unlock(sh);
+}
+
+/* Opens the exporter's memfd anew through /proc. The exporter keeps that fd
+ * open while it holds the object, which the caller checked under the mutex;
+ * the inode is compared all the same (another pid namespace, a pid reused). */
+static CUresult reopen(const struct state_shared *o, int *out)
+{
+	char path[64];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)o->exporter_pid,
+		 (int)o->exporter_fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_MAP_FAILED;
+	if (fstat(fd, &st) != 0 || st.st_ino != o->ino || st.st_dev != o->fsdev) {
+		close(fd);
+		return CUDA_ERROR_MAP_FAILED;
+	}
+	*out = fd;
+	return CUDA_SUCCESS;
+}
+
+CUresult vsim_shared_open(int ordinal, uint64_t id, int *fd,
+			  struct vsim_shared_desc *out)
+{
+	struct dev_state *d = &states[ordinal];
+	struct state_file *sh = d->sh;
+	struct state_shared *o;
+	CUresult rc;
+
+	if (!sh)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	state_lock(sh);
+	reclaim_dead(d);	/* a dead exporter's objects open no more */
+	o = shared_find(sh, id);
+	if (!o || o->kind != VSIM_SHARED_IPC || o->exporter_slot < 0) {
+		rc = CUDA_ERROR_INVALID_HANDLE;
+		goto out;
+	}
+	if (o->exporter_slot == d->slot) {
+		rc = CUDA_ERROR_INVALID_CONTEXT;
+		goto out;
+	}
+	rc = reopen(o, fd);
+	if (rc != CUDA_SUCCESS)
+		goto out;
+	if (hold_add(d, id) != 0) {
+		close(*fd);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	holder_set(o, d->slot);
+	describe(o, ordinal, out);
+out:
+	state_unlock(sh);
+	return rc;
+}
+
+/* Takes a hold of device d's VMM object whose memfd is (ino, fsdev); 1 when
+ * there is one, 0 when not, -1 out of memory. */
+static int import_on(struct dev_state *d, const struct stat *st, uint64_t *id,
+		     struct state_shared *copy)
+{
+	struct state_file *sh = d->sh;
+	int found = 0;
+
+	state_lock(sh);
+	reclaim_dead(d);
+	for (int i = 0; i < STATE_SHARED && !found; i++) {
+		struct state_shared *o = &sh->shared[i];
+		if (!o->id || o->kind != VSIM_SHARED_VMM ||
+		    o->ino != (uint64_t)st->st_ino ||
+		    o->fsdev != (uint64_t)st->st_dev)
+			continue;
+		found = hold_add(d, o->id) == 0 ? 1 : -1;
+		if (found == 1) {
+			holder_set(o, d->slot);
+			*id = o->id;
+			*copy = *o;
+		}
+	}
+	state_unlock(sh);
+	return found;
+}
+
+CUresult vsim_shared_import(int fd, int *ordinal, uint64_t *id,
+			    struct vsim_shared_desc *out)
+{
+	struct state_shared copy;
+	struct stat st;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < VSIM_MAX_DEVICES; i++) {
+		int found;
+		if (!states[i].sh)
+			continue;
+		found = import_on(&states[i], &st, id, &copy);
+		if (found < 0)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (found > 0) {
+			*ordinal = i;
+			describe(&copy, i, out);
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- the execution engine ------------------------------------------------- */
 
 static long futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 {

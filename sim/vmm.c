@@ -14,12 +14,23 @@
  * Host-located handles (CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA) are host
  * memory and count against no device.
  *
+ * Shareable handles: a device handle created with requestedHandleTypes
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR exports its memfd itself (a dup:
+ * every fd exported for one memory is one inode, which is the memory's
+ * identity across processes). At its first export its bytes become a shared
+ * object of the device state (state.c), counted once while any process
+ * holds a handle or a mapping of it; an import finds the object by the fd's
+ * inode and holds it too. An fd alone holds nothing: a process must import
+ * it while some process still holds the memory.
+ *
  * Granularity: 2 MiB, minimum and recommended. Access flags are kept per
  * location; READ alone maps the memory read-write all the same (a write
  * through a read-only mapping would be a device fault, not simulated).
  */
 #include "sim.h"
 
+#include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -93,22 +104,18 @@ struct vsim_handle *vsim_handle_find(CUmemGenericAllocationHandle v)
 	return NULL;
 }
 
-CUresult vsim_handle_new(size_t size, struct vsim_handle **out)
+/* A new handle of size bytes on memory fd (which it owns from now, even on
+ * failure); caller holds the lock. */
+static CUresult handle_add(int fd, size_t size, struct vsim_handle **out)
 {
 	struct vsim_handle *h;
 
-	if (grow((void **)&handles, &handles_cap, nhandles, sizeof(*handles)))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	h = calloc(1, sizeof(*h));
-	if (!h)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	h->fd = memfd_create("vgpu-sim-vmm", MFD_CLOEXEC);
-	if (h->fd < 0 || ftruncate(h->fd, (off_t)size) != 0) {
-		if (h->fd >= 0)
-			close(h->fd);
-		free(h);
+	if (grow((void **)&handles, &handles_cap, nhandles, sizeof(*handles)) ||
+	    !(h = calloc(1, sizeof(*h)))) {
+		close(fd);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	h->fd = fd;
 	h->magic = VSIM_MAGIC_MEMHANDLE;
 	h->size = size;
 	h->user_refs = 1;
@@ -119,13 +126,28 @@ CUresult vsim_handle_new(size_t size, struct vsim_handle **out)
 	return CUDA_SUCCESS;
 }
 
+CUresult vsim_handle_new(size_t size, struct vsim_handle **out)
+{
+	int fd = memfd_create("vgpu-sim-vmm", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (ftruncate(fd, (off_t)size) != 0) {
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return handle_add(fd, size, out);
+}
+
 static void handle_maybe_destroy(struct vsim_handle *h)
 {
 	if (h->user_refs > 0 || h->map_refs > 0)
 		return;
 	if (h->mc)
 		vsim_mcast_destroy(h);
-	if (h->counted_device >= 0)
+	if (h->shared_id)
+		vsim_shared_drop(h->counted_device, h->shared_id);
+	else if (h->counted_device >= 0)
 		vsim_state_release(h->counted_device, h->size);
 	close(h->fd);
 	for (size_t i = 0; i < nhandles; i++) {
@@ -333,8 +355,26 @@ VSIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
 	return rc;
 }
 
-/* Shareable handles (requestedHandleTypes) and compression are not
- * simulated: their device attributes read 0. */
+#define KNOWN_HANDLE_TYPES (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | \
+			    CU_MEM_HANDLE_TYPE_WIN32 | \
+			    CU_MEM_HANDLE_TYPE_WIN32_KMT | \
+			    CU_MEM_HANDLE_TYPE_FABRIC)
+
+/* File descriptors of device memory are simulated; Windows and fabric
+ * handles, and shareable host memory, are not. */
+static CUresult check_handle_types(const CUmemAllocationProp *prop)
+{
+	unsigned t = (unsigned)prop->requestedHandleTypes;
+
+	if (t & ~(unsigned)KNOWN_HANDLE_TYPES)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((t & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+	    (t && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return CUDA_SUCCESS;
+}
+
+/* Compression is not simulated: its device attributes read 0. */
 VSIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle,
 				 size_t size, const CUmemAllocationProp *prop,
 				 unsigned long long flags)
@@ -350,8 +390,10 @@ VSIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle,
 	rc = check_prop(prop);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE ||
-	    prop->allocFlags.compressionType)
+	rc = check_handle_types(prop);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (prop->allocFlags.compressionType)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
 		dev = prop->location.id;
@@ -431,6 +473,127 @@ VSIM_EXPORT CUresult cuMemRetainAllocationHandle(
 	}
 	vsim_vmm_unlock();
 	return rc;
+}
+
+/* ---- shareable handles ------------------------------------------------------- */
+
+/* File descriptors are simulated; the other known types are not. */
+static CUresult check_share_type(CUmemAllocationHandleType t)
+{
+	switch (t) {
+	case CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+		return CUDA_SUCCESS;
+	case CU_MEM_HANDLE_TYPE_WIN32:
+	case CU_MEM_HANDLE_TYPE_WIN32_KMT:
+	case CU_MEM_HANDLE_TYPE_FABRIC:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* Each call writes a new int fd, a dup of the handle's memfd without
+ * FD_CLOEXEC: the caller's, to pass on and to close. A handle created
+ * without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR is refused. */
+VSIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle,
+		CUmemGenericAllocationHandle handle,
+		CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct vsim_handle *h;
+	int fd;
+	CUresult rc = vsim_check_init();
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!shareableHandle || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_share_type(handleType);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	vsim_vmm_lock();
+	h = vsim_handle_find(handle);
+	if (!h || h->mc || !(h->prop.requestedHandleTypes &
+			     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (!h->shared_id) {
+		struct vsim_shared_desc d = {
+			.kind = VSIM_SHARED_VMM, .size = h->size, .fd = h->fd,
+			.prop = h->prop,
+		};
+		rc = vsim_shared_create(h->counted_device, &d, &h->shared_id);
+		if (rc != CUDA_SUCCESS)
+			goto out;
+	}
+	fd = dup(h->fd);
+	if (fd < 0) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	*(int *)shareableHandle = fd;
+out:
+	vsim_vmm_unlock();
+	return rc;
+}
+
+/* osHandle is the fd's value cast to a pointer. The new handle has a memfd
+ * of its own (a dup), so the caller may close its fd at once; it holds the
+ * memory as the exporter's handle does. An fd that is not the memory of an
+ * object some process still holds is CUDA_ERROR_INVALID_VALUE. */
+VSIM_EXPORT CUresult cuMemImportFromShareableHandle(
+		CUmemGenericAllocationHandle *handle, void *osHandle,
+		CUmemAllocationHandleType shHandleType)
+{
+	struct vsim_shared_desc d;
+	struct vsim_handle *h;
+	intptr_t v = (intptr_t)osHandle;
+	uint64_t id;
+	int dev, fd;
+	CUresult rc = vsim_check_init();
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = check_share_type(shHandleType);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (v < 0 || v > INT_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	fd = fcntl((int)v, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = vsim_shared_import(fd, &dev, &id, &d);
+	if (rc != CUDA_SUCCESS) {
+		close(fd);
+		return rc;
+	}
+	vsim_vmm_lock();
+	rc = handle_add(fd, d.size, &h);
+	if (rc == CUDA_SUCCESS) {
+		h->prop = d.prop;
+		h->counted_device = dev;
+		h->shared_id = id;
+		*handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+	}
+	vsim_vmm_unlock();
+	if (rc != CUDA_SUCCESS)
+		vsim_shared_drop(dev, id);
+	return rc;
+}
+
+unsigned long long vsim_vmm_handle_types(uintptr_t p)
+{
+	unsigned long long t = 0;
+	long i;
+
+	pthread_rwlock_rdlock(&vmm_rw);
+	i = map_index(p);
+	if (i >= 0)
+		t = maps[i].h->prop.requestedHandleTypes;
+	pthread_rwlock_unlock(&vmm_rw);
+	return t;
 }
 
 /* ---- address reservations --------------------------------------------------- */

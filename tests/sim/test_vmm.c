@@ -63,6 +63,8 @@ Test(vmm, attributes_and_granularity)
 	CU_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
 	cr_assert_eq(v, 1);
 	CU_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+	cr_assert_eq(v, 1, "test_vmm_share.c");
+	CU_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0));
 	cr_assert_eq(v, 0);
 	CU_OK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	cr_assert_eq(g, GRAN);
@@ -135,9 +137,11 @@ Test(vmm, create_errors)
 	prop = dev_prop(0);
 	prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
 	CU_ASSERT(cuMemCreate(&h, GRAN, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	/* File descriptors are simulated (test_vmm_share.c), the rest not. */
 	prop = dev_prop(0);
-	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
 	CU_ASSERT(cuMemCreate(&h, GRAN, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
 	CU_ASSERT(cuMemCreate(&h, GRAN, &prop, 0), CUDA_ERROR_INVALID_VALUE);
 	cr_assert_eq(free_now(), SIMTEST_MEMORY);
