@@ -13,6 +13,7 @@
 #undef cuGetProcAddress
 #undef cuStreamSynchronize
 #undef cuGraphInstantiate
+#undef cuIpcOpenMemHandle
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 

@@ -28,6 +28,7 @@
  */
 #include "devices.h"
 #include "overcommit.h"
+#include "share.h"
 #include "track.h"
 #include "vmm.h"
 
@@ -43,6 +44,7 @@ static void child_after_fork(void)
 {
 	vgpu__track_forget();
 	vgpu__vmm_fork_child();
+	vgpu__share_fork_child();
 	vgpu__pools_fork_child();
 	vgpu__launch_fork_child();
 	vgpu__overcommit_fork_child();

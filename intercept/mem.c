@@ -9,6 +9,7 @@
  */
 #include "devices.h"
 #include "overcommit.h"
+#include "share.h"
 #include "track.h"
 
 #include <string.h>
@@ -138,28 +139,13 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 	}
 	if (t.kind == VGPU_USAGE_POOL)
 		vgpu__pool_freed((int)t.aux);
+	else if (t.kind == VGPU_USAGE_BUFFER && t.aux)	/* shared (IPC) */
+		vgpu__share_gone(t.aux);
 	else if (t.kind != VGPU_USAGE_SPILLED)
 		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind, t.bytes);
 	/* Room may have freed: spilled ranges come back to the device. */
 	vgpu__promote(vgpu__dev_peek((int)t.dev));
 	return r;
-}
-
-/* Legacy IPC handles do not work on VMM memory (the driver's rule): a
- * spilled (or promoted) allocation is refused with a message. */
-CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-	if (vgpu__spilled_range(dptr)) {
-		vgpu_log(VGPU_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): the "
-			 "allocation was overcommitted (VGPU_OVERCOMMIT=host) "
-			 "and lives in a virtual-memory range, which legacy IPC "
-			 "handles cannot share; use cuMemExportToShareableHandle "
-			 "or VGPU_OVERCOMMIT=managed", (unsigned long long)dptr);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	if (!vgpu__real.cuIpcGetMemHandle)
-		return CUDA_ERROR_NOT_FOUND;
-	return vgpu__real.cuIpcGetMemHandle(pHandle, dptr);
 }
 
 /* ---- views ------------------------------------------------------------- */

@@ -7,6 +7,7 @@
  */
 #include "devices.h"
 #include "overcommit.h"
+#include "share.h"
 #include "track.h"
 #include "vmm.h"
 
@@ -537,6 +538,8 @@ static void ptr_drop(const struct vgpu_tracked *t)
 {
 	if (t->kind == VGPU_USAGE_POOL)
 		vgpu__pool_freed((int)t->aux);
+	else if (t->kind == VGPU_USAGE_BUFFER && t->aux)
+		vgpu__share_gone(t->aux);
 	else
 		vgpu__uncharge(vgpu__dev_peek((int)t->dev), (int)t->kind,
 			       t->bytes);

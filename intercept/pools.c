@@ -21,6 +21,7 @@
  * shim counted is freed.
  */
 #include "devices.h"
+#include "share.h"
 #include "track.h"
 
 #include <pthread.h>
@@ -303,6 +304,8 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int per_thread)
 	}
 	if (t.kind == VGPU_USAGE_POOL)
 		pool_freed_async((int)t.aux, hStream, per_thread);
+	else if (t.kind == VGPU_USAGE_BUFFER && t.aux)	/* shared (IPC) */
+		vgpu__share_gone(t.aux);
 	else	/* cuMemAlloc memory freed in stream order */
 		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind,
 			       t.bytes);

@@ -32,6 +32,7 @@
  * attached, overcommit's own ranges) are not in them and pass untouched.
  */
 #include "devices.h"
+#include "share.h"
 #include "vmm.h"
 
 #include <pthread.h>
@@ -48,6 +49,7 @@ struct vmm_handle {
 	int dev;
 	int kind;		/* VGPU_USAGE_VMM or _MULTICAST */
 	unsigned refs;		/* handle references + mappings */
+	unsigned share;		/* shared with other processes (share.c) */
 };
 
 struct vmm_map {
@@ -169,6 +171,12 @@ static struct vmm_map *map_new(uint64_t key)
 
 static void give_back(const struct vmm_handle *gone)
 {
+	/* Memory other processes may still hold: the ledger's share record
+	 * decides who pays from now on. */
+	if (gone->share) {
+		vgpu__share_gone(gone->share);
+		return;
+	}
 	for (int d = 0; d < 64; d++)
 		if (gone->devs & (UINT64_C(1) << d))
 			vgpu__uncharge(vgpu__dev_peek(d), gone->kind,
@@ -231,6 +239,7 @@ uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
 		h->devs = dv ? UINT64_C(1) << dv->ordinal : 0;
 		h->kind = kind;
 		h->refs = 1;
+		h->share = 0;
 		h->gen = gen = ++next_gen;
 	}
 	pthread_mutex_unlock(&vmm_lock);
@@ -255,6 +264,25 @@ bool vgpu__vmm_add_device(uint64_t handle, uint64_t gen, int dev,
 		h->devs |= UINT64_C(1) << dev;
 	if (h && h->gen == gen)
 		*bytes = h->bytes;
+	pthread_mutex_unlock(&vmm_lock);
+	return ok;
+}
+
+bool vgpu__vmm_share(uint64_t handle, uint64_t gen, unsigned share,
+		     int *dev, uint64_t *bytes)
+{
+	struct vmm_handle *h;
+	bool ok;
+
+	pthread_mutex_lock(&vmm_lock);
+	h = handle_find(handle);
+	ok = h && h->gen == gen && !h->share && h->kind == VGPU_USAGE_VMM;
+	if (ok && share)
+		h->share = share;
+	if (ok) {
+		*dev = h->dev;
+		*bytes = h->bytes;
+	}
 	pthread_mutex_unlock(&vmm_lock);
 	return ok;
 }

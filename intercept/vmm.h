@@ -24,6 +24,13 @@ uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
  * already; the caller gives the charge back). */
 bool vgpu__vmm_add_device(uint64_t handle, uint64_t gen, int dev,
 			  uint64_t *bytes);
+/* Handle (handle, gen), charged as device VMM memory and not shared yet:
+ * its device and size, and (share not 0) it is shared from now on, so its
+ * last reference lets go through vgpu__share_gone(share) instead of
+ * giving the charge back. False when not so (unknown, another generation,
+ * multicast, or shared already). */
+bool vgpu__vmm_share(uint64_t handle, uint64_t gen, unsigned share,
+		     int *dev, uint64_t *bytes);
 /* A handle's size and generation (*gen 0: unknown). */
 uint64_t vgpu__vmm_bytes(uint64_t handle, uint64_t *gen);
 /* One more reference to the handle mapped at va, or at a mapping that

@@ -1,0 +1,463 @@
+/* share.c - memory shared between processes, charged once.
+ *
+ * CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle) and VMM handles
+ * exported as POSIX file descriptors (cuMemExportToShareableHandle /
+ * cuMemImportFromShareableHandle) let other processes hold memory one
+ * process allocated; the device keeps it while any of them does. The
+ * ledger keeps one record per such memory (vgpu/ledger_shares.c): the
+ * exporter pays, importers hold it for free, and when the payer lets go
+ * or dies while others hold it, one of them pays from then on.
+ *
+ * The memory's identity across processes, the record's key, is a hash of
+ * the 64-byte IPC handle (the same bytes in every process), or of the
+ * exported file's device and inode (the same open file in every process
+ * it is passed to). A descriptor that is not a regular file (the shim
+ * cannot tell one memory from another through it) is not recorded: its
+ * importer is not charged, with a warning (docs/memory.md).
+ *
+ * Each shared object this process holds has an entry here, numbered in
+ * its tracked entry (the pointer table's aux, the VMM handle's share), so
+ * that whatever ends the object here (a free, a close, a release, its
+ * context destroyed) lets go of the record through vgpu__share_gone. All
+ * of it is rare: one mutex, held for a few stores, never across a driver
+ * or ledger call.
+ */
+#include "devices.h"
+#include "overcommit.h"
+#include "share.h"
+#include "track.h"
+#include "vmm.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SHARES 1024		/* fits the pointer table's aux (< 2048) */
+
+struct share {
+	bool used;
+	int dev;
+	int rec;		/* the ledger's record, -1: none */
+	int kind;
+	uint64_t key[2];
+	uint64_t own;		/* bytes charged to this process as its own */
+	uint64_t ptr;		/* an IPC pointer this process opened, or 0 */
+	unsigned opens;		/* its cuIpcOpenMemHandle calls not closed */
+};
+
+static struct share tab[SHARES];
+static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- identities ------------------------------------------------------------ */
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Two independent 64-bit hashes of n bytes (n a multiple of 8), tagged by
+ * what kind of identity they are. */
+static void hash_key(const void *p, size_t n, uint64_t tag, uint64_t key[2])
+{
+	uint64_t a = mix(tag), b = mix(tag + 0x9e3779b97f4a7c15ull), w;
+
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		memcpy(&w, (const char *)p + i, 8);
+		a = mix(a ^ w);
+		b = mix(b + w * 0xff51afd7ed558ccdull);
+	}
+	key[0] = a;
+	key[1] = b | 1;		/* never 0,0 */
+}
+
+static void ipc_key(const CUipcMemHandle *h, uint64_t key[2])
+{
+	hash_key(h->reserved, sizeof(h->reserved), 1, key);
+}
+
+/* The identity and size of the memory behind an exported descriptor;
+ * false when it is not a regular file (nothing tells memories apart). */
+static bool fd_key(int fd, uint64_t key[2], uint64_t *size)
+{
+	struct stat st;
+	uint64_t id[2];
+
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return false;
+	id[0] = (uint64_t)st.st_dev;
+	id[1] = (uint64_t)st.st_ino;
+	hash_key(id, sizeof(id), 2, key);
+	*size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+	return true;
+}
+
+/* ---- the table --------------------------------------------------------------- */
+
+/* A new entry's number (index + 1), or 0 when the table is full. */
+static unsigned entry_new(const struct share *s)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&tab_lock);
+	for (i = 0; i < SHARES && tab[i].used; i++)
+		;
+	if (i < SHARES) {
+		tab[i] = *s;
+		tab[i].used = true;
+	}
+	pthread_mutex_unlock(&tab_lock);
+	return i < SHARES ? i + 1 : 0;
+}
+
+/* Entry n (if still the one for key) now has record rec and pays own. */
+static void entry_set(unsigned n, const uint64_t key[2], int rec, uint64_t own)
+{
+	pthread_mutex_lock(&tab_lock);
+	if (tab[n - 1].used && tab[n - 1].key[0] == key[0] &&
+	    tab[n - 1].key[1] == key[1]) {
+		tab[n - 1].rec = rec;
+		tab[n - 1].own = own;
+	}
+	pthread_mutex_unlock(&tab_lock);
+}
+
+static void entry_free(unsigned n)
+{
+	pthread_mutex_lock(&tab_lock);
+	memset(&tab[n - 1], 0, sizeof(tab[0]));
+	pthread_mutex_unlock(&tab_lock);
+}
+
+void vgpu__share_gone(unsigned share)
+{
+	struct vgpu_dev *dv;
+	struct share s;
+
+	if (share == 0 || share > SHARES)
+		return;
+	pthread_mutex_lock(&tab_lock);
+	s = tab[share - 1];
+	memset(&tab[share - 1], 0, sizeof(tab[0]));
+	pthread_mutex_unlock(&tab_lock);
+	dv = s.used ? vgpu__dev_peek(s.dev) : NULL;
+	if (!dv || !dv->slot)
+		return;
+	if (s.rec >= 0)
+		vgpu_ledger_share_drop(dv->slot, s.rec, s.key);
+	if (s.own)
+		vgpu__uncharge(dv, s.kind, s.own);
+}
+
+void vgpu__share_fork_child(void)
+{
+	pthread_mutex_init(&tab_lock, NULL);
+	memset(tab, 0, sizeof(tab));
+}
+
+/* ---- the ledger's side ------------------------------------------------------- */
+
+/* bytes of kind are charged to this process for memory it shares: record
+ * them under key (*rec), or keep them as its own (*own) when the ledger
+ * has no room; a record another process pays for already takes them
+ * back. */
+static void export_charged(struct vgpu_dev *dv, const uint64_t key[2],
+			   int kind, uint64_t bytes, int *rec, uint64_t *own)
+{
+	bool elsewhere = false;
+	int rc = vgpu_ledger_share_export(dv->slot, key, kind, bytes,
+					  &elsewhere);
+
+	*rec = rc >= 0 ? rc : -1;
+	*own = rc >= 0 ? 0 : bytes;
+	if (rc >= 0 && elsewhere)
+		vgpu__uncharge(dv, kind, bytes);
+}
+
+/* This process now holds memory another process made: held for free when
+ * the ledger has it, else charged (and recorded, so that later importers
+ * are not). CUDA_ERROR_OUT_OF_MEMORY (or _TIMEOUT) when that charge is
+ * refused. */
+static CUresult import_charge(struct vgpu_dev *dv, const uint64_t key[2],
+			      int kind, uint64_t bytes, int *rec,
+			      uint64_t *own)
+{
+	int rc = vgpu_ledger_share_hold(dv->slot, key);
+	CUresult r;
+
+	*rec = rc >= 0 ? rc : -1;
+	*own = 0;
+	if (rc >= 0)
+		return CUDA_SUCCESS;
+	if ((r = vgpu__charge(dv, kind, bytes)) != CUDA_SUCCESS)
+		return r;
+	if (rc == VGPU_LEDGER_ENOENT)
+		export_charged(dv, key, kind, bytes, rec, own);
+	else
+		*own = bytes;	/* no room for a holder: charged as its own */
+	return CUDA_SUCCESS;
+}
+
+static void import_refused(const char *what, uint64_t bytes, CUresult r)
+{
+	vgpu_log(VGPU_LOG_ERROR, "%s: the imported memory (%llu bytes) is "
+		 "recorded by no process of this GPU's ledger and does not fit "
+		 "the tenant's slice (VGPU_MEMORY_LIMIT): refused (%s)", what,
+		 (unsigned long long)bytes,
+		 r == CUDA_ERROR_TIMEOUT ? "the tenant's lock timed out"
+					 : "out of memory");
+}
+
+/* ---- legacy IPC ---------------------------------------------------------------- */
+
+/* Legacy IPC handles do not work on VMM memory (the driver's rule): a
+ * spilled (or promoted) allocation is refused with a message. */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	struct vgpu_tracked t;
+	struct vgpu_dev *dv;
+	uint64_t key[2], own;
+	unsigned n;
+	int rec;
+	CUresult r;
+
+	if (vgpu__spilled_range(dptr)) {
+		vgpu_log(VGPU_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): the "
+			 "allocation was overcommitted (VGPU_OVERCOMMIT=host) "
+			 "and lives in a virtual-memory range, which legacy IPC "
+			 "handles cannot share; use cuMemExportToShareableHandle "
+			 "or VGPU_OVERCOMMIT=managed", (unsigned long long)dptr);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (!vgpu__real.cuIpcGetMemHandle)
+		return CUDA_ERROR_NOT_FOUND;
+	r = vgpu__real.cuIpcGetMemHandle(pHandle, dptr);
+	if (r != CUDA_SUCCESS || !pHandle ||
+	    !vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t))
+		return r;
+	/* Recorded once per allocation (asking again gives the same handle);
+	 * only cuMemAlloc memory the shim charged. */
+	dv = vgpu__dev_peek((int)t.dev);
+	if (t.kind == VGPU_USAGE_BUFFER && !t.aux && dv && dv->slot) {
+		ipc_key(pHandle, key);
+		n = entry_new(&(struct share){ .dev = (int)t.dev, .rec = -1,
+					       .kind = VGPU_USAGE_BUFFER,
+					       .key = { key[0], key[1] } });
+		if (n) {
+			export_charged(dv, key, VGPU_USAGE_BUFFER, t.bytes,
+				       &rec, &own);
+			entry_set(n, key, rec, own);
+			t.aux = n;
+			t.bytes = own;
+		}
+	}
+	vgpu__track_keep(VGPU_TRACK_PTR, dptr, &t);
+	return r;
+}
+
+/* The entry of IPC pointer p this process opened, counting one more open
+ * if found: its number, or 0. */
+static unsigned opened(uint64_t p, int delta)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&tab_lock);
+	for (unsigned i = 0; i < SHARES; i++)
+		if (tab[i].used && tab[i].ptr == p) {
+			tab[i].opens += (unsigned)delta;
+			n = tab[i].opens ? i + 1 : SHARES + 1;
+			break;
+		}
+	pthread_mutex_unlock(&tab_lock);
+	return n;
+}
+
+static CUresult ipc_open(CUresult (*real)(CUdeviceptr *, CUipcMemHandle,
+					  unsigned int),
+			 CUdeviceptr *pdptr, CUipcMemHandle handle,
+			 unsigned int flags)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+	uint64_t key[2], own, bytes;
+	CUdeviceptr base;
+	size_t size;
+	unsigned n;
+	int rec;
+	CUresult r, c;
+
+	if (!real)
+		return CUDA_ERROR_NOT_FOUND;
+	r = real(pdptr, handle, flags);
+	if (r != CUDA_SUCCESS || !pdptr || !dv || !dv->slot)
+		return r;
+	/* Opened before by this process: the driver counts one more
+	 * reference to the same pointer, and so does the entry. */
+	if (opened(*pdptr, 1))
+		return r;
+	if (!vgpu__real.cuMemGetAddressRange_v2 ||
+	    vgpu__real.cuMemGetAddressRange_v2(&base, &size, *pdptr) !=
+		    CUDA_SUCCESS)
+		return r;
+	bytes = vgpu__alloc_size(size);
+	ipc_key(&handle, key);
+	c = import_charge(dv, key, VGPU_USAGE_BUFFER, bytes, &rec, &own);
+	if (c != CUDA_SUCCESS) {
+		import_refused("cuIpcOpenMemHandle", bytes, c);
+		if (vgpu__real.cuIpcCloseMemHandle)
+			vgpu__real.cuIpcCloseMemHandle(*pdptr);
+		return c;
+	}
+	n = entry_new(&(struct share){ .dev = dv->ordinal, .rec = rec,
+				       .kind = VGPU_USAGE_BUFFER,
+				       .key = { key[0], key[1] }, .own = own,
+				       .ptr = *pdptr, .opens = 1 });
+	if (!n) {
+		vgpu_log(VGPU_LOG_WARN, "the table of shared memory is full: "
+			 "%llu bytes opened by cuIpcOpenMemHandle are charged "
+			 "to this process until it ends",
+			 (unsigned long long)bytes);
+		return r;
+	}
+	vgpu__track_keep(VGPU_TRACK_PTR, *pdptr,
+			 &(struct vgpu_tracked){ .bytes = own,
+						 .kind = VGPU_USAGE_BUFFER,
+						 .dev = (unsigned)dv->ordinal,
+						 .aux = n });
+	return r;
+}
+
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
+			    unsigned int Flags)
+{
+	return ipc_open(vgpu__real.cuIpcOpenMemHandle, pdptr, handle, Flags);
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+			       unsigned int Flags)
+{
+	return ipc_open(vgpu__real.cuIpcOpenMemHandle_v2, pdptr, handle, Flags);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	struct vgpu_tracked t;
+	unsigned n;
+	CUresult r;
+
+	if (!vgpu__real.cuIpcCloseMemHandle)
+		return CUDA_ERROR_NOT_FOUND;
+	r = vgpu__real.cuIpcCloseMemHandle(dptr);
+	if (r != CUDA_SUCCESS)
+		return r;
+	n = opened(dptr, -1);
+	if (n && n <= SHARES)
+		return r;	/* opened more often than closed so far */
+	if (vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t) && t.aux)
+		vgpu__share_gone(t.aux);
+	return r;
+}
+
+/* ---- VMM handles exported as file descriptors ---------------------------------- */
+
+CUresult cuMemExportToShareableHandle(void *shareableHandle,
+				      CUmemGenericAllocationHandle handle,
+				      CUmemAllocationHandleType handleType,
+				      unsigned long long flags)
+{
+	struct vgpu_dev *dv;
+	uint64_t key[2], size, gen, bytes, own;
+	unsigned n;
+	int dev, rec;
+	CUresult r;
+
+	if (!vgpu__real.cuMemExportToShareableHandle)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemExportToShareableHandle(shareableHandle, handle,
+						    handleType, flags);
+	if (r != CUDA_SUCCESS || !shareableHandle ||
+	    handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+	    !fd_key(*(int *)shareableHandle, key, &size))
+		return r;
+	vgpu__vmm_bytes(handle, &gen);
+	/* A handle the shim charged, recorded once (exports after the
+	 * first give descriptors of the same memory). */
+	if (!gen || !vgpu__vmm_share(handle, gen, 0, &dev, &bytes) ||
+	    !(dv = vgpu__dev_peek(dev)) || !dv->slot)
+		return r;
+	/* The handle's charge is this process's own until the record
+	 * takes it: a release racing this gives it back as its own. */
+	n = entry_new(&(struct share){ .dev = dev, .rec = -1,
+				       .kind = VGPU_USAGE_VMM,
+				       .key = { key[0], key[1] }, .own = bytes });
+	if (!n)
+		return r;
+	if (!vgpu__vmm_share(handle, gen, n, &dev, &bytes)) {
+		entry_free(n);
+		return r;
+	}
+	export_charged(dv, key, VGPU_USAGE_VMM, bytes, &rec, &own);
+	entry_set(n, key, rec, own);
+	return r;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+					void *osHandle,
+					CUmemAllocationHandleType shHandleType)
+{
+	static bool warned;
+	CUmemAllocationProp prop;
+	struct vgpu_dev *dv;
+	uint64_t key[2], size = 0, gen, own, bytes;
+	unsigned n;
+	int rec, dev;
+	CUresult r, c;
+
+	if (!vgpu__real.cuMemImportFromShareableHandle)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = vgpu__real.cuMemImportFromShareableHandle(handle, osHandle,
+						      shHandleType);
+	if (r != CUDA_SUCCESS || !handle ||
+	    shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return r;
+	memset(&prop, 0, sizeof(prop));
+	if (!vgpu__real.cuMemGetAllocationPropertiesFromHandle ||
+	    vgpu__real.cuMemGetAllocationPropertiesFromHandle(&prop, *handle)
+		    != CUDA_SUCCESS ||
+	    prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return r;	/* host memory: no device's */
+	dv = vgpu__dev_attach(prop.location.id);
+	if (!dv || !dv->slot)
+		return r;
+	if (!fd_key((int)(intptr_t)osHandle, key, &size) || size == 0) {
+		if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+			vgpu_log(VGPU_LOG_WARN, "cuMemImportFromShareableHandle: "
+				 "the descriptor does not tell which memory it "
+				 "is (not a regular file), so imported memory "
+				 "is charged to its exporter only "
+				 "(docs/memory.md)");
+		return r;
+	}
+	c = import_charge(dv, key, VGPU_USAGE_VMM, size, &rec, &own);
+	if (c != CUDA_SUCCESS) {
+		import_refused("cuMemImportFromShareableHandle", size, c);
+		if (vgpu__real.cuMemRelease)
+			vgpu__real.cuMemRelease(*handle);
+		return c;
+	}
+	n = entry_new(&(struct share){ .dev = dv->ordinal, .rec = rec,
+				       .kind = VGPU_USAGE_VMM,
+				       .key = { key[0], key[1] }, .own = own });
+	gen = vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, own);
+	if (!n || !gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes)) {
+		/* Not tracked: it stays as charged until the process ends. */
+		vgpu_log(VGPU_LOG_WARN, "the table of shared memory is full: "
+			 "imported memory stays held by this process in the "
+			 "ledger until it ends");
+		if (n)
+			entry_free(n);
+	}
+	return r;
+}
