@@ -283,6 +283,8 @@ bool vgpu__leaving;
 
 void vgpu__dev_leave_all(void)
 {
+	/* The exiting thread's launches are charged before the ledgers go. */
+	vgpu__launch_process_exit();
 	__atomic_store_n(&vgpu__leaving, true, __ATOMIC_RELEASE);
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
 		struct vgpu_dev *dv = &devs[i];

@@ -24,6 +24,7 @@ struct vgpu_dev {
 	int policy;		/* enum vgpu_compute_policy */
 	int overcommit;		/* enum vgpu_overcommit, AUTO resolved */
 	bool spatial;		/* VGPU_COMPUTE_MODE=spatial asked for */
+	CUcontext primary;	/* the primary context, once retained */
 	int spatial_state;	/* 0 not tried, 1 built or building, 2 failed */
 	CUcontext spatial_ctx;	/* the primary context on a green context */
 };
@@ -47,17 +48,18 @@ extern bool vgpu__compute_on;
 void vgpu__launch_fork_child(void);
 /* The exiting thread's launches charged and its events given back. */
 void vgpu__launch_thread_exit(void);
+/* At the process's exit, with no driver call (the driver may be gone):
+ * the exiting thread's launches charged at least since they were issued. */
+void vgpu__launch_process_exit(void);
 /* Set once the process leaves its ledgers at exit (their memory is gone):
  * the launch state's clean-up does nothing from then on. */
 extern bool vgpu__leaving;
-/* Bumped before a context that may hold capped launch state is destroyed,
- * reset or released for the last time: a thread's launch state made before
- * then is dropped without touching its handles (launch.c). */
-extern unsigned vgpu__ctx_epoch;
-static inline void vgpu__ctx_teardown(void)
-{
-	__atomic_add_fetch(&vgpu__ctx_epoch, 1, __ATOMIC_ACQ_REL);
-}
+/* Called before a context that may hold capped launch state is destroyed,
+ * reset or released for the last time (NULL: a context not known): the
+ * launch state threads made in it before then is dropped without touching
+ * its handles (launch.c); other contexts' state stays. */
+#define VGPU_CTX_EPOCHS 256
+void vgpu__ctx_teardown(CUcontext ctx);
 
 /* The device's state, attached on first use; NULL if d is not a device.
  * A FAILED device was refused: its hooks answer CUDA_ERROR_INVALID_DEVICE. */

@@ -6,14 +6,21 @@
  *   1. collects the GPU time of this thread's earlier launches whose end
  *      event has completed (cuEventQuery: never blocks) and settles it;
  *   2. asks the bucket for admission with an estimate of its own GPU time
- *      (the running average of this thread's measured launches); told to
- *      wait, it sleeps holding nothing and asks again;
+ *      (what the same function or graph measured last, raised at once by a
+ *      longer measurement; else this thread's running average; else the
+ *      process's); told to wait, it sleeps holding nothing and asks again;
  *   3. records an event on the launch's stream, launches, records another:
  *      the two events' elapsed time is the launch's GPU time, read back
  *      later by step 1, never by blocking.
- * The first launch of a thread goes alone (its length is unknown until it
- * has run); after that up to RING launches are in flight per context and
- * thread, and a full ring waits for its oldest.
+ * A launch with no estimate at all (the process's first) goes alone (its
+ * length is unknown until it has run); after that up to RING launches are
+ * in flight per context and thread, and a full ring waits for its oldest.
+ * No launch goes uncharged: a thread that exits waits (boundedly) for its
+ * launches and charges what they measured; the process's exit charges the
+ * exiting thread's launches at least the time since they were issued; a
+ * context torn down forgets only its own threads' state; a launch with no
+ * current context is measured in its stream's; the old entry points
+ * (cuLaunch, cuLaunchGrid, cuLaunchGridAsync) are throttled like the rest.
  */
 #include "devices.h"
 #include "overcommit.h"
@@ -44,6 +51,8 @@ enum { EST_KERNEL, EST_GRAPH, EST_KINDS };
 struct pending {
 	CUevent start, end;
 	uint64_t estimate;
+	uint64_t key;		/* the function or graph, for its estimate */
+	bool probe;		/* went with no estimate: others wait for it */
 	struct vgpu_dev *dv;
 	int kind;
 	int ref;		/* the reference event it is placed against */
@@ -53,6 +62,7 @@ struct pending {
 /* A measured launch waiting to be charged. */
 struct measured {
 	uint64_t start, end;	/* CLOCK_MONOTONIC ns */
+	uint64_t key;
 	uint64_t estimate;	/* what the bucket is charged for it so far */
 	struct vgpu_dev *dv;
 	int kind;
@@ -61,7 +71,7 @@ struct measured {
 /* One thread's measurements in one context (events belong to a context). */
 struct ctx_state {
 	CUcontext ctx;
-	unsigned epoch;		/* vgpu__ctx_epoch when it was taken */
+	unsigned epoch;		/* its context's teardown count when taken */
 	uint64_t used;		/* last use, for eviction */
 	CUevent free_ev[2 * RING];
 	int nfree;
@@ -94,10 +104,92 @@ static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint64_t tls_clock;
 
 /* A thread's events and calibration stream are given back when it exits
- * (lifetime.c calls vgpu__launch_thread_exit), if no context has been torn
- * down since they were made: then the driver has freed them with their
- * context, or their handle may name another one. */
-unsigned vgpu__ctx_epoch;
+ * (lifetime.c calls vgpu__launch_thread_exit), if its context has not been
+ * torn down since they were made: then the driver has freed them with it,
+ * or its handle may name another context. Teardowns are counted per
+ * context handle (in buckets: a collision only forgets more). */
+unsigned vgpu__ctx_epochs[VGPU_CTX_EPOCHS];
+
+static unsigned *epoch_of(CUcontext ctx)
+{
+	uintptr_t v = (uintptr_t)ctx;
+
+	return &vgpu__ctx_epochs[(v >> 4 ^ v >> 12) % VGPU_CTX_EPOCHS];
+}
+
+void vgpu__ctx_teardown(CUcontext ctx)
+{
+	if (!ctx) {	/* which one is not known: every thread's */
+		for (int i = 0; i < VGPU_CTX_EPOCHS; i++)
+			__atomic_add_fetch(&vgpu__ctx_epochs[i], 1,
+					   __ATOMIC_ACQ_REL);
+		return;
+	}
+	__atomic_add_fetch(epoch_of(ctx), 1, __ATOMIC_ACQ_REL);
+}
+
+/* ---- estimates ----------------------------------------------------------- */
+
+/* What this process measured last, per device and kind, for a thread or
+ * context that has measured nothing yet (atomic). */
+static uint64_t proc_avg[VGPU_MAX_DEVICES][EST_KINDS];
+
+/* Per function or graph: its recent GPU time, raised at once by a longer
+ * measurement and lowered slowly, so that a long kernel after short ones
+ * is not admitted at the short ones' average. A small direct-mapped table
+ * of (key, ns) pairs, atomic fields: a torn pair only misestimates one
+ * admission, which its measured charge corrects. */
+#define FN_EST 1024
+
+static struct {
+	uint64_t key, ns;
+} fn_est[FN_EST];
+
+static size_t fn_slot(uint64_t key)
+{
+	return (size_t)((key >> 4) ^ (key >> 17)) % FN_EST;
+}
+
+/* A launch with no estimate anywhere in the process goes alone: the
+ * CLOCK_MONOTONIC time it went (0: none), per device; other threads wait
+ * until its length is read (or PROBE_MAX_NS, if its thread never reads
+ * it), so that eight threads starting at once do not all go unmeasured. */
+static uint64_t probing[VGPU_MAX_DEVICES];
+#define PROBE_MAX_NS 1000000000ull
+#define PROBE_POLL_NS 200000
+
+static void probe_done(const struct pending *p)
+{
+	if (p->probe)
+		__atomic_store_n(&probing[p->dv->ordinal], 0, __ATOMIC_RELEASE);
+}
+
+static uint64_t fn_estimate(uint64_t key)
+{
+	size_t i = fn_slot(key);
+
+	if (!key || __atomic_load_n(&fn_est[i].key, __ATOMIC_ACQUIRE) != key)
+		return 0;
+	return __atomic_load_n(&fn_est[i].ns, __ATOMIC_RELAXED);
+}
+
+static void fn_measured(uint64_t key, uint64_t ns)
+{
+	size_t i = fn_slot(key);
+	uint64_t old;
+
+	if (!key)
+		return;
+	if (__atomic_load_n(&fn_est[i].key, __ATOMIC_ACQUIRE) != key) {
+		__atomic_store_n(&fn_est[i].ns, ns ? ns : 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&fn_est[i].key, key, __ATOMIC_RELEASE);
+		return;
+	}
+	old = __atomic_load_n(&fn_est[i].ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&fn_est[i].ns,
+			 ns >= old ? ns : (old * 3 + ns) / 4 + 1,
+			 __ATOMIC_RELAXED);
+}
 
 bool vgpu__compute_on;
 
@@ -186,6 +278,8 @@ static void charge_done(struct ctx_state *c, uint64_t now, bool force)
 
 		uint64_t *avg = &c->avg_ns[m->kind];
 		*avg = *avg ? (*avg * 3 + own) / 4 : (own ? own : 1);
+		__atomic_store_n(&proc_avg[m->dv->ordinal][m->kind], *avg,
+				 __ATOMIC_RELAXED);
 		c->done_head = (c->done_head + 1) % (2 * RING);
 		c->done_count--;
 	}
@@ -245,7 +339,14 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 		&c->done[(c->done_head + c->done_count) % (2 * RING)];
 	m->start = start;
 	m->end = start + len;
+	m->key = p->key;
 	m->estimate = first;
+	fn_measured(p->key, first);
+	if (!__atomic_load_n(&proc_avg[p->dv->ordinal][p->kind],
+			     __ATOMIC_RELAXED))
+		__atomic_store_n(&proc_avg[p->dv->ordinal][p->kind],
+				 first ? first : 1, __ATOMIC_RELAXED);
+	probe_done(p);
 	m->dv = p->dv;
 	m->kind = p->kind;
 	c->done_count++;
@@ -294,21 +395,34 @@ static void release(struct ctx_state *c)
  * handles may be freed, or name another context's objects. */
 static bool stale(const struct ctx_state *c)
 {
-	return c->epoch != __atomic_load_n(&vgpu__ctx_epoch, __ATOMIC_ACQUIRE);
+	return c->epoch != __atomic_load_n(epoch_of(c->ctx), __ATOMIC_ACQUIRE);
+}
+
+/* Settles c's pending launches without a driver call: each at its
+ * estimate, or its share of the time since the oldest was issued if that
+ * is more (one stream runs them one after another). They stay in the ring
+ * (for release() to give their events back); c is dropped after. */
+static void settle_unread(struct ctx_state *c, uint64_t now)
+{
+	uint64_t first = c->count ? c->ring[c->head].issued : now;
+	uint64_t share = c->count && now > first ? (now - first) / c->count : 0;
+
+	for (unsigned i = 0; i < c->count; i++) {
+		struct pending *p = &c->ring[(c->head + i) % RING];
+		uint64_t t = p->estimate > share ? p->estimate : share;
+
+		if (p->dv->slot)
+			vgpu_throttle_settle(p->dv->slot, t, p->estimate);
+		probe_done(p);
+	}
 }
 
 /* Drops c without a driver call: its measured launches are charged, the
- * ones not yet read are settled at their estimate (what they were charged
- * on admission); its events and stream are left to its context. */
+ * ones not yet read are settled by settle_unread; its events and stream
+ * are left to its context. */
 static void forget(struct ctx_state *c)
 {
-	for (unsigned i = 0; i < c->count; i++) {
-		struct pending *p = &c->ring[(c->head + i) % RING];
-
-		if (p->dv->slot)
-			vgpu_throttle_settle(p->dv->slot, p->estimate,
-					     p->estimate);
-	}
+	settle_unread(c, now_ns());
 	charge_done(c, 0, true);
 	memset(c, 0, sizeof(*c));
 }
@@ -327,16 +441,59 @@ static void retire(struct ctx_state *c, bool wait)
 	}
 	while (c->count && settle_oldest(c, wait))
 		;
+	settle_unread(c, now_ns());
 	charge_done(c, 0, true);
 	release(c);
 	vgpu__real.cuCtxPopCurrent_v2(&top);
 }
 
+/* A thread that exits with launches still running: it waits for them up
+ * to this long (they are its GPU time, to be charged as measured), then
+ * charges the rest at least the time since they were issued. */
+#define EXIT_WAIT_NS 2000000000ull
+
 void vgpu__launch_thread_exit(void)
 {
-	for (int i = 0; i < CTXS; i++)
-		if (tls_ctx[i].ctx)
-			retire(&tls_ctx[i], false);
+	uint64_t deadline = now_ns() + EXIT_WAIT_NS;
+
+	for (int i = 0; i < CTXS; i++) {
+		struct ctx_state *c = &tls_ctx[i];
+		CUcontext top;
+
+		if (!c->ctx)
+			continue;
+		if (stale(c) ||
+		    vgpu__real.cuCtxPushCurrent_v2(c->ctx) != CUDA_SUCCESS) {
+			forget(c);
+			continue;
+		}
+		while (c->count) {
+			if (settle_oldest(c, false))
+				continue;
+			if (now_ns() > deadline)
+				break;
+			sched_yield();
+		}
+		settle_unread(c, now_ns());
+		charge_done(c, 0, true);
+		release(c);
+		vgpu__real.cuCtxPopCurrent_v2(&top);
+	}
+}
+
+void vgpu__launch_process_exit(void)
+{
+	uint64_t now = now_ns();
+
+	for (int i = 0; i < CTXS; i++) {
+		struct ctx_state *c = &tls_ctx[i];
+
+		if (!c->ctx)
+			continue;
+		settle_unread(c, now);
+		charge_done(c, 0, true);
+		memset(c, 0, sizeof(*c));
+	}
 }
 
 /* This thread's state for the current context, NULL if none is current. */
@@ -372,7 +529,7 @@ static struct ctx_state *ctx_state(void)
 	}
 	memset(lru, 0, sizeof(*lru));
 	lru->ctx = ctx;
-	lru->epoch = __atomic_load_n(&vgpu__ctx_epoch, __ATOMIC_ACQUIRE);
+	lru->epoch = __atomic_load_n(epoch_of(ctx), __ATOMIC_ACQUIRE);
 	lru->used = ++tls_clock;
 	lru->ref = -1;
 	vgpu__lifetime_watch_thread();
@@ -397,7 +554,8 @@ static bool take_events(struct ctx_state *c, CUevent *a, CUevent *b)
 /* The launch being made, whatever its entry point. */
 enum call_kind {
 	CALL_KERNEL, CALL_KERNEL_PTSZ, CALL_EX, CALL_EX_PTSZ, CALL_COOP,
-	CALL_COOP_PTSZ, CALL_GRAPH, CALL_GRAPH_PTSZ
+	CALL_COOP_PTSZ, CALL_LEGACY, CALL_LEGACY_GRID, CALL_LEGACY_ASYNC,
+	CALL_GRAPH, CALL_GRAPH_PTSZ
 };
 
 struct call {
@@ -435,6 +593,13 @@ static CUresult call_real(const struct call *c)
 		return vgpu__real.cuLaunchCooperativeKernel_ptsz(c->f, c->g[0],
 			c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shmem,
 			c->stream, c->params);
+	case CALL_LEGACY:
+		return vgpu__real.cuLaunch(c->f);
+	case CALL_LEGACY_GRID:
+		return vgpu__real.cuLaunchGrid(c->f, (int)c->g[0], (int)c->g[1]);
+	case CALL_LEGACY_ASYNC:
+		return vgpu__real.cuLaunchGridAsync(c->f, (int)c->g[0],
+						    (int)c->g[1], c->stream);
 	case CALL_GRAPH:
 		return vgpu__real.cuGraphLaunch(c->graph, c->stream);
 	case CALL_GRAPH_PTSZ:
@@ -455,22 +620,72 @@ static CUresult record(CUevent e, CUstream s, bool ptsz)
 		    : vgpu__real.cuEventRecord(e, s);
 }
 
-/* Admits, launches and measures one capped launch. */
+/* What the launch is admitted with: its function's or graph's recent time,
+ * else this thread's average in the context, else the process's. */
+static uint64_t estimate(const struct ctx_state *c, const struct vgpu_dev *dv,
+			 int kind, uint64_t key)
+{
+	uint64_t e = fn_estimate(key);
+
+	if (!e)
+		e = c->avg_ns[kind];
+	if (!e)
+		e = __atomic_load_n(&proc_avg[dv->ordinal][kind],
+				    __ATOMIC_RELAXED);
+	return e;
+}
+
+static CUstream call_stream(const struct call *call)
+{
+	return call->config ? call->config->hStream : call->stream;
+}
+
+static CUresult throttled_in(const struct call *call, struct vgpu_dev *dv,
+			     struct ctx_state *c);
+
+/* Admits, launches and measures one capped launch. With no current
+ * context (a CUkernel launched on a stream), the stream's context is made
+ * current for it: the launch is measured and charged there. */
 static CUresult throttled(const struct call *call)
 {
-	struct vgpu_dev *dv = vgpu__dev_current();
+	struct vgpu_dev *dv;
 	struct ctx_state *c;
+	CUcontext sctx = NULL, top;
+	CUstream s = call_stream(call);
+	CUresult r;
+
+	if (__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
+		return call_real(call);
+	c = ctx_state();
+	if (!c && s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD &&
+	    vgpu__real.cuStreamGetCtx &&
+	    vgpu__real.cuStreamGetCtx(s, &sctx) == CUDA_SUCCESS && sctx &&
+	    vgpu__real.cuCtxPushCurrent_v2(sctx) == CUDA_SUCCESS)
+		c = ctx_state();
+	else
+		sctx = NULL;
+	dv = vgpu__dev_current();
+	if (!dv || !dv->slot || !dv->capped || !c)
+		r = call_real(call);
+	else
+		r = throttled_in(call, dv, c);
+	if (sctx)
+		vgpu__real.cuCtxPopCurrent_v2(&top);
+	return r;
+}
+
+static CUresult throttled_in(const struct call *call, struct vgpu_dev *dv,
+			     struct ctx_state *c)
+{
 	struct pending *p;
 	bool ptsz = per_thread(call->kind);
 	int kind = call->kind >= CALL_GRAPH ? EST_GRAPH : EST_KERNEL;
+	uint64_t key = kind == EST_GRAPH ? (uint64_t)(uintptr_t)call->graph
+					 : (uint64_t)(uintptr_t)call->f;
 	uint64_t est, wait, t0 = 0, waited = 0;
 	CUevent a, b;
 	CUresult r;
 
-	if (!dv || !dv->slot || !dv->capped ||
-	    __atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE) ||
-	    !(c = ctx_state()))
-		return call_real(call);
 	/* On the green context the hardware enforces the share. */
 	if (c->ctx == __atomic_load_n(&dv->spatial_ctx, __ATOMIC_ACQUIRE))
 		return call_real(call);
@@ -479,12 +694,29 @@ static CUresult throttled(const struct call *call)
 	if (c->ref < 0 || now - c->ref_ns[c->ref] > CALIBRATE_NS)
 		calibrate(c);
 	collect(c, now);
-	/* Nothing measured yet: this launch goes alone. */
-	while (!c->avg_ns[kind] && c->count)
+	/* Nothing measured yet: this launch goes alone, after this thread's
+	 * earlier ones, and no other thread's probe is in flight. */
+	while (!estimate(c, dv, kind, key) && c->count)
 		settle_oldest(c, true);
 	if (c->count == RING)
 		settle_oldest(c, true);
-	est = c->avg_ns[kind];
+	bool probe = false;
+	while (!(est = estimate(c, dv, kind, key))) {
+		uint64_t *pr = &probing[dv->ordinal];
+		uint64_t went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
+		struct timespec ts = { 0, PROBE_POLL_NS };
+
+		now = now_ns();
+		if ((!went || now - went > PROBE_MAX_NS) &&
+		    __atomic_compare_exchange_n(pr, &went, now, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			probe = true;
+			break;
+		}
+		nanosleep(&ts, NULL);
+	}
+	now = now_ns();
 	while ((wait = vgpu_throttle_admit_waiting(dv->slot, now, est,
 						   t0 ? now - t0 : 0)) != 0) {
 		struct timespec ts;
@@ -506,15 +738,21 @@ static CUresult throttled(const struct call *call)
 	if (!take_events(c, &a, &b)) {
 		r = call_real(call);
 		vgpu_throttle_settle(dv->slot, est, est);
+		if (probe)
+			__atomic_store_n(&probing[dv->ordinal], 0,
+					 __ATOMIC_RELEASE);
 		return r;
 	}
-	CUstream s = call->config ? call->config->hStream : call->stream;
+	CUstream s = call_stream(call);
 	record(a, s, ptsz);
 	r = call_real(call);
 	if (r != CUDA_SUCCESS) {
 		vgpu_throttle_settle(dv->slot, 0, est);
 		c->free_ev[c->nfree++] = a;
 		c->free_ev[c->nfree++] = b;
+		if (probe)
+			__atomic_store_n(&probing[dv->ordinal], 0,
+					 __ATOMIC_RELEASE);
 		return r;
 	}
 	record(b, s, ptsz);
@@ -522,6 +760,8 @@ static CUresult throttled(const struct call *call)
 	p->start = a;
 	p->end = b;
 	p->estimate = est;
+	p->key = key;
+	p->probe = probe;
 	p->dv = dv;
 	p->kind = kind;
 	p->ref = c->ref;
@@ -578,6 +818,11 @@ SYNC_HOOK(cuCtxSynchronize_v2, (CUcontext ctx), (ctx))
 SYNC_HOOK(cuStreamSynchronize, (CUstream s), (s))
 SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream s), (s))
 SYNC_HOOK(cuEventSynchronize, (CUevent e), (e))
+/* A query that finds the work done is a synchronisation too (a program
+ * that polls instead of waiting). */
+SYNC_HOOK(cuStreamQuery, (CUstream s), (s))
+SYNC_HOOK(cuStreamQuery_ptsz, (CUstream s), (s))
+SYNC_HOOK(cuEventQuery, (CUevent e), (e))
 
 void vgpu__launch_fork_child(void)
 {
@@ -760,4 +1005,64 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 	struct call c_ = { .kind = CALL_GRAPH_PTSZ, .graph = hGraphExec,
 			   .stream = hStream };
 	return launch_slow(&c_);
+}
+
+/* The launch entry points from before cuLaunchKernel (deprecated, still
+ * exported by the driver): throttled like the others. */
+CUresult cuLaunch(CUfunction f)
+{
+	if (FAST)
+		return vgpu__real.cuLaunch ? vgpu__real.cuLaunch(f)
+					   : CUDA_ERROR_NOT_FOUND;
+	struct call c_ = { .kind = CALL_LEGACY, .f = f };
+	return vgpu__real.cuLaunch ? launch_slow(&c_) : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+{
+	if (FAST || !vgpu__real.cuLaunchGrid)
+		return vgpu__real.cuLaunchGrid
+			       ? vgpu__real.cuLaunchGrid(f, grid_width,
+							 grid_height)
+			       : CUDA_ERROR_NOT_FOUND;
+	struct call c_ = { .kind = CALL_LEGACY_GRID, .f = f,
+			   .g = { (unsigned)grid_width, (unsigned)grid_height,
+				  1 } };
+	return launch_slow(&c_);
+}
+
+CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height,
+			   CUstream hStream)
+{
+	if (FAST || !vgpu__real.cuLaunchGridAsync)
+		return vgpu__real.cuLaunchGridAsync
+			       ? vgpu__real.cuLaunchGridAsync(f, grid_width,
+							      grid_height,
+							      hStream)
+			       : CUDA_ERROR_NOT_FOUND;
+	struct call c_ = { .kind = CALL_LEGACY_ASYNC, .f = f,
+			   .g = { (unsigned)grid_width, (unsigned)grid_height,
+				  1 }, .stream = hStream };
+	return launch_slow(&c_);
+}
+
+/* Launches on several devices at once, measured by no single stream: with
+ * a compute share set, refused with a message (the API is deprecated;
+ * cuLaunchCooperativeKernel per device does the same). */
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList,
+					      unsigned int numDevices,
+					      unsigned int flags)
+{
+	if (!vgpu__real.cuLaunchCooperativeKernelMultiDevice)
+		return CUDA_ERROR_NOT_FOUND;
+	if (__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED)) {
+		vgpu_log(VGPU_LOG_ERROR, "cuLaunchCooperativeKernelMultiDevice "
+			 "is refused while a compute share is set "
+			 "(VGPU_COMPUTE_LIMIT): its launches cannot be "
+			 "measured; launch with cuLaunchCooperativeKernel on "
+			 "each device");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return vgpu__real.cuLaunchCooperativeKernelMultiDevice(
+		launchParamsList, numDevices, flags);
 }

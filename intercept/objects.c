@@ -659,10 +659,13 @@ CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 
 	if (!vgpu__real.cuGreenCtxDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	vgpu__ctx_teardown();
 	if (vgpu__real.cuCtxFromGreenCtx &&
-	    vgpu__real.cuCtxFromGreenCtx(&ctx, hCtx) == CUDA_SUCCESS)
+	    vgpu__real.cuCtxFromGreenCtx(&ctx, hCtx) == CUDA_SUCCESS) {
+		vgpu__ctx_teardown(ctx);
 		vgpu__overcommit_ctx_orphan(ctx);
+	} else {
+		vgpu__ctx_teardown(NULL);
+	}
 	known = take_handle((uintptr_t)hCtx, &t);
 	return forget_handle((uintptr_t)hCtx, vgpu__real.cuGreenCtxDestroy(hCtx),
 			     &t, known);
@@ -677,7 +680,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 	if (!vgpu__real.cuCtxDestroy_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	vgpu__ctx_teardown();
+	vgpu__ctx_teardown(ctx);
 	vgpu__overcommit_ctx_gone(ctx);
 	known = vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
 	r = forget_handle(key, vgpu__real.cuCtxDestroy_v2(ctx), &t, known);
@@ -713,6 +716,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return CUDA_SUCCESS;
 	}
 	r = vgpu__real.cuDevicePrimaryCtxRetain(pctx, dev);
+	if (r == CUDA_SUCCESS)
+		__atomic_store_n(&dv->primary, *pctx, __ATOMIC_RELEASE);
 	if (r != CUDA_SUCCESS) {
 		__atomic_sub_fetch(&dv->primary_refs, 1, __ATOMIC_ACQ_REL);
 		if (first)
@@ -734,7 +739,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	 * retain the shim counted is the one that tears the context down. */
 	if (!spatial && dv && dv->slot &&
 	    __atomic_load_n(&dv->primary_refs, __ATOMIC_ACQUIRE) <= 1)
-		vgpu__ctx_teardown();
+		vgpu__ctx_teardown(__atomic_load_n(&dv->primary,
+						   __ATOMIC_ACQUIRE));
 	r = spatial ? CUDA_SUCCESS
 		    : vgpu__real.cuDevicePrimaryCtxRelease_v2(dev);
 	if (r != CUDA_SUCCESS || !dv || !dv->slot)
@@ -760,7 +766,8 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	if (!vgpu__real.cuDevicePrimaryCtxReset_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (dv && dv->slot)
-		vgpu__ctx_teardown();
+		vgpu__ctx_teardown(__atomic_load_n(&dv->primary,
+						   __ATOMIC_ACQUIRE));
 	r = vgpu__real.cuDevicePrimaryCtxReset_v2(dev);
 	/* The context and its allocations are gone; its retains stay (it is
 	 * created again on next use), and so does its charge. */

@@ -1,0 +1,273 @@
+/* escape.c - launch patterns that once escaped a hard compute cap (issue
+ * 13), each judged by the kernels' own start and end stamps.
+ *
+ *   escape --style S --seconds N --cap PCT [--tolerance PTS]
+ *
+ * Styles:
+ *   thread       each launch (1 ms) from a new thread that exits without a
+ *                synchronising call;
+ *   scratch-ctx  a scratch context created and destroyed before each
+ *                launch (1 ms, queued asynchronously);
+ *   kernel       a CUkernel (cuLibraryGetKernel) launched on an explicit
+ *                stream with no current context (1 ms);
+ *   threads8     8 threads launching 100 ms kernels back to back;
+ *   mixed        40 kernels of 20 us, then 15 of 100 ms, over and over.
+ * Prints the share over the run and the largest share of any 1-second
+ * window (stepped by 100 ms), and exits 1 when a window is more than the
+ * tolerance (default 1 point) above the cap, or the run as a whole is
+ * more than that plus one longest kernel over the run's length (a kernel
+ * admitted near the end on a full bucket runs into debt the run does not
+ * last long enough to repay), or when the run delivered less than a third
+ * of the cap (the kernels did not run).
+ *
+ * Runs under LD_PRELOAD=libvgpu.so with VGPU_COMPUTE_LIMIT=PCT and
+ * VGPU_COMPUTE_POLICY=hard; makes its own simulated device and ledger.
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vgpu_kernels.h"
+
+#define MAX_KERNELS 200000
+
+static CUcontext ctx;
+static CUfunction spin;
+static CUdeviceptr times;
+static size_t next_slot;	/* kernels launched (their stamp slots) */
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t end_ns;
+static uint64_t longest_ns;	/* the style's longest kernel */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, CUresult r)
+{
+	const char *s = NULL;
+
+	cuGetErrorName(r, &s);
+	fprintf(stderr, "escape: %s: %s\n", what, s ? s : "?");
+	exit(2);
+}
+
+static size_t take_slot(void)
+{
+	size_t i;
+
+	pthread_mutex_lock(&slot_lock);
+	i = next_slot < MAX_KERNELS ? next_slot++ : MAX_KERNELS;
+	pthread_mutex_unlock(&slot_lock);
+	return i;
+}
+
+/* Launches vgpu_spin(ns) on stream s with its stamps in a slot of its own;
+ * false when the slots ran out. */
+static bool launch(CUfunction f, uint64_t ns, CUstream s)
+{
+	size_t i = take_slot();
+	if (ns > longest_ns)
+		longest_ns = ns;
+	CUdeviceptr t = times + i * 2 * sizeof(uint64_t);
+	void *params[] = { &ns, &t };
+	CUresult r;
+
+	if (i == MAX_KERNELS)
+		return false;
+	if ((r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL)))
+		die("launch", r);
+	return true;
+}
+
+static void *one_launch(void *arg)
+{
+	(void)arg;
+	if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+		return NULL;
+	launch(spin, 1000000, NULL);
+	return NULL;	/* exits without synchronising */
+}
+
+static void *long_launches(void *arg)
+{
+	(void)arg;
+	if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+		return NULL;
+	while (now_ns() < end_ns && launch(spin, 100000000, NULL))
+		cuStreamQuery(NULL);
+	cuCtxSynchronize();
+	return NULL;
+}
+
+static void run(const char *style)
+{
+	CUresult r;
+
+	if (!strcmp(style, "thread")) {
+		while (now_ns() < end_ns) {
+			pthread_t t;
+
+			if (pthread_create(&t, NULL, one_launch, NULL) ||
+			    pthread_join(t, NULL))
+				die("thread", CUDA_ERROR_UNKNOWN);
+		}
+	} else if (!strcmp(style, "scratch-ctx")) {
+		for (unsigned n = 0; now_ns() < end_ns; n++) {
+			CUcontext scratch;
+			CUdevice dev;
+
+			if ((r = cuDeviceGet(&dev, 0)) ||
+			    (r = cuCtxCreate(&scratch, NULL, 0, dev)) ||
+			    (r = cuCtxDestroy(scratch)) ||
+			    (r = cuCtxSetCurrent(ctx)))
+				die("scratch context", r);
+			if (!launch(spin, 1000000, NULL))
+				break;
+			if (n % 8 == 7)	/* keep the queue short */
+				cuStreamSynchronize(NULL);
+		}
+	} else if (!strcmp(style, "kernel")) {
+		CUlibrary lib;
+		CUkernel k;
+		CUstream s;
+		CUcontext none = NULL;
+
+		if ((r = cuLibraryLoadData(&lib, vgpu_kernels_fatbin, NULL,
+					   NULL, 0, NULL, NULL, 0)) ||
+		    (r = cuLibraryGetKernel(&k, lib, "vgpu_spin")) ||
+		    (r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) ||
+		    (r = cuCtxSetCurrent(none)))
+			die("library", r);
+		for (unsigned n = 0; now_ns() < end_ns; n++) {
+			if (!launch((CUfunction)k, 1000000, s))
+				break;
+			if (n % 8 == 7)
+				cuStreamSynchronize(s);
+		}
+		cuStreamSynchronize(s);
+		cuCtxSetCurrent(ctx);
+	} else if (!strcmp(style, "threads8")) {
+		pthread_t t[8];
+
+		for (int i = 0; i < 8; i++)
+			if (pthread_create(&t[i], NULL, long_launches, NULL))
+				die("thread", CUDA_ERROR_UNKNOWN);
+		for (int i = 0; i < 8; i++)
+			pthread_join(t[i], NULL);
+	} else if (!strcmp(style, "mixed")) {
+		while (now_ns() < end_ns) {
+			for (int i = 0; i < 40; i++)
+				launch(spin, 20000, NULL);
+			for (int i = 0; i < 15 && now_ns() < end_ns; i++)
+				if (!launch(spin, 100000000, NULL))
+					break;
+			cuStreamSynchronize(NULL);
+		}
+	} else {
+		fprintf(stderr, "escape: unknown style '%s'\n", style);
+		exit(2);
+	}
+	if ((r = cuCtxSetCurrent(ctx)) || (r = cuCtxSynchronize()))
+		die("final sync", r);
+}
+
+/* Kernel time of the stamps inside [a, b). */
+static uint64_t busy(const uint64_t *t, size_t n, uint64_t a, uint64_t b)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t s = t[2 * i] > a ? t[2 * i] : a;
+		uint64_t e = t[2 * i + 1] < b ? t[2 * i + 1] : b;
+
+		if (t[2 * i + 1] && e > s)
+			sum += e - s;
+	}
+	return sum;
+}
+
+int main(int argc, char **argv)
+{
+	const char *style = "thread";
+	double seconds = 4, cap = 30, tol = 1;
+	char dir[] = "/tmp/vgpu-escape.XXXXXX";
+	CUdevice dev;
+	CUmodule mod;
+	CUresult r;
+
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--style"))
+			style = argv[i + 1];
+		else if (!strcmp(argv[i], "--seconds"))
+			seconds = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--cap"))
+			cap = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--tolerance"))
+			tol = atof(argv[i + 1]);
+	}
+	if (!getenv("VGPU_SIM_STATE_DIR") && mkdtemp(dir)) {
+		char ledger[64];
+
+		setenv("VGPU_SIM_STATE_DIR", dir, 1);
+		snprintf(ledger, sizeof(ledger), "%s/ledger", dir);
+		setenv("VGPU_LEDGER_DIR", ledger, 1);
+	}
+	if ((r = cuInit(0)) || (r = cuDeviceGet(&dev, 0)) ||
+	    (r = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
+	    (r = cuCtxSetCurrent(ctx)))
+		die("start", r);
+	if ((r = cuModuleLoadData(&mod, vgpu_kernels_fatbin)) ||
+	    (r = cuModuleGetFunction(&spin, mod, "vgpu_spin")))
+		die("module", r);
+	if ((r = cuMemAlloc(&times, MAX_KERNELS * 2 * sizeof(uint64_t))) ||
+	    (r = cuMemsetD8(times, 0, MAX_KERNELS * 2 * sizeof(uint64_t))))
+		die("times", r);
+
+	uint64_t t0 = now_ns();
+	end_ns = t0 + (uint64_t)(seconds * 1e9);
+	run(style);
+	uint64_t t1 = now_ns();
+	size_t n = next_slot;
+	uint64_t *t = calloc(n * 2 + 2, sizeof(uint64_t));
+
+	if (!t || (r = cuMemcpyDtoH(t, times, n * 2 * sizeof(uint64_t))))
+		die("read times", r);
+	double all = 100.0 * (double)busy(t, n, t0, t1) / (double)(t1 - t0);
+	double worst = 0;
+	uint64_t worst_at = t0;
+
+	for (uint64_t w = t0; w + 1000000000ull <= t1; w += 100000000ull) {
+		double x = 100.0 * (double)busy(t, n, w, w + 1000000000ull) / 1e9;
+		if (x > worst) {
+			worst = x;
+			worst_at = w;
+		}
+	}
+	printf("escape %s: %zu kernels, %.2f%% over %.2f s, the busiest "
+	       "1-second window %.2f%% (at +%.1f s); cap %.0f%%\n", style, n,
+	       all, (double)(t1 - t0) / 1e9, worst,
+	       (double)(worst_at - t0) / 1e9, cap);
+	double tail = 100.0 * (double)longest_ns / (double)(t1 - t0);
+
+	if (worst > cap + tol || all > cap + tol + tail) {
+		printf("escape: above the cap by more than %.1f point(s) in a "
+		       "window, or %.1f over the run\n", tol, tol + tail);
+		return 1;
+	}
+	if (all < cap / 3) {
+		printf("escape: under a third of the cap: the kernels did not "
+		       "run\n");
+		return 1;
+	}
+	return 0;
+}
