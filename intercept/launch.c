@@ -66,6 +66,7 @@ struct measured {
 	uint64_t estimate;	/* what the bucket is charged for it so far */
 	struct vgpu_dev *dv;
 	int kind;
+	unsigned sm_num, sm_den;	/* SM-weighted (a green context) */
 };
 
 /* One thread's measurements in one context (events belong to a context). */
@@ -80,6 +81,11 @@ struct ctx_state {
 	struct measured done[2 * RING];
 	unsigned done_head, done_count;
 	uint64_t avg_ns[EST_KINDS];	/* running average, 0: none yet */
+	/* A green context holds sm_num of the device's sm_den SMs (0: the
+	 * whole device): its kernels run side by side with others', each
+	 * stretched sm_den/sm_num times, so they are charged sm_num/sm_den
+	 * of their time and stay out of the GPU's timeline. */
+	unsigned sm_num, sm_den;
 	/* Events are placed on the host's clock against a reference event
 	 * whose completion time was observed (two, used in turn). */
 	CUstream cal_stream;
@@ -270,9 +276,13 @@ static void charge_done(struct ctx_state *c, uint64_t now, bool force)
 
 		if (!force && now < m->end + CHARGE_DELAY_NS)
 			break;
-		own = m->dv->ledger ? vgpu_timeline_exclusive(m->dv->ledger,
-							      m->start, m->end)
-				    : m->end - m->start;
+		if (m->sm_den)
+			own = (m->end - m->start) * m->sm_num / m->sm_den;
+		else if (m->dv->ledger)
+			own = vgpu_timeline_exclusive(m->dv->ledger, m->start,
+						      m->end);
+		else
+			own = m->end - m->start;
 		if (m->dv->slot)
 			vgpu_throttle_settle(m->dv->slot, own, m->estimate);
 
@@ -329,7 +339,8 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 	 * CHARGE_DELAY_NS or until this thread launches again. An interval
 	 * within the estimate is read as it is (the charge refines it), which
 	 * spares the timeline's scan on most launches. */
-	uint64_t first = len <= p->estimate || !p->dv->ledger
+	uint64_t first = c->sm_den ? len * c->sm_num / c->sm_den
+			 : len <= p->estimate || !p->dv->ledger
 				 ? len
 				 : vgpu_timeline_exclusive(p->dv->ledger, start,
 							   start + len);
@@ -340,6 +351,8 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 	m->start = start;
 	m->end = start + len;
 	m->key = p->key;
+	m->sm_num = c->sm_num;
+	m->sm_den = c->sm_den;
 	m->estimate = first;
 	fn_measured(p->key, first);
 	if (!__atomic_load_n(&proc_avg[p->dv->ordinal][p->kind],
@@ -350,7 +363,7 @@ static bool settle_oldest(struct ctx_state *c, bool wait)
 	m->dv = p->dv;
 	m->kind = p->kind;
 	c->done_count++;
-	if (p->dv->ledger)
+	if (p->dv->ledger && !c->sm_den)
 		vgpu_timeline_record(p->dv->ledger, m->end);
 	/* A first estimate, until charges refine it. */
 	if (!c->avg_ns[p->kind])
@@ -496,6 +509,32 @@ void vgpu__launch_process_exit(void)
 	}
 }
 
+/* The SMs c's context holds, if fewer than its device's (a green
+ * context); c's context is current. */
+static void sm_share(struct ctx_state *c)
+{
+	CUdevResource r, d;
+	CUdevice dev;
+
+	c->sm_num = c->sm_den = 0;
+	if (!vgpu__real.cuCtxGetDevResource ||
+	    !vgpu__real.cuDeviceGetDevResource || !vgpu__real.cuCtxGetDevice)
+		return;
+	memset(&r, 0, sizeof(r));
+	memset(&d, 0, sizeof(d));
+	if (vgpu__real.cuCtxGetDevResource(c->ctx, &r, CU_DEV_RESOURCE_TYPE_SM)
+		    != CUDA_SUCCESS ||
+	    vgpu__real.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+	    vgpu__real.cuDeviceGetDevResource(dev, &d,
+					      CU_DEV_RESOURCE_TYPE_SM) !=
+		    CUDA_SUCCESS)
+		return;
+	if (r.sm.smCount && r.sm.smCount < d.sm.smCount) {
+		c->sm_num = r.sm.smCount;
+		c->sm_den = d.sm.smCount;
+	}
+}
+
 /* This thread's state for the current context, NULL if none is current. */
 static struct ctx_state *ctx_state(void)
 {
@@ -532,6 +571,7 @@ static struct ctx_state *ctx_state(void)
 	lru->epoch = __atomic_load_n(epoch_of(ctx), __ATOMIC_ACQUIRE);
 	lru->used = ++tls_clock;
 	lru->ref = -1;
+	sm_share(lru);
 	vgpu__lifetime_watch_thread();
 	return lru;
 }
