@@ -286,8 +286,9 @@ static void charge_done(struct ctx_state *c, uint64_t now, bool force)
 		if (m->dv->slot)
 			vgpu_throttle_settle(m->dv->slot, own, m->estimate);
 
+		/* Never 0 once measured: 0 means "nothing known yet". */
 		uint64_t *avg = &c->avg_ns[m->kind];
-		*avg = *avg ? (*avg * 3 + own) / 4 : (own ? own : 1);
+		*avg = *avg ? (*avg * 3 + own) / 4 + 1 : own + 1;
 		__atomic_store_n(&proc_avg[m->dv->ordinal][m->kind], *avg,
 				 __ATOMIC_RELAXED);
 		c->done_head = (c->done_head + 1) % (2 * RING);
@@ -746,7 +747,7 @@ static CUresult throttled_in(const struct call *call, struct vgpu_dev *dv,
 		uint64_t went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
 		struct timespec ts = { 0, PROBE_POLL_NS };
 
-		now = now_ns();
+		now = now_ns();	/* rare: only before a process's first */
 		if ((!went || now - went > PROBE_MAX_NS) &&
 		    __atomic_compare_exchange_n(pr, &went, now, false,
 						__ATOMIC_ACQ_REL,
@@ -756,7 +757,6 @@ static CUresult throttled_in(const struct call *call, struct vgpu_dev *dv,
 		}
 		nanosleep(&ts, NULL);
 	}
-	now = now_ns();
 	while ((wait = vgpu_throttle_admit_waiting(dv->slot, now, est,
 						   t0 ? now - t0 : 0)) != 0) {
 		struct timespec ts;
