@@ -43,10 +43,71 @@ struct share {
 	uint64_t own;		/* bytes charged to this process as its own */
 	uint64_t ptr;		/* an IPC pointer this process opened, or 0 */
 	unsigned opens;		/* its cuIpcOpenMemHandle calls not closed */
+	unsigned handles;	/* VMM handles of it here (imported again) */
 };
 
 static struct share tab[SHARES];
 static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Lets go of records the ledger could not take in time (a process stopped
+ * holding its shares lock, or a tenant's lock): tried again at every
+ * shared-memory call; the process's leave lets go of all of them anyway. */
+#define RETRIES 64
+
+static struct retry {
+	int dev, rec;
+	uint64_t key[2];
+} retries[RETRIES];
+static unsigned nretries;	/* under tab_lock */
+
+static void timed_out(const char *what)
+{
+	static uint64_t last;
+	uint64_t now = vgpu__mono_ns();
+
+	if (now - __atomic_load_n(&last, __ATOMIC_RELAXED) < 10000000000ull)
+		return;
+	__atomic_store_n(&last, now, __ATOMIC_RELAXED);
+	vgpu_log(VGPU_LOG_WARN, "%s: the ledger's record of memory shared "
+		 "between processes could not be changed within a second (a "
+		 "process of the GPU, stopped or stuck, holds its shares lock "
+		 "or a tenant's lock): charged to this process meanwhile, "
+		 "settled when the lock is free (at the latest when this "
+		 "process leaves)", what);
+}
+
+static void drop_or_retry(struct vgpu_dev *dv, int rec, const uint64_t key[2])
+{
+	if (vgpu_ledger_share_drop(dv->slot, rec, key) !=
+	    VGPU_LEDGER_ETIMEDOUT)
+		return;
+	timed_out("letting go of shared memory");
+	pthread_mutex_lock(&tab_lock);
+	if (nretries < RETRIES)
+		retries[nretries++] = (struct retry){ dv->ordinal, rec,
+						      { key[0], key[1] } };
+	pthread_mutex_unlock(&tab_lock);
+}
+
+static void retry_drops(void)
+{
+	struct retry r[RETRIES];
+	unsigned n;
+
+	if (!__atomic_load_n(&nretries, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&tab_lock);
+	n = nretries;
+	memcpy(r, retries, n * sizeof(r[0]));
+	nretries = 0;
+	pthread_mutex_unlock(&tab_lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct vgpu_dev *dv = vgpu__dev_peek(r[i].dev);
+
+		if (dv && dv->slot)
+			drop_or_retry(dv, r[i].rec, r[i].key);
+	}
+}
 
 /* ---- identities ------------------------------------------------------------ */
 
@@ -140,6 +201,11 @@ void vgpu__share_gone(unsigned share)
 	if (share == 0 || share > SHARES)
 		return;
 	pthread_mutex_lock(&tab_lock);
+	if (tab[share - 1].handles > 1) {	/* another handle of it lives */
+		tab[share - 1].handles--;
+		pthread_mutex_unlock(&tab_lock);
+		return;
+	}
 	s = tab[share - 1];
 	memset(&tab[share - 1], 0, sizeof(tab[0]));
 	pthread_mutex_unlock(&tab_lock);
@@ -147,7 +213,7 @@ void vgpu__share_gone(unsigned share)
 	if (!dv || !dv->slot)
 		return;
 	if (s.rec >= 0)
-		vgpu_ledger_share_drop(dv->slot, s.rec, s.key);
+		drop_or_retry(dv, s.rec, s.key);
 	if (s.own)
 		vgpu__uncharge(dv, s.kind, s.own);
 }
@@ -156,6 +222,7 @@ void vgpu__share_fork_child(void)
 {
 	pthread_mutex_init(&tab_lock, NULL);
 	memset(tab, 0, sizeof(tab));
+	nretries = 0;
 }
 
 /* ---- the ledger's side ------------------------------------------------------- */
@@ -175,6 +242,8 @@ static void export_charged(struct vgpu_dev *dv, const uint64_t key[2],
 	*own = rc >= 0 ? 0 : bytes;
 	if (rc >= 0 && elsewhere)
 		vgpu__uncharge(dv, kind, bytes);
+	if (rc == VGPU_LEDGER_ETIMEDOUT)
+		timed_out("recording shared memory");
 }
 
 /* This process now holds memory another process made: held for free when
@@ -192,6 +261,8 @@ static CUresult import_charge(struct vgpu_dev *dv, const uint64_t key[2],
 	*own = 0;
 	if (rc >= 0)
 		return CUDA_SUCCESS;
+	if (rc == VGPU_LEDGER_ETIMEDOUT)
+		timed_out("importing shared memory");
 	if ((r = vgpu__charge(dv, kind, bytes)) != CUDA_SUCCESS)
 		return r;
 	if (rc == VGPU_LEDGER_ENOENT)
@@ -203,12 +274,14 @@ static CUresult import_charge(struct vgpu_dev *dv, const uint64_t key[2],
 
 static void import_refused(const char *what, uint64_t bytes, CUresult r)
 {
-	vgpu_log(VGPU_LOG_ERROR, "%s: the imported memory (%llu bytes) is "
-		 "recorded by no process of this GPU's ledger and does not fit "
-		 "the tenant's slice (VGPU_MEMORY_LIMIT): refused (%s)", what,
+	vgpu_log(VGPU_LOG_ERROR, "%s: the imported memory (%llu bytes) could "
+		 "not be held as another process's (not recorded in this "
+		 "GPU's ledger, or its record could not be reached in time), "
+		 "and charging it to this process was refused: %s", what,
 		 (unsigned long long)bytes,
 		 r == CUDA_ERROR_TIMEOUT ? "the tenant's lock timed out"
-					 : "out of memory");
+					 : "it does not fit the tenant's slice "
+					   "(VGPU_MEMORY_LIMIT)");
 }
 
 /* ---- legacy IPC ---------------------------------------------------------------- */
@@ -235,8 +308,20 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	if (!vgpu__real.cuIpcGetMemHandle)
 		return CUDA_ERROR_NOT_FOUND;
 	r = vgpu__real.cuIpcGetMemHandle(pHandle, dptr);
-	if (r != CUDA_SUCCESS || !pHandle ||
-	    !vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t))
+	if (r != CUDA_SUCCESS || !pHandle)
+		return r;
+	retry_drops();
+	/* The handle is the whole allocation's, whatever pointer into it
+	 * was given. */
+	if (vgpu__real.cuMemGetAddressRange_v2) {
+		CUdeviceptr base;
+		size_t size;
+
+		if (vgpu__real.cuMemGetAddressRange_v2(&base, &size, dptr) ==
+		    CUDA_SUCCESS)
+			dptr = base;
+	}
+	if (!vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t))
 		return r;
 	/* Recorded once per allocation (asking again gives the same handle);
 	 * only cuMemAlloc memory the shim charged. */
@@ -275,6 +360,16 @@ static unsigned opened(uint64_t p, int delta)
 	return n;
 }
 
+static void table_full(void)
+{
+	static bool warned;
+
+	if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		vgpu_log(VGPU_LOG_WARN, "the table of memory shared with other "
+			 "processes is full (%d entries): what this process "
+			 "imports from now on is charged to it as its own", SHARES);
+}
+
 static CUresult ipc_open(CUresult (*real)(CUdeviceptr *, CUipcMemHandle,
 					  unsigned int),
 			 CUdeviceptr *pdptr, CUipcMemHandle handle,
@@ -293,6 +388,7 @@ static CUresult ipc_open(CUresult (*real)(CUdeviceptr *, CUipcMemHandle,
 	r = real(pdptr, handle, flags);
 	if (r != CUDA_SUCCESS || !pdptr || !dv || !dv->slot)
 		return r;
+	retry_drops();
 	/* Opened before by this process: the driver counts one more
 	 * reference to the same pointer, and so does the entry. */
 	if (opened(*pdptr, 1))
@@ -315,11 +411,8 @@ static CUresult ipc_open(CUresult (*real)(CUdeviceptr *, CUipcMemHandle,
 				       .key = { key[0], key[1] }, .own = own,
 				       .ptr = *pdptr, .opens = 1 });
 	if (!n) {
-		vgpu_log(VGPU_LOG_WARN, "the table of shared memory is full: "
-			 "%llu bytes opened by cuIpcOpenMemHandle are charged "
-			 "to this process until it ends",
-			 (unsigned long long)bytes);
-		return r;
+		table_full();
+		return r;	/* held (or charged) until the process ends */
 	}
 	vgpu__track_keep(VGPU_TRACK_PTR, *pdptr,
 			 &(struct vgpu_tracked){ .bytes = own,
@@ -362,6 +455,25 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 
 /* ---- VMM handles exported as file descriptors ---------------------------------- */
 
+/* The entry of VMM memory key on device dev this process holds, counting
+ * one more handle of it: its number, or 0. */
+static unsigned vmm_entry_of(int dev, const uint64_t key[2])
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&tab_lock);
+	for (unsigned i = 0; i < SHARES; i++)
+		if (tab[i].used && tab[i].kind == VGPU_USAGE_VMM &&
+		    tab[i].dev == dev && tab[i].key[0] == key[0] &&
+		    tab[i].key[1] == key[1] && tab[i].handles) {
+			tab[i].handles++;
+			n = i + 1;
+			break;
+		}
+	pthread_mutex_unlock(&tab_lock);
+	return n;
+}
+
 CUresult cuMemExportToShareableHandle(void *shareableHandle,
 				      CUmemGenericAllocationHandle handle,
 				      CUmemAllocationHandleType handleType,
@@ -377,6 +489,8 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle,
 		return CUDA_ERROR_NOT_INITIALIZED;
 	r = vgpu__real.cuMemExportToShareableHandle(shareableHandle, handle,
 						    handleType, flags);
+	if (r == CUDA_SUCCESS)
+		retry_drops();
 	if (r != CUDA_SUCCESS || !shareableHandle ||
 	    handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
 	    !fd_key(*(int *)shareableHandle, key, &size))
@@ -391,7 +505,8 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle,
 	 * takes it: a release racing this gives it back as its own. */
 	n = entry_new(&(struct share){ .dev = dev, .rec = -1,
 				       .kind = VGPU_USAGE_VMM,
-				       .key = { key[0], key[1] }, .own = bytes });
+				       .key = { key[0], key[1] }, .own = bytes,
+				       .handles = 1 });
 	if (!n)
 		return r;
 	if (!vgpu__vmm_share(handle, gen, n, &dev, &bytes)) {
@@ -440,24 +555,46 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
 				 "(docs/memory.md)");
 		return r;
 	}
+	retry_drops();
+	/* Memory this process holds already (imported before, or its own
+	 * export): one more handle of the same entry, nothing to record. */
+	if ((n = vmm_entry_of(dv->ordinal, key)) != 0) {
+		gen = vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, 0);
+		if (!gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes))
+			vgpu__share_gone(n);
+		return r;
+	}
+	n = entry_new(&(struct share){ .dev = dv->ordinal, .rec = -1,
+				       .kind = VGPU_USAGE_VMM,
+				       .key = { key[0], key[1] },
+				       .handles = 1 });
+	if (!n) {
+		/* No entry to let go of a hold with: charged as its own,
+		 * given back with the handle (counted twice, never lost). */
+		table_full();
+		if ((c = vgpu__charge(dv, VGPU_USAGE_VMM, size)) != CUDA_SUCCESS)
+			goto refused;
+		vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, size);
+		return r;
+	}
 	c = import_charge(dv, key, VGPU_USAGE_VMM, size, &rec, &own);
 	if (c != CUDA_SUCCESS) {
-		import_refused("cuMemImportFromShareableHandle", size, c);
-		if (vgpu__real.cuMemRelease)
-			vgpu__real.cuMemRelease(*handle);
-		return c;
+		entry_free(n);
+		goto refused;
 	}
-	n = entry_new(&(struct share){ .dev = dv->ordinal, .rec = rec,
-				       .kind = VGPU_USAGE_VMM,
-				       .key = { key[0], key[1] }, .own = own });
-	gen = vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, own);
-	if (!n || !gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes)) {
-		/* Not tracked: it stays as charged until the process ends. */
-		vgpu_log(VGPU_LOG_WARN, "the table of shared memory is full: "
-			 "imported memory stays held by this process in the "
-			 "ledger until it ends");
-		if (n)
-			entry_free(n);
+	entry_set(n, key, rec, own);
+	/* The handle's entry holds no charge of its own: the share entry
+	 * has it (own), whoever lets go first. */
+	gen = vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, 0);
+	if (!gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes)) {
+		/* The handle is not tracked (its table is full, or another
+		 * thread released it meanwhile): let go of the record now. */
+		vgpu__share_gone(n);
 	}
 	return r;
+refused:
+	import_refused("cuMemImportFromShareableHandle", size, c);
+	if (vgpu__real.cuMemRelease)
+		vgpu__real.cuMemRelease(*handle);
+	return c;
 }

@@ -212,8 +212,10 @@ int vgpu_ledger_share_export(struct vgpu_slot *s, const uint64_t key[2],
 int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2]);
 /* s lets go of one hold of record idx (its key checked): the payer's last
  * hold moves the charge to another live holder, or gives it back when
- * none is left. */
-void vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2]);
+ * none is left. 0; VGPU_LEDGER_ETIMEDOUT when the shares lock or a
+ * tenant's lock was not taken in time (the hold, or the payer's charge,
+ * stays: call again later; leaving the ledger tries it too). */
+int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2]);
 /* Record idx's charged bytes and the payer's pid (views, tests). */
 uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
 				 int32_t *pid);

@@ -116,6 +116,9 @@ void vgpu__shares_unlock(struct vgpu_ledger *l);
 bool vgpu__slot_trylock(struct vgpu_ledger *l, uint32_t index);
 void vgpu__slot_unlock(struct vgpu_ledger *l, uint32_t index);
 bool vgpu__slot_owned(const struct vgpu_ledger *l, uint32_t index);
+/* Whether slot index's owner of generation gen is gone: another generation
+ * now, or nobody holds its OFD lock (a system call; not for hot paths). */
+bool vgpu__slot_dead(struct vgpu_ledger *l, uint32_t index, uint32_t gen);
 
 /* Takes tenant t's lock word as `owner`. Takes it from a dead owner (a slot
  * whose OFD lock no process holds) and then recomputes the tenant's totals
@@ -156,11 +159,14 @@ int vgpu__reclaim_tenant(struct vgpu_ledger *l, uint32_t t);
 
 /* ---- ledger_shares.c ----------------------------------------------------- */
 
-/* Slot `index` of generation `gen` is leaving or reclaimed: its holds of
- * shared memory end; what it pays for moves to another holder or is given
- * back. `owner` is a live lock word to take tenant locks with (the slot's
- * own, or the reclaimer's for it). Before the slot gives its usage back. */
-void vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
-			    uint32_t gen, uint32_t owner);
+/* Slot `index` is leaving or reclaimed: its holds of shared memory end
+ * (every entry with its index: its own and any an earlier owner left);
+ * what it pays for moves to another holder or is given back. `owner` is a
+ * live lock word to take tenant locks with (the slot's own, or the
+ * reclaimer's for it). Before the slot gives its usage back; 0, or
+ * VGPU_LEDGER_ETIMEDOUT when a charge it pays for could not be handed
+ * over in time: then the slot must keep its usage (not be freed). */
+int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
+			   uint32_t owner);
 
 #endif

@@ -56,9 +56,11 @@ int vgpu__slot_reclaim(struct vgpu_ledger *l, uint32_t index)
 		gen = __atomic_load_n(&r->generation, __ATOMIC_RELAXED) + 1;
 		__atomic_store_n(&r->generation, gen, __ATOMIC_RELEASE);
 		/* Its shared memory first: what it paid for that others
-		 * still hold moves to them. */
-		vgpu__shares_slot_gone(l, index, gen - 1,
-				       vgpu__owner_word(index, gen));
+		 * still hold moves to them; if that cannot be done now, the
+		 * slot stays (a later reclaim tries again). */
+		if (vgpu__shares_slot_gone(l, index,
+					   vgpu__owner_word(index, gen)))
+			return VGPU_LEDGER_ETIMEDOUT;
 		if (vgpu__tenant_lock(l, t, vgpu__owner_word(index, gen)))
 			return VGPU_LEDGER_ETIMEDOUT;
 		slot_give_back(&l->tenants[t], r);
@@ -433,12 +435,11 @@ void vgpu_ledger_leave(struct vgpu_slot *s)
 			break;
 		}
 	pthread_mutex_unlock(&l->mu);
-	vgpu__shares_slot_gone(l, s->index,
-			       __atomic_load_n(&s->rec->generation,
-					       __ATOMIC_ACQUIRE), s->owner);
-	/* On a timeout the slot stays active with its usage and, once its
-	 * OFD lock is gone, is reclaimed like a dead process's. */
-	if (vgpu__tenant_lock(l, s->tenant_index, s->owner) == 0) {
+	/* On a timeout (here, or handing its shared memory over) the slot
+	 * stays active with its usage and, once its OFD lock is gone, is
+	 * reclaimed like a dead process's. */
+	if (vgpu__shares_slot_gone(l, s->index, s->owner) == 0 &&
+	    vgpu__tenant_lock(l, s->tenant_index, s->owner) == 0) {
 		slot_give_back(s->ten, s->rec);
 		vgpu__tenant_unlock(s->ten);
 		__atomic_store_n(&s->rec->state, VGPU_SLOT_FREE,

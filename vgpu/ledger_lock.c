@@ -149,6 +149,11 @@ static bool owner_dead(struct vgpu_ledger *l, uint32_t word)
 	return fl.l_type == F_UNLCK;
 }
 
+bool vgpu__slot_dead(struct vgpu_ledger *l, uint32_t index, uint32_t gen)
+{
+	return owner_dead(l, vgpu__owner_word(index, gen));
+}
+
 int vgpu_ledger_lock_holder(const struct vgpu_slot *s, int32_t *pid,
 			    int32_t *host_pid)
 {

@@ -15,6 +15,13 @@
  * shares lock (an OFD lock plus a process mutex, bounded) and then the
  * tenant locks it needs; the allocation path never comes here. A tenant
  * lock is never held when the shares lock is taken.
+ *
+ * Failures lean to charging too much, never too little: a charge moves by
+ * adding it to the new payer before taking it from the old one (a death in
+ * between leaves it charged twice); a hand-over that cannot take a lock in
+ * time leaves the charge with the payer and its entry in the record, and
+ * the payer's slot is then not given back on leave (it is reclaimed later,
+ * when the hand-over is tried again).
  */
 #include "ledger_internal.h"
 
@@ -44,7 +51,8 @@ static bool holder_live(struct vgpu_ledger *l, const struct vgpu_ledger_share *r
 	if (!r->slot[pos] || r->slot[pos] > VGPU_LEDGER_MAX_SLOTS)
 		return false;
 	s = &l->slots[r->slot[pos] - 1];
-	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == VGPU_SLOT_ACTIVE &&
+	return r->count[pos] &&
+	       __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == VGPU_SLOT_ACTIVE &&
 	       __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE) == r->gen[pos];
 }
 
@@ -55,6 +63,14 @@ static int holder_of(const struct vgpu_ledger_share *r, uint32_t index,
 		if (r->slot[p] == index + 1 && r->gen[p] == gen)
 			return p;
 	return -1;
+}
+
+/* A record read from a shared file may have been written by anyone: one
+ * whose kind or payer is out of range is not used. */
+static bool record_ok(const struct vgpu_ledger_share *r)
+{
+	return r->kind < VGPU_USAGE_COUNT && VGPU_USAGE_IS_DEVICE((int)r->kind)
+	       && r->payer <= H;
 }
 
 /* One more hold by (index, gen): its entry, a free one, or one of a holder
@@ -111,7 +127,8 @@ static bool move(struct vgpu_ledger *l, struct vgpu_ledger_share *r,
 		b = &l->slots[r->slot[to] - 1];
 		tb = __atomic_load_n(&b->tenant, __ATOMIC_RELAXED);
 	}
-	if (ta >= VGPU_LEDGER_MAX_TENANTS || tb >= VGPU_LEDGER_MAX_TENANTS)
+	if (ta >= VGPU_LEDGER_MAX_TENANTS || tb >= VGPU_LEDGER_MAX_TENANTS ||
+	    !record_ok(r))
 		return false;
 	first = ta < tb ? ta : tb;
 	second = ta < tb ? tb : ta;
@@ -124,12 +141,14 @@ static bool move(struct vgpu_ledger *l, struct vgpu_ledger_share *r,
 	have = vgpu__ld(&a->usage[kind]);
 	if (bytes > have)
 		bytes = have;
-	vgpu__st(&a->usage[kind], have - bytes);
-	tenant_add(&l->tenants[ta], kind, -(int64_t)bytes);
+	/* The new payer first: a death between the two leaves the memory
+	 * charged twice (until the payers let go), never not at all. */
 	if (b) {
 		vgpu__add(&b->usage[kind], bytes);
 		tenant_add(&l->tenants[tb], kind, (int64_t)bytes);
 	}
+	vgpu__st(&a->usage[kind], vgpu__ld(&a->usage[kind]) - bytes);
+	tenant_add(&l->tenants[ta], kind, -(int64_t)bytes);
 	if (second != first)
 		vgpu__tenant_unlock(&l->tenants[second]);
 	vgpu__tenant_unlock(&l->tenants[first]);
@@ -144,8 +163,10 @@ static void free_record(struct vgpu_ledger *l, struct vgpu_ledger_share *r)
 }
 
 /* Holder `pos` of record r lets go of `n` holds (all of them if n is 0).
- * Under the shares lock. */
-static void let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
+ * Under the shares lock. False when the payer's charge could not be moved
+ * or given back in time: it stays with the payer, whose entry stays (with
+ * no holds) for a later try. */
+static bool let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
 		   unsigned n, uint32_t owner)
 {
 	bool payer = r->payer == (uint32_t)pos + 1;
@@ -153,13 +174,31 @@ static void let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
 
 	if (n && r->count[pos] > n) {
 		r->count[pos] -= n;
-		return;
+		return true;
 	}
 	r->count[pos] = 0;
 	if (!payer) {
+		int q = r->payer && r->payer <= H ? (int)r->payer - 1 : -1;
+
 		r->slot[pos] = 0;
 		r->gen[pos] = 0;
-		return;
+		/* The last live holder gone while the payer holds nothing
+		 * (its hand-over failed) or is dead and not yet reclaimed:
+		 * the device has freed the memory, so the payer's charge
+		 * goes now, not when its slot is next looked at. */
+		for (int p = 0; p < H; p++)
+			if (p != q && holder_live(l, r, p))
+				return true;
+		if (q >= 0 && r->slot[q] && r->slot[q] <= VGPU_LEDGER_MAX_SLOTS &&
+		    (!r->count[q] ||
+		     vgpu__slot_dead(l, r->slot[q] - 1, r->gen[q])) &&
+		    record_ok(r) && move(l, r, q, -1, owner))
+			free_record(l, r);
+		return true;
+	}
+	if (!record_ok(r)) {		/* damaged: nothing safe to move */
+		free_record(l, r);
+		return true;
 	}
 	for (int p = 0; p < H; p++) {
 		if (p == pos || !holder_live(l, r, p))
@@ -170,15 +209,15 @@ static void let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
 			vgpu__add(&l->shares->moves, 1);
 			r->slot[pos] = 0;
 			r->gen[pos] = 0;
-			return;
+			return true;
 		}
 	}
-	/* Nobody else holds it: the device frees it, the charge goes. A
-	 * lock not taken in time leaves the charge with the slot (over,
-	 * never under), whose reclaim or leave gives it back. */
-	if (!others)
-		move(l, r, pos, -1, owner);
-	free_record(l, r);
+	/* Nobody else holds it: the device frees it, the charge goes. */
+	if (!others && move(l, r, pos, -1, owner)) {
+		free_record(l, r);
+		return true;
+	}
+	return false;
 }
 
 int vgpu_ledger_share_export(struct vgpu_slot *s, const uint64_t key[2],
@@ -249,21 +288,26 @@ int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
 	return rc ? rc : i;
 }
 
-void vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
+int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
 {
 	struct vgpu_ledger *l = s->l;
 	struct vgpu_ledger_share *r;
 	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
-	int p;
+	int p, rc;
 
-	if (idx < 0 || idx >= VGPU_LEDGER_MAX_SHARES || !key_ok(key) ||
-	    vgpu__shares_lock(l))
-		return;
+	if (idx < 0 || idx >= VGPU_LEDGER_MAX_SHARES || !key_ok(key))
+		return VGPU_LEDGER_EINVAL;
+	if ((rc = vgpu__shares_lock(l)))
+		return rc;
 	r = &l->share[idx];
+	/* A payer whose hand-over failed is tried again (its entry has no
+	 * holds left); a drop that lets go of nothing is not an error. */
 	if (r->key[0] == key[0] && r->key[1] == key[1] &&
-	    (p = holder_of(r, s->index, gen)) >= 0)
-		let_go(l, r, p, 1, s->owner);
+	    (p = holder_of(r, s->index, gen)) >= 0 &&
+	    !let_go(l, r, p, r->count[p] ? 1 : 0, s->owner))
+		rc = VGPU_LEDGER_ETIMEDOUT;
 	vgpu__shares_unlock(l);
+	return rc;
 }
 
 uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
@@ -284,19 +328,27 @@ uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
 	return r->bytes;
 }
 
-void vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
-			    uint32_t gen, uint32_t owner)
+int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
+			   uint32_t owner)
 {
-	int p;
+	int rc = 0;
 
-	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE) ||
-	    vgpu__shares_lock(l))
-		return;
+	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
+		return 0;
+	if (vgpu__shares_lock(l))
+		return VGPU_LEDGER_ETIMEDOUT;
 	for (int i = 0; i < VGPU_LEDGER_MAX_SHARES; i++) {
 		struct vgpu_ledger_share *r = &l->share[i];
 
-		if (key_ok(r->key) && (p = holder_of(r, index, gen)) >= 0)
-			let_go(l, r, p, 0, owner);
+		if (!key_ok(r->key))
+			continue;
+		/* Every entry of this slot's index is gone: its own, and any
+		 * an earlier owner of the slot left behind. */
+		for (int p = 0; p < H; p++)
+			if (r->slot[p] == index + 1 &&
+			    !let_go(l, r, p, 0, owner))
+				rc = VGPU_LEDGER_ETIMEDOUT;
 	}
 	vgpu__shares_unlock(l);
+	return rc;
 }
