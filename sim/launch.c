@@ -155,36 +155,60 @@ static CUresult launch(const struct launch_args *a, bool ptsz)
 	return vsim_stream_submit(s, op, NULL);
 }
 
-/* A kernel on k of the device's N SMs runs N/k times slower: its host
- * form's waits (busy_until) last N/k times longer, and so does the time it
- * computes, made up for once it returns. Per worker thread: one kernel at a
- * time. */
+/* The kernel running on this worker thread (one at a time): its hold of
+ * the engine, for the host form's waits, and, on k of the device's N SMs,
+ * the slowdown N/k: its waits (busy_until) last N/k times longer, and so
+ * does the time it computes, made up for once it returns. */
 static _Thread_local struct {
+	struct vsim_hold *hold;
 	uint64_t num, den;        /* N, k */
-	uint64_t waited;          /* real time spent in slowed waits */
-} slow;
+	uint64_t phase;           /* when its host form began computing */
+	uint64_t computed;        /* real time computed before its waits */
+	uint64_t deadline;        /* its last wait's end; 0: none yet */
+} cur;
 
 static uint64_t slowed(uint64_t ns)
 {
-	if (ns > UINT64_MAX / slow.num)
+	if (ns > UINT64_MAX / cur.num)
 		return UINT64_MAX / 2;
-	return ns * slow.num / slow.den;
+	return ns * cur.num / cur.den;
+}
+
+/* A host form's wait: the kernel holds its SMs until the deadline, then no
+ * longer, whatever this thread does (docs/simulator.md, the stop rule):
+ * what a host form computes after its last wait is not the device's
+ * time. */
+static void held_wait(uint64_t now, uint64_t deadline_ns)
+{
+	cur.computed += now - cur.phase;
+	cur.deadline = deadline_ns;
+	vsim_engine_until(cur.hold, deadline_ns);
+	cur.phase = vsim_now_ns();
+}
+
+static void held_busy_until(uint64_t deadline_ns)
+{
+	uint64_t now = vsim_now_ns();
+
+	if (deadline_ns > now)
+		held_wait(now, deadline_ns);
 }
 
 static void slowed_busy_until(uint64_t deadline_ns)
 {
 	uint64_t now = vsim_now_ns();
 
-	if (deadline_ns <= now)
-		return;
-	vsim_busy_until(now + slowed(deadline_ns - now));
-	slow.waited += vsim_now_ns() - now;
+	if (deadline_ns > now)
+		held_wait(now, now + slowed(deadline_ns - now));
 }
 
 /* Runs the host form, then waits out the bus time of the host-backed
  * memory it touched (bus.c), not stretched in a green context: the bus is
- * not the SMs'. */
-static void run_body(const struct vsim_launch *l, bool slowed_down)
+ * not the SMs'. In a green context the time it computed (before its waits)
+ * is made up N/k times, after its last wait or its return. A kernel with
+ * no host form waits out its nominal time. */
+static void run_body(const struct vsim_launch *l, struct vsim_hold *h,
+		     bool slowed_down)
 {
 	const struct vgpu_kernel_impl *impl = l->func->impl;
 	struct vgpu_kernel_launch kl = {
@@ -192,29 +216,38 @@ static void run_body(const struct vsim_launch *l, bool slowed_down)
 		.params = l->params,
 		.params_size = l->params_size,
 		.now_ns = vsim_now_ns,
-		.busy_until = slowed_down ? slowed_busy_until : vsim_busy_until,
+		.busy_until = slowed_down ? slowed_busy_until : held_busy_until,
 		.touched = vsim_g.cfg.bus_bandwidth ? vsim_bus_touched : NULL,
 	};
-	uint64_t t0 = vsim_now_ns(), t1, computed, bus;
+	uint64_t end, bus;
 
-	memcpy(kl.grid, l->grid, sizeof(kl.grid));
-	memcpy(kl.block, l->block, sizeof(kl.block));
+	cur.hold = h;
 	if (!impl) {
-		vsim_busy_until(t0 + (slowed_down ? slowed(vsim_g.cfg.kernel_ns)
-						  : vsim_g.cfg.kernel_ns));
+		uint64_t nominal = slowed(vsim_g.cfg.kernel_ns);
+
+		vsim_engine_start(h, nominal);
+		vsim_engine_until(h, h->start_ns + nominal);
 		return;
 	}
-	slow.waited = 0;
+	memcpy(kl.grid, l->grid, sizeof(kl.grid));
+	memcpy(kl.block, l->block, sizeof(kl.block));
+	cur.computed = 0;
+	cur.deadline = 0;
 	vsim_bus_begin();
+	vsim_engine_start(h, 0);
+	cur.phase = h->start_ns;
 	impl->fn(&kl);
 	bus = vsim_bus_end();
-	t1 = vsim_now_ns();
-	if (slowed_down) {
-		computed = t1 - t0 > slow.waited ? t1 - t0 - slow.waited : 0;
-		t1 += slowed(computed) - computed;
+	if (cur.deadline) {
+		end = cur.deadline;
+	} else {
+		end = vsim_now_ns();
+		cur.computed += end - cur.phase;
 	}
-	if (t1 + bus > vsim_now_ns())
-		vsim_busy_until(t1 + bus);
+	if (slowed_down)
+		end += slowed(cur.computed) - cur.computed;
+	if (end + bus > (cur.deadline ? cur.deadline : vsim_now_ns()))
+		vsim_engine_until(h, end + bus);
 }
 
 void vsim_launch_run(int device, const struct vsim_launch *l)
@@ -222,21 +255,22 @@ void vsim_launch_run(int device, const struct vsim_launch *l)
 	struct CUctx_st *ctx = l->ctx;
 	unsigned total = (unsigned)vsim_g.cfg.sm_count;
 	unsigned want = ctx && ctx->sm_count < total ? ctx->sm_count : 0;
-	unsigned held;
+	unsigned long long ctx_id = ctx ? ctx->id : 0;
+	struct vsim_hold h;
 
+	cur.num = total;
+	cur.den = want ? want : total;
 	if (!want) {
-		held = vsim_engine_acquire(device, 0);
-		run_body(l, false);
-		vsim_engine_release(device, held);
+		vsim_engine_acquire(device, 0, ctx_id, &h);
+		run_body(l, &h, false);
+		vsim_engine_release(&h);
 		return;
 	}
 	/* The kernels of one green context share its SMs. */
 	pthread_mutex_lock(&ctx->exec_lock);
-	held = vsim_engine_acquire(device, want);
-	slow.num = total;
-	slow.den = want;
-	run_body(l, true);
-	vsim_engine_release(device, held);
+	vsim_engine_acquire(device, want, ctx_id, &h);
+	run_body(l, &h, true);
+	vsim_engine_release(&h);
 	pthread_mutex_unlock(&ctx->exec_lock);
 }
 

@@ -93,10 +93,33 @@ CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
 /* The execution engine, shared by all processes: a kernel takes `sms` of
  * the device's multiprocessors (0 or more than the device has: all of them)
  * for as long as it runs; kernels are admitted first come first served while
- * the multiprocessors they hold together fit in the device. Returns the
- * count taken, which the caller gives back to vsim_engine_release. */
-unsigned vsim_engine_acquire(int ordinal, unsigned sms);
-void vsim_engine_release(int ordinal, unsigned sms);
+ * the multiprocessors they hold together fit in the device. Each kernel's
+ * time on them goes into the device's record (vgpu_sim_record.h).
+ *
+ * A hold's SMs are free from its deadline on, whatever its thread does (the
+ * stop rule, docs/simulator.md). Once admitted, the kernel starts with
+ * vsim_engine_start, giving its length if known (a kernel with no host form;
+ * 0: its host form computes until it returns or waits); a wait publishes
+ * its end with vsim_engine_until. */
+struct vsim_hold {
+	int ordinal;
+	uint32_t index;            /* in the device's hold table */
+	uint32_t sms;              /* taken */
+	uint64_t start_ns;         /* admitted, then started (CLOCK_MONOTONIC) */
+};
+void vsim_engine_acquire(int ordinal, unsigned sms, unsigned long long ctx_id,
+			 struct vsim_hold *out);
+/* The kernel starts running now: its interval starts here, not at its
+ * admission (the engine's hand-off and the host thread's way to the kernel
+ * are not the kernel's time). */
+void vsim_engine_start(struct vsim_hold *h, uint64_t nominal_ns);
+/* Holds until deadline_ns (longer than a previous wait's, if the hold was
+ * not ended meanwhile), and waits till then (vsim_busy_until). */
+void vsim_engine_until(const struct vsim_hold *h, uint64_t deadline_ns);
+/* The kernel is done: its SMs go back (unless its time was up and another
+ * process ended the hold already), its time into the record and the
+ * process's total. */
+void vsim_engine_release(const struct vsim_hold *h);
 
 /* Shared objects: device memory that several processes may hold (legacy
  * IPC, ipc.c; exported VMM handles, vmm.c). Its bytes count once on the

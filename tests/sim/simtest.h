@@ -15,6 +15,8 @@
 
 #include <criterion/criterion.h>
 
+#include "vgpu_sim_record.h"
+
 /* The memory of a test device, unless a test sets VGPU_SIM_MEMORY. */
 #define SIMTEST_MEMORY (64ull << 20)
 #define MIB (1ull << 20)
@@ -77,6 +79,31 @@ CUfunction simtest_own_kernel(void);
 /* Launches it on s with harmless arguments. */
 void simtest_launch_own(CUfunction f, CUstream s);
 #endif
+
+/* The device's record of what ran (vgpu_sim_record.h; simtest_record.c,
+ * which only the simulator's own suite links): every interval it
+ * still holds, oldest first. dir NULL: this process's device 0; else the
+ * state directory's device 0, read without attaching. Asserts that nothing
+ * was torn. */
+struct simtest_record {
+	struct vsim_interval *iv;
+	long n;
+	struct vsim_record_info info;
+};
+void simtest_record_read(struct simtest_record *r, const char *dir);
+void simtest_record_free(struct simtest_record *r);
+/* SM-weighted device time of pid's kernels (pid 0: everyone's) inside
+ * [from, to): each interval's overlap with it times sms / sm_total. Asserts
+ * that the record is whole from `from` on (nothing lost that reached it). */
+uint64_t simtest_record_busy(const struct simtest_record *r, int32_t pid,
+			     uint64_t from, uint64_t to);
+/* How many intervals pid has (pid 0: all of them). */
+long simtest_record_count(const struct simtest_record *r, int32_t pid);
+/* Asserts that at no instant the intervals hold more SMs than the device
+ * has: no two kernels of the whole device overlapped. */
+void simtest_record_assert_fits(const struct simtest_record *r);
+/* This process's total (vsim_record_slots) on device 0. */
+struct vsim_slot_time simtest_record_own(void);
 
 uint64_t simtest_now_ns(void);
 void simtest_sleep_ms(unsigned ms);
