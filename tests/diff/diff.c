@@ -2,7 +2,7 @@
  * the lockstep of steps and checks (diff.h).
  *
  *   diff --seed N --steps N --threads N --procs N --tenants N
- *        --ops buf,pitch,... --overcommit off|host|managed
+ *        --ops buf,pitch,...,share --overcommit off|host|managed
  *        --limit SIZE --device-mem SIZE --align N --trace-steps N
  *        --timeout S -v
  *
@@ -195,6 +195,10 @@ static void one_step(struct diff_thread *t)
 	struct diff_obj *o;
 	int fam, n;
 
+	for (fam = 0; fam < DIFF_F_COUNT; fam++)
+		if ((diff_proc.families & (1u << fam)) &&
+		    diff_families[fam].poll)
+			diff_families[fam].poll(t);
 	if (t->step >= opt.steps) {
 		t->finishing = true;
 		o = diff_obj_take(t, -1);
@@ -509,6 +513,8 @@ static void map_shared(void)
 	pthread_barrier_init(&diff_sh->barrier, &a,
 			     (unsigned)(opt.procs * opt.threads));
 	pthread_barrier_init(&diff_sh->start, &a, (unsigned)opt.procs);
+	if (opt.families & (1u << DIFF_F_SHARE))
+		diff_share_setup(opt.procs);
 }
 
 /* Waits for the workers; a crash or the timeout kills the rest. */

@@ -11,7 +11,8 @@
  *
  * Files: diff.c (options, processes, the checks, the trace), ops_mem.c
  * (buffers, pitched, managed, stream-ordered, pools), ops_obj.c (VMM,
- * graphs, arrays, contexts, green contexts).
+ * graphs, arrays, contexts, green contexts), ops_share.c (memory shared
+ * between the processes: CUDA IPC, VMM handles exported as descriptors).
  */
 #ifndef VGPU_DIFF_H
 #define VGPU_DIFF_H
@@ -32,7 +33,7 @@
 	X(BUF, "buf") X(PITCH, "pitch") X(MANAGED, "managed") \
 	X(ASYNC, "async") X(POOL, "pool") X(VMM, "vmm") X(GRAPH, "graph") \
 	X(CAPTURE, "capture") X(ARRAY, "array") X(MIPMAP, "mipmap") \
-	X(CTX, "ctx") X(GREEN, "green")
+	X(CTX, "ctx") X(GREEN, "green") X(SHARE, "share")
 
 enum diff_family {
 #define DIFF_FAMILY_ENUM_(id, name) DIFF_F_##id,
@@ -64,6 +65,17 @@ struct diff_obj {
 	CUgreenCtx green;
 	int nbuf;			/* contexts: buffers made in them */
 	CUdeviceptr buf[8];
+	struct {			/* the share family (ops_share.c) */
+		int role;		/* exporter, importer, offer received */
+		int kind;		/* DIFF_SHARE_IPC or _VMM */
+		int fd;			/* a descriptor of the memory, or -1 */
+		int offer;		/* importer: its offer's slot, or -1 */
+		int from, from_id;	/* the memory: exporter, its object */
+		int opens;		/* IPC importer: opens not closed */
+		int noffers;		/* exporter: its offers' slots */
+		int offers[4];
+		CUipcMemHandle ipc;	/* IPC: the handle's bytes */
+	} sh;
 };
 
 /* One thread while it steps. */
@@ -93,7 +105,29 @@ struct diff_proc {
 
 extern struct diff_proc diff_proc;
 
-/* ---- check.c: the trace and the two counts ----------------------------------- */
+/* ---- the share family's mailbox (ops_share.c) ---------------------------- */
+
+#define DIFF_OFFERS 32		/* offer slots per exporting process */
+enum { DIFF_SHARE_IPC = 1, DIFF_SHARE_VMM = 2 };
+
+/* An offer of memory from one process to another, in shared memory. Its
+ * exporter fills it and sets refs (2: its object and the importer's); a
+ * VMM offer's descriptor goes over the importer's socket first. Steps
+ * stamp every change, and a process acts only on stamps of earlier steps
+ * (a barrier lies between), so what it sees does not depend on timing. */
+struct diff_offer {
+	atomic_int refs;		/* 0: free */
+	atomic_int free_step;		/* the step refs fell to 0 */
+	atomic_int polled;		/* the importer made it an object */
+	atomic_int resolved_step;	/* imported or declined; -1: not yet */
+	atomic_int freed_step;		/* the exporter let go; -1: not yet */
+	int post_step, from, to, kind, obj_id;
+	unsigned seq;
+	size_t size;
+	CUipcMemHandle ipc;
+};
+
+/* ---- check.c: the trace and the two counts ------------------------------- */
 
 #define DIFF_RING 256		/* trace lines kept per thread */
 #define DIFF_LINE 176
@@ -115,6 +149,9 @@ struct diff_shared {
 	int procs, threads, tenants, steps;
 	atomic_int objs[64];		/* per process: objects left */
 	atomic_int pools_live[64];
+	atomic_ullong share_slack[64];	/* per process: bytes imported */
+	int share_sock[64][2];		/* per process: [0] to send it fds */
+	struct diff_offer *offers;	/* procs x DIFF_OFFERS (share) */
 	atomic_uint ring_next[64 * 64];
 	struct diff_line ring[];	/* procs x threads x DIFF_RING */
 };
@@ -152,7 +189,7 @@ void diff_check(int step, bool zero, const char *overcommit);
 bool diff_check_exited(void);
 void diff_ledger_close(void);
 
-/* ---- diff.c ---------------------------------------------------------------- */
+/* ---- diff.c -------------------------------------------------------------- */
 
 uint64_t diff_rand(struct diff_thread *t);
 /* Uniform in [0, n), n > 0. */
@@ -174,7 +211,7 @@ int diff_obj_count(int fam);
 /* Makes the primary context current again (after an op that pushed). */
 void diff_restore_ctx(struct diff_thread *t);
 
-/* ---- ops_mem.c, ops_obj.c: the families ------------------------------------- */
+/* ---- ops_mem.c, ops_obj.c: the families ---------------------------------- */
 
 /* make creates an object (in the table); step moves a taken object on
  * and returns true if that ended it (freed), else the caller puts it back.
@@ -184,6 +221,9 @@ struct diff_family_ops {
 	bool (*available)(void);
 	void (*make)(struct diff_thread *t);
 	bool (*step)(struct diff_thread *t, struct diff_obj *o);
+	/* Optional: called at the start of every step of every thread
+	 * (draws no random numbers). */
+	void (*poll)(struct diff_thread *t);
 };
 
 extern const struct diff_family_ops diff_families[DIFF_F_COUNT];
@@ -210,5 +250,11 @@ bool diff_array_step(struct diff_thread *t, struct diff_obj *o);
 void diff_ctx_make(struct diff_thread *t);
 void diff_green_make(struct diff_thread *t);
 bool diff_ctx_step(struct diff_thread *t, struct diff_obj *o);
+
+void diff_share_make(struct diff_thread *t);
+bool diff_share_step(struct diff_thread *t, struct diff_obj *o);
+void diff_share_poll(struct diff_thread *t);
+/* Before the fork: the mailbox and the sockets, when share is run. */
+void diff_share_setup(int procs);
 
 #endif

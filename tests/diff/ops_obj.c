@@ -541,4 +541,6 @@ const struct diff_family_ops diff_families[DIFF_F_COUNT] = {
 	[DIFF_F_CTX] = { "ctx", always, diff_ctx_make, diff_ctx_step },
 	[DIFF_F_GREEN] = { "green", have_green, diff_green_make,
 			   diff_ctx_step },
+	[DIFF_F_SHARE] = { "share", always, diff_share_make, diff_share_step,
+			   diff_share_poll },
 };
