@@ -122,6 +122,21 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 	return r;
 }
 
+/* A free the driver refused because another thread's cuCtxDestroy freed
+ * the memory with its context first: the context's sweep found the entry
+ * taken out by this free, so the charge is this free's to give back. */
+static bool freed_with_context(CUdeviceptr p)
+{
+	CUdeviceptr base;
+	size_t size;
+	CUresult r;
+
+	if (!vgpu__real.cuMemGetAddressRange_v2)
+		return false;
+	r = vgpu__real.cuMemGetAddressRange_v2(&base, &size, p);
+	return r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct vgpu_tracked t;
@@ -133,7 +148,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return vgpu__real.cuMemFree_v2(dptr);
 	r = t.kind == VGPU_USAGE_SPILLED ? vgpu__spill_free(dptr, &t)
 					 : vgpu__real.cuMemFree_v2(dptr);
-	if (r != CUDA_SUCCESS) {
+	if (r != CUDA_SUCCESS && !(t.kind != VGPU_USAGE_SPILLED &&
+				   freed_with_context(dptr))) {
 		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
 		return r;
 	}
