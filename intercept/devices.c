@@ -162,6 +162,8 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 			vgpu_ledger_set_spill_limit(dv->slot,
 						    o->host_spill_limit);
 		compute_terms(dv, o, ordinal);
+		dv->gpu = (struct vgpu_measure_gpu){ .ordinal = ordinal,
+			.ledger = dv->ledger, .slot = dv->slot };
 		dv->capped = capped(dv->share, dv->policy);
 		dv->spatial = dv->capped &&
 			      o->compute_mode == VGPU_MODE_SPATIAL;

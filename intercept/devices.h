@@ -6,6 +6,7 @@
 #include "shim.h"
 #include "account.h"
 #include "ledger.h"
+#include "measure.h"
 
 #include <time.h>
 
@@ -27,6 +28,9 @@ struct vgpu_dev {
 	CUcontext primary;	/* the primary context, once retained */
 	int spatial_state;	/* 0 not tried, 1 built or building, 2 failed */
 	CUcontext spatial_ctx;	/* the primary context on a green context */
+	/* ordinal, ledger and slot again, as the measuring of launches
+	 * sees the device (vgpu/measure.h); set with them at attach. */
+	struct vgpu_measure_gpu gpu;
 };
 
 /* spatial.c: the primary context on a green context of dv's share, built
@@ -54,12 +58,15 @@ void vgpu__launch_process_exit(void);
 /* Set once the process leaves its ledgers at exit (their memory is gone):
  * the launch state's clean-up does nothing from then on. */
 extern bool vgpu__leaving;
+
 /* Called before a context that may hold capped launch state is destroyed,
  * reset or released for the last time (NULL: a context not known): the
  * launch state threads made in it before then is dropped without touching
- * its handles (launch.c); other contexts' state stays. */
-#define VGPU_CTX_EPOCHS 256
-void vgpu__ctx_teardown(CUcontext ctx);
+ * its handles (vgpu/measure.c); other contexts' state stays. */
+static inline void vgpu__ctx_teardown(CUcontext ctx)
+{
+	vgpu_measure_ctx_teardown((struct vgpu_prim_ctx *)ctx);
+}
 
 /* The device's state, attached on first use; NULL if d is not a device.
  * A FAILED device was refused: its hooks answer CUDA_ERROR_INVALID_DEVICE. */

@@ -52,11 +52,13 @@ static void load_options(void)
 	}
 	if (opts.verbose)
 		vgpu__options_dump(&opts, 2);
+	vgpu__lifetime_started();
+	/* After the core has its primitives: a hook that sees it set goes
+	 * to the core. */
 	for (unsigned d = 0; d < VGPU_MAX_DEVICES && !opts.disable &&
 			     opts.compute_policy != VGPU_POLICY_OFF; d++)
 		if (vgpu__options_compute_limit(&opts, d) < 100)
 			vgpu__compute_on = true;
-	vgpu__lifetime_started();
 }
 
 const struct vgpu_options *vgpu__options(void)

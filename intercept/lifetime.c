@@ -5,11 +5,14 @@
  *
  * 1. once-init, on the first driver call: the options are read
  *    (init.c's vgpu__options, a pthread_once), which hands the core its
- *    primitives (prim.c) and registers the fork handler below; the real driver is loaded on the first call that needs
- *    it (real.c's vgpu__real_load, another pthread_once); each device
- *    joins its ledger on first use (devices.c's vgpu__dev_attach).
- * 2. a thread's first capped launch arms its exit handler (a pthread key,
- *    vgpu__lifetime_watch_thread).
+ *    primitives (prim.c) before any launch can reach it (vgpu__compute_on
+ *    is set after) and registers the fork handler below; the real driver
+ *    is loaded on the first call that needs it (real.c's vgpu__real_load,
+ *    another pthread_once); each device joins its ledger on first use
+ *    (devices.c's vgpu__dev_attach).
+ * 2. a thread's first capped launch in a context arms its exit handler (a
+ *    pthread key, vgpu__lifetime_watch_thread, the core's thread_watch
+ *    primitive).
  * 3. fork: nothing is done in the parent (no lock of the shim is held
  *    across a driver call, and the child never uses one the parent held:
  *    it makes its own afresh). In the child, before it returns from fork:
@@ -20,7 +23,8 @@
  *    The order matters only in that the devices go last: the others may
  *    look a device up while they forget.
  * 4. thread exit: the thread's capped launches are charged and its
- *    measuring events given back (launch.c), unless the process is leaving.
+ *    measuring events given back (launch.c, vgpu/measure.c), unless the
+ *    process is leaving.
  * 5. exit (a library destructor): every ledger is left, its slots given
  *    back; from then on thread-exit handlers do nothing (vgpu__leaving).
  *    A process killed by a signal never gets here: the others reclaim its
@@ -54,6 +58,7 @@ static void child_after_fork(void)
 void vgpu__lifetime_started(void)
 {
 	vgpu_account_use(&vgpu__prim);
+	vgpu_measure_use(&vgpu__prim);
 	pthread_atfork(NULL, NULL, child_after_fork);
 	__atomic_store_n(&used_cuda, true, __ATOMIC_RELEASE);
 }

@@ -1,0 +1,891 @@
+/* test_measure.c - the measuring of launches (vgpu/measure.c) against a
+ * fake driver and a fake clock: every decision of the throttle around a
+ * launch, deterministically, with nothing slept and no time measured.
+ *
+ * The fake GPU runs the kernels of whole-device contexts one at a time,
+ * in the order they were made, and those of green contexts beside them; an
+ * event completes when the work before it on its stream has. Its clock is
+ * the host's (device time = host time), which moves only when the core
+ * sleeps (prim->sleep: by the time asked, a yield by YIELD), blocks for an
+ * event, or a test moves it. Several threads are several states driven by
+ * the one real thread, each with its own stack of current contexts; while
+ * one sleeps, a hook lets the others act.
+ */
+#include "ledger_test.h"
+#include "measure.h"
+#include "options.h"
+#include "throttle.h"
+#include "timeline.h"
+
+TestSuite(measure, .init = ledger_dir_make, .fini = ledger_dir_remove);
+
+#define US (UINT64_C(1000))
+#define MS (UINT64_C(1000000))
+#define SEC (UINT64_C(1000000000))
+#define T0 (100 * SEC)		/* the fake clock's start (0 means never) */
+#define YIELD (100 * US)	/* what a yield lets pass */
+
+/* ---- the fake driver -------------------------------------------------------- */
+
+struct fctx;
+
+struct fstream {
+	struct fctx *ctx;
+	uint64_t busy;		/* its last work ends then */
+	bool live;
+};
+
+struct fctx {
+	const struct vgpu_measure_gpu *gpu;	/* NULL: not measured */
+	unsigned sm_held, sm_total;
+	struct fstream dflt;	/* its default stream */
+	unsigned gen;		/* teardowns: objects of an older gen are gone */
+};
+
+struct fevent {
+	struct fctx *ctx;
+	unsigned gen;
+	bool live, recorded;
+	uint64_t done;		/* completes then */
+};
+
+struct fthread {
+	struct vgpu_measure_thread m;
+	struct fctx *stack[8];	/* current contexts, top last */
+	int depth;
+	unsigned watched;
+};
+
+static struct {
+	uint64_t now;
+	uint64_t engine;	/* the whole-device engine is busy until */
+	struct fthread *cur;	/* the thread running */
+	void (*on_sleep)(void);	/* others act while cur sleeps */
+	struct fevent ev[256];
+	struct fstream st[16];
+	struct fctx ctx[4];
+	unsigned events_made, streams_made, syncs, sleeps, gone_used;
+	uint64_t launched_at, kernel_end;
+} fake;
+
+static struct fctx *cur_ctx(void)
+{
+	return fake.cur->depth ? fake.cur->stack[fake.cur->depth - 1] : NULL;
+}
+
+/* A handle of a context torn down since it was made was used. */
+static void check_gone(struct fctx *c, unsigned gen)
+{
+	if (c && c->gen != gen)
+		fake.gone_used++;
+}
+
+static struct vgpu_prim_ctx *f_ctx_current(void)
+{
+	return (struct vgpu_prim_ctx *)cur_ctx();
+}
+
+static bool f_ctx_push(struct vgpu_prim_ctx *ctx)
+{
+	fake.cur->stack[fake.cur->depth++] = (struct fctx *)ctx;
+	return true;
+}
+
+static void f_ctx_pop(void)
+{
+	cr_assert_gt(fake.cur->depth, 0, "a pop without a push");
+	fake.cur->depth--;
+}
+
+static struct vgpu_prim_ctx *f_stream_ctx(struct vgpu_prim_stream *s)
+{
+	return s ? (struct vgpu_prim_ctx *)((struct fstream *)s)->ctx : NULL;
+}
+
+static bool f_sm_counts(struct vgpu_prim_ctx *ctx, unsigned *held,
+			unsigned *total)
+{
+	struct fctx *c = (struct fctx *)ctx;
+
+	*held = c->sm_held;
+	*total = c->sm_total;
+	return c->sm_total != 0;
+}
+
+static const struct vgpu_measure_gpu *f_gpu(struct vgpu_prim_ctx *ctx)
+{
+	return ((struct fctx *)ctx)->gpu;
+}
+
+static struct vgpu_prim_stream *f_stream_create(void)
+{
+	for (int i = 0; i < 16; i++)
+		if (!fake.st[i].live) {
+			fake.st[i] = (struct fstream){ cur_ctx(), 0, true };
+			fake.streams_made++;
+			return (struct vgpu_prim_stream *)&fake.st[i];
+		}
+	cr_assert_fail("out of fake streams");
+	return NULL;
+}
+
+static void f_stream_destroy(struct vgpu_prim_stream *s)
+{
+	((struct fstream *)s)->live = false;
+}
+
+static struct vgpu_prim_event *f_event_create(void)
+{
+	for (int i = 0; i < 256; i++)
+		if (!fake.ev[i].live) {
+			fake.ev[i] = (struct fevent){ cur_ctx(), cur_ctx()->gen,
+						      true, false, 0 };
+			fake.events_made++;
+			return (struct vgpu_prim_event *)&fake.ev[i];
+		}
+	cr_assert_fail("out of fake events");
+	return NULL;
+}
+
+static void f_event_destroy(struct vgpu_prim_event *e)
+{
+	struct fevent *f = (struct fevent *)e;
+
+	check_gone(f->ctx, f->gen);
+	cr_assert(f->live, "an event destroyed twice");
+	f->live = false;
+}
+
+static struct fstream *stream_of(struct vgpu_prim_stream *s)
+{
+	return s ? (struct fstream *)s : &cur_ctx()->dflt;
+}
+
+static bool f_event_record(struct vgpu_prim_event *e,
+			   struct vgpu_prim_stream *s, bool per_thread)
+{
+	struct fevent *f = (struct fevent *)e;
+	struct fstream *fs = stream_of(s);
+
+	(void)per_thread;
+	check_gone(f->ctx, f->gen);
+	f->recorded = true;
+	f->done = fs->busy > fake.now ? fs->busy : fake.now;
+	return true;
+}
+
+static int f_event_query(struct vgpu_prim_event *e)
+{
+	struct fevent *f = (struct fevent *)e;
+
+	check_gone(f->ctx, f->gen);
+	if (!f->recorded)
+		return VGPU_PRIM_ERROR;
+	return f->done <= fake.now ? VGPU_PRIM_DONE : VGPU_PRIM_NOT_READY;
+}
+
+static bool f_event_sync(struct vgpu_prim_event *e)
+{
+	struct fevent *f = (struct fevent *)e;
+
+	check_gone(f->ctx, f->gen);
+	fake.syncs++;
+	if (!f->recorded)
+		return false;
+	if (f->done > fake.now)
+		fake.now = f->done;
+	return true;
+}
+
+static bool f_event_elapsed(struct vgpu_prim_event *a,
+			    struct vgpu_prim_event *b, uint64_t *ns)
+{
+	struct fevent *x = (struct fevent *)a, *y = (struct fevent *)b;
+
+	if (!x->recorded || !y->recorded || y->done > fake.now ||
+	    y->done < x->done)
+		return false;
+	*ns = y->done - x->done;
+	return true;
+}
+
+static uint64_t f_now(void)
+{
+	return fake.now;
+}
+
+static void f_sleep(uint64_t ns)
+{
+	fake.sleeps++;
+	fake.now += ns ? ns : YIELD;
+	if (fake.on_sleep)
+		fake.on_sleep();
+}
+
+static void f_thread_watch(void)
+{
+	fake.cur->watched++;
+}
+
+static const struct vgpu_prim fake_prim = {
+	.ctx_current = f_ctx_current,
+	.ctx_push = f_ctx_push,
+	.ctx_pop = f_ctx_pop,
+	.stream_ctx = f_stream_ctx,
+	.sm_counts = f_sm_counts,
+	.gpu = f_gpu,
+	.stream_create = f_stream_create,
+	.stream_destroy = f_stream_destroy,
+	.event_create = f_event_create,
+	.event_destroy = f_event_destroy,
+	.event_record = f_event_record,
+	.event_query = f_event_query,
+	.event_sync = f_event_sync,
+	.event_elapsed = f_event_elapsed,
+	.now = f_now,
+	.sleep = f_sleep,
+	.thread_watch = f_thread_watch,
+};
+
+/* A kernel of len ns on stream s (NULL: the current context's default):
+ * it starts when its stream, and for a whole-device context the engine,
+ * are free. */
+struct kernel {
+	uint64_t len;
+	struct fstream *s;
+	int refuse;		/* the driver's error, if it refuses */
+};
+
+static int f_launch(const void *arg)
+{
+	const struct kernel *k = arg;
+	struct fstream *s = k->s ? k->s : &cur_ctx()->dflt;
+	bool green = s->ctx->sm_total && s->ctx->sm_held < s->ctx->sm_total;
+	uint64_t start = fake.now;
+
+	if (k->refuse)
+		return k->refuse;
+	if (s->busy > start)
+		start = s->busy;
+	if (!green && fake.engine > start)
+		start = fake.engine;
+	s->busy = start + k->len;
+	if (!green)
+		fake.engine = s->busy;
+	fake.launched_at = fake.now;
+	fake.kernel_end = s->busy;
+	return 0;
+}
+
+/* ---- the tenant, the threads ------------------------------------------------- */
+
+static struct vgpu_ledger *ledger;
+static struct vgpu_slot *slot;
+static struct vgpu_measure_gpu gpu0;
+
+/* A tenant with a share (100: admitted at once, charged all the same) on
+ * GPU 0, contexts on it, the clock at T0. */
+static void start(unsigned share)
+{
+	memset(&fake, 0, sizeof(fake));
+	fake.now = T0;
+	ledger = ledger_open_ok();
+	slot = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	cr_assert_eq(vgpu_throttle_configure(slot, share, VGPU_POLICY_HARD,
+					     T0), 0);
+	gpu0 = (struct vgpu_measure_gpu){ 0, ledger, slot };
+	for (int i = 0; i < 4; i++) {
+		fake.ctx[i].gpu = &gpu0;
+		fake.ctx[i].dflt.ctx = &fake.ctx[i];
+		fake.ctx[i].dflt.live = true;
+	}
+	vgpu_measure_use(&fake_prim);
+}
+
+static struct fthread *thread_in(struct fctx *c)
+{
+	struct fthread *t = calloc(1, sizeof(*t));
+
+	cr_assert_not_null(t);
+	if (c)
+		t->stack[t->depth++] = c;
+	return t;
+}
+
+static void as(struct fthread *t)
+{
+	fake.cur = t;
+}
+
+/* Thread t launches a kernel of function key, len ns long, on its current
+ * context's default stream. */
+static int launch(struct fthread *t, uint64_t key, uint64_t len)
+{
+	struct kernel k = { .len = len };
+	struct vgpu_measure_call call = {
+		.key = key, .kind = VGPU_MEASURE_KERNEL,
+		.launch = f_launch, .arg = &k,
+	};
+
+	as(t);
+	return vgpu_measure_launch(&t->m, &call);
+}
+
+static void sync_as(struct fthread *t)
+{
+	struct fthread *was = fake.cur;
+
+	as(t);
+	vgpu_measure_synchronised(&t->m);
+	as(was);
+}
+
+/* t's state for context c, NULL if it has none. */
+static struct vgpu_measure_ctx *state_of(struct fthread *t, struct fctx *c)
+{
+	for (int i = 0; i < VGPU_MEASURE_CTXS; i++)
+		if (t->m.ctx[i].ctx == (struct vgpu_prim_ctx *)c)
+			return &t->m.ctx[i];
+	return NULL;
+}
+
+/* t's latest launch in c, not yet read. */
+static const struct vgpu_measure_pending *newest(struct fthread *t,
+						 struct fctx *c)
+{
+	struct vgpu_measure_ctx *s = state_of(t, c);
+
+	cr_assert_not_null(s);
+	cr_assert_gt(s->count, 0, "no launch pending");
+	return &s->ring[(s->head + s->count - 1) % VGPU_MEASURE_RING];
+}
+
+static const struct vgpu_ledger_compute *compute(void)
+{
+	return &vgpu_ledger_tenant_record(slot)->compute;
+}
+
+static uint64_t charged(void)
+{
+	return __atomic_load_n(&compute()->gpu_time_ns, __ATOMIC_RELAXED);
+}
+
+static int64_t tokens(void)
+{
+	return __atomic_load_n(&compute()->tokens_ns, __ATOMIC_RELAXED);
+}
+
+static uint64_t timeline_head(void)
+{
+	const struct vgpu_ledger_timeline *tl = (const void *)(
+		(const char *)vgpu_ledger_header(ledger) +
+		VGPU_LEDGER_TIMELINE_OFFSET);
+
+	return __atomic_load_n(&tl->head, __ATOMIC_RELAXED);
+}
+
+static unsigned live_events(void)
+{
+	unsigned n = 0;
+
+	for (int i = 0; i < 256; i++)
+		n += fake.ev[i].live;
+	return n;
+}
+
+#define F1 0x1000	/* functions */
+#define F2 0x2000
+#define F3 0x3000
+
+/* ---- the first launch ------------------------------------------------------------ */
+
+static struct fthread *reader;	/* the thread the sleep hook lets read */
+static uint64_t read_after;	/* once the clock passes this */
+
+static void let_reader_read(void)
+{
+	if (reader && fake.now >= read_after) {
+		sync_as(reader);
+		reader = NULL;
+	}
+}
+
+/* The process's first launch has no estimate: it goes alone, and another
+ * thread's first launch waits until its length is read, then goes with
+ * that length as its estimate. */
+Test(measure, a_first_launch_goes_alone_and_others_wait_for_its_length)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+
+	cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	cr_expect(newest(a, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 0);
+
+	reader = a;		/* a reads its launch once it has ended */
+	read_after = T0 + 1 * MS;
+	fake.on_sleep = let_reader_read;
+	cr_assert_eq(launch(b, F2, 2 * MS), 0);
+	cr_expect_geq(fake.launched_at, T0 + 1 * MS,
+		      "b went at +%llu ns, before a's length was known",
+		      (unsigned long long)(fake.launched_at - T0));
+	cr_expect_null(reader, "b went before a read its launch");
+	cr_expect_eq(a->watched, 1, "the thread's exit armed");
+	cr_expect_not(newest(b, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(b, &fake.ctx[0])->estimate, 1 * MS,
+		     "b goes with a's length");
+}
+
+/* The probe's own thread: its next launch waits for the probe's end. */
+Test(measure, a_probe_s_own_thread_waits_for_its_end)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 3 * MS);
+	launch(a, F2, 1 * MS);
+	cr_expect_eq(fake.launched_at, T0 + 3 * MS);
+	cr_expect_eq(fake.syncs, 1, "blocked for the probe");
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 3 * MS);
+	cr_expect_not(newest(a, &fake.ctx[0])->probe);
+}
+
+/* A probe whose thread never reads it holds the others one second at
+ * most: then the next one goes as the probe. */
+Test(measure, a_probe_never_read_holds_the_others_a_second)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 1 * MS);
+	launch(b, F2, 1 * MS);
+	/* Polled every 200 us: the first poll past a second. */
+	cr_expect_eq(fake.launched_at,
+		     T0 + VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS);
+	cr_expect(newest(b, &fake.ctx[0])->probe);
+}
+
+/* ---- estimates ------------------------------------------------------------------ */
+
+/* Launches F1 of len on a and reads it once it has ended. */
+static void run_and_read(struct fthread *t, uint64_t key, uint64_t len)
+{
+	launch(t, key, len);
+	fake.now = fake.kernel_end;
+	sync_as(t);
+}
+
+/* A function's estimate follows a longer measurement at once and a
+ * shorter one slowly (by a quarter), so a long kernel after short ones is
+ * not admitted at the short ones' length. */
+Test(measure, a_function_s_estimate_rises_at_once_and_falls_slowly)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	run_and_read(a, F1, 1 * MS);
+	launch(a, F1, 10 * MS);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 1 * MS);
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 10 * MS,
+		     "raised at once");
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate,
+		     (3 * 10 * MS + 1 * MS) / 4 + 1, "lowered by a quarter");
+	/* Another function is not admitted at F1's length. */
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	run_and_read(a, F2, 50 * US);
+	launch(a, F2, 50 * US);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 50 * US);
+}
+
+/* A launch measured as taking no time leaves estimates of at least 1 ns:
+ * 0 means "nothing known", which would send the next launch as a probe. */
+Test(measure, an_estimate_once_measured_is_never_0)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	struct fthread *c;
+
+	run_and_read(a, F1, 0);
+	launch(a, F1, 0);		/* its function's */
+	cr_expect_geq(newest(a, &fake.ctx[0])->estimate, 1);
+	cr_expect_not(newest(a, &fake.ctx[0])->probe);
+	launch(a, F2, 0);		/* the thread's */
+	cr_expect_geq(newest(a, &fake.ctx[0])->estimate, 1);
+	cr_expect_not(newest(a, &fake.ctx[0])->probe);
+	launch(b, F3, 0);		/* the process's */
+	cr_expect_geq(newest(b, &fake.ctx[0])->estimate, 1);
+	cr_expect_not(newest(b, &fake.ctx[0])->probe);
+	/* Charged: the averages refined by 0-length launches stay >= 1. */
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	sync_as(b);
+	c = thread_in(&fake.ctx[0]);
+	launch(c, 0, 0);
+	cr_expect_geq(newest(c, &fake.ctx[0])->estimate, 1);
+	cr_expect_not(newest(c, &fake.ctx[0])->probe);
+}
+
+/* ---- exits ------------------------------------------------------------------------ */
+
+/* A thread that exits waits for its launches and charges what they
+ * measured, then gives its events and stream back. */
+Test(measure, a_thread_exit_charges_its_launches_as_measured)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 1 * MS);
+	launch(a, F1, 2 * MS);		/* after the probe was read */
+	launch(a, F1, 3 * MS);
+	cr_assert_lt(fake.now, T0 + 6 * MS, "the last still running");
+	vgpu_measure_thread_exit(&a->m);
+	cr_expect_eq(charged(), 6 * MS, "%llu",
+		     (unsigned long long)charged());
+	cr_expect_eq(fake.now, T0 + 6 * MS, "no longer than its launches");
+	cr_expect_eq(live_events(), 0, "events given back");
+	cr_expect_not(fake.st[0].live, "the calibration stream given back");
+	cr_expect_eq(a->depth, 1, "the context popped");
+	cr_expect_null(state_of(a, &fake.ctx[0]));
+}
+
+/* A launch still running when the exit's wait is over is charged its
+ * share of the time since it was issued... */
+Test(measure, a_thread_exit_charges_the_time_since_issued_if_more)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t issued;
+
+	run_and_read(a, F1, 1 * MS);
+	issued = fake.now;
+	launch(a, F2, 10 * SEC);	/* estimate: 1 ms */
+	vgpu_measure_thread_exit(&a->m);
+	/* The wait ends at the first yield past EXIT_WAIT_NS. */
+	cr_expect_eq(fake.now, issued + VGPU_MEASURE_EXIT_WAIT_NS + YIELD);
+	cr_expect_eq(charged(), 1 * MS + (fake.now - issued), "%llu",
+		     (unsigned long long)charged());
+	cr_expect_eq(live_events(), 0);
+}
+
+/* ... or its estimate, if that is more. */
+Test(measure, a_thread_exit_charges_the_estimate_if_more)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	run_and_read(a, F1, 5 * SEC);
+	launch(a, F1, 5 * SEC);		/* estimate: 5 s */
+	vgpu_measure_thread_exit(&a->m);
+	cr_expect_eq(charged(), 10 * SEC, "%llu",
+		     (unsigned long long)charged());
+}
+
+/* At the process's exit the driver may be gone: what was read is charged,
+ * the rest at its estimate or share, with no driver call. */
+Test(measure, a_process_exit_settles_with_no_driver_call)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	unsigned made;
+
+	run_and_read(a, F1, 2 * MS);
+	launch(a, F1, 2 * MS);
+	made = fake.events_made;
+	fake.ctx[0].gen++;	/* any call on its objects now counts */
+	as(a);
+	vgpu_measure_process_exit(&a->m);
+	cr_expect_eq(fake.gone_used, 0);
+	cr_expect_eq(fake.events_made, made);
+	cr_expect_eq(charged(), 4 * MS);
+	cr_expect_null(state_of(a, &fake.ctx[0]));
+}
+
+/* ---- contexts ------------------------------------------------------------------- */
+
+/* A context torn down: the state threads made in it is dropped without a
+ * call on its objects; other contexts' state, and the estimates, stay. */
+Test(measure, a_context_teardown_forgets_only_that_context_s_state)
+{
+	start(100);
+	struct fctx *x = &fake.ctx[0], *y = &fake.ctx[1];
+	struct fthread *a = thread_in(x);
+	unsigned streams;
+
+	run_and_read(a, F1, 1 * MS);	/* in x */
+	a->stack[0] = y;
+	run_and_read(a, F2, 1 * MS);	/* in y */
+	launch(a, F2, 1 * MS);		/* pending in y */
+	a->stack[0] = x;
+	launch(a, F1, 1 * MS);		/* pending in x */
+
+	vgpu_measure_ctx_teardown((struct vgpu_prim_ctx *)x);
+	x->gen++;		/* x's objects are gone; its handle is reused */
+	streams = fake.streams_made;
+
+	a->stack[0] = y;
+	sync_as(a);		/* drops x's state, keeps y's */
+	cr_expect_eq(fake.gone_used, 0, "a call on a torn-down object");
+	cr_expect_null(state_of(a, x));
+	cr_assert_not_null(state_of(a, y));
+	cr_expect_eq(state_of(a, y)->count, 1, "y's launch still pending");
+	cr_expect_eq(charged(), 2 * MS,
+		     "x's launches: the one read as measured, the pending one "
+		     "at its estimate");
+
+	launch(a, F2, 1 * MS);
+	cr_expect_eq(fake.streams_made, streams, "y's state kept");
+	a->stack[0] = x;
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.streams_made, streams + 1, "x's state made afresh");
+	cr_expect_eq(newest(a, x)->estimate, 1 * MS, "F1's estimate kept");
+	cr_expect_not(newest(a, x)->probe);
+	cr_expect_eq(fake.gone_used, 0);
+}
+
+/* A teardown of a context not known drops every context's state. */
+Test(measure, a_teardown_of_an_unknown_context_forgets_all)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	run_and_read(a, F1, 1 * MS);
+	vgpu_measure_ctx_teardown(NULL);
+	sync_as(a);
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.streams_made, 2);
+}
+
+/* A launch with no current context is measured in its stream's. */
+Test(measure, a_launch_with_no_context_is_charged_in_its_stream_s)
+{
+	start(100);
+	struct fthread *a = thread_in(NULL);
+	struct kernel k = { .len = 2 * MS, .s = &fake.ctx[1].dflt };
+	struct vgpu_measure_call call = {
+		.key = F1, .kind = VGPU_MEASURE_KERNEL,
+		.stream = (struct vgpu_prim_stream *)k.s,
+		.launch = f_launch, .arg = &k,
+	};
+
+	as(a);
+	cr_assert_eq(vgpu_measure_launch(&a->m, &call), 0);
+	cr_expect_eq(a->depth, 0, "its context pushed, then popped");
+	cr_expect_not_null(state_of(a, &fake.ctx[1]));
+	fake.now += 2 * MS + VGPU_MEASURE_CHARGE_DELAY_NS;
+	vgpu_measure_thread_exit(&a->m);
+	cr_expect_eq(charged(), 2 * MS);
+	/* With no stream of its own either: made, not measured. */
+	call.stream = NULL;
+	k.s = &fake.ctx[1].dflt;
+	cr_expect_eq(vgpu_measure_launch(&a->m, &call), 0);
+	cr_expect_null(state_of(a, &fake.ctx[1]));
+}
+
+/* A launch the driver refuses is refunded; a GPU not measured is not
+ * charged. */
+Test(measure, refused_and_unmeasured_launches_are_not_charged)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct kernel k = { .len = 1 * MS, .refuse = 700 };
+	struct vgpu_measure_call call = {
+		.key = F1, .kind = VGPU_MEASURE_KERNEL,
+		.launch = f_launch, .arg = &k,
+	};
+
+	run_and_read(a, F1, 1 * MS);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	int64_t before = tokens();
+	uint64_t used = charged();
+
+	as(a);
+	cr_expect_eq(vgpu_measure_launch(&a->m, &call), 700);
+	cr_expect_eq(charged(), used);
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 0);
+	/* Admitted at 1 ms after the refill of 21 ms at 50%, refunded. */
+	cr_expect_eq(tokens() - before, (int64_t)(21 * MS / 2), "%+lld",
+		     (long long)(tokens() - before));
+	fake.ctx[2].gpu = NULL;
+	a->stack[0] = &fake.ctx[2];
+	k.refuse = 0;
+	cr_expect_eq(vgpu_measure_launch(&a->m, &call), 0);
+	cr_expect_eq(state_of(a, &fake.ctx[2])->count, 0, "not measured");
+}
+
+/* A fifth context: the least recently used one's launches are read
+ * (waiting for them) and charged, and its state given back. */
+Test(measure, a_fifth_context_retires_the_least_recently_used)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	static struct fctx more[2];
+
+	run_and_read(a, F1, 1 * MS);
+	launch(a, F1, 1 * MS);		/* still running when retired */
+	for (int i = 1; i < 4; i++) {
+		a->stack[0] = &fake.ctx[i];
+		launch(a, F1, 1 * MS);
+	}
+	more[0] = (struct fctx){ .gpu = &gpu0 };
+	more[0].dflt = (struct fstream){ &more[0], 0, true };
+	a->stack[0] = &more[0];
+	launch(a, F1, 1 * MS);
+	cr_expect_null(state_of(a, &fake.ctx[0]));
+	cr_expect_not_null(state_of(a, &more[0]));
+	cr_expect_eq(charged(), 2 * MS, "ctx[0]'s launches charged");
+	cr_expect_eq(fake.now, T0 + 2 * MS, "after waiting for the one running");
+	cr_expect_eq(a->depth, 1);
+}
+
+/* ---- what is charged ------------------------------------------------------------ */
+
+/* A green context of 64 of 128 SMs: its launches are charged half their
+ * time, and their ends stay out of the GPU's timeline. */
+Test(measure, a_green_context_is_charged_for_its_sms_and_kept_out_of_the_timeline)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	fake.ctx[0].sm_held = 64;
+	fake.ctx[0].sm_total = 128;
+	fake.ctx[1].sm_held = fake.ctx[1].sm_total = 128;
+	run_and_read(a, F1, 4 * MS);
+	cr_expect_eq(timeline_head(), 0, "a green end recorded");
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	cr_expect_eq(charged(), 2 * MS);
+
+	a->stack[0] = &fake.ctx[1];	/* the whole device */
+	run_and_read(a, F2, 4 * MS);
+	cr_expect_eq(timeline_head(), 1);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	cr_expect_eq(charged(), 6 * MS);
+}
+
+/* A launch that waited behind another tenant's kernel: its events cover
+ * the wait, but it is charged only the part after the other's end, which
+ * the other process recorded in the timeline. */
+Test(measure, a_launch_is_charged_only_after_another_tenant_s_end)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1, before;
+
+	run_and_read(a, F1, 1 * MS);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	before = charged();
+	t1 = fake.now;
+	fake.engine = t1 + 3 * MS;	/* the other's kernel: t1 .. +3 ms */
+	vgpu_timeline_record(ledger, t1 + 3 * MS);
+	launch(a, F1, 1 * MS);		/* runs +3 .. +4 ms */
+	cr_assert_eq(fake.kernel_end, t1 + 4 * MS);
+	fake.now = t1 + 4 * MS + VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	cr_expect_eq(charged() - before, 1 * MS, "charged %llu ns",
+		     (unsigned long long)(charged() - before));
+}
+
+/* The admission's estimate is corrected as soon as the launch is read;
+ * the final charge waits CHARGE_DELAY_NS after its end, so that an end
+ * another process records late still shortens it. */
+Test(measure, the_estimate_is_corrected_at_once_and_the_charge_waits_for_late_ends)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+	int64_t before;
+
+	run_and_read(a, F1, 10 * MS);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	cr_assert_eq(charged(), 10 * MS);
+
+	/* Admitted at 10 ms, runs 1: corrected when read, charged later. */
+	launch(a, F1, 1 * MS);
+	cr_assert_eq(newest(a, &fake.ctx[0])->estimate, 10 * MS);
+	fake.now = fake.kernel_end;
+	before = tokens();
+	sync_as(a);
+	cr_expect_eq(tokens() - before, 9 * (int64_t)MS,
+		     "corrected to the 1 ms read: %+lld",
+		     (long long)(tokens() - before));
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS - 1;
+	sync_as(a);
+	cr_expect_eq(charged(), 10 * MS, "charged before the delay");
+	fake.now += 1;
+	sync_as(a);
+	cr_expect_eq(charged(), 11 * MS);
+
+	/* Behind another tenant's kernel (+0 .. +2 ms), whose end is
+	 * recorded after this launch was read (as 3 ms). */
+	t1 = fake.now;
+	fake.engine = t1 + 2 * MS;
+	launch(a, F1, 1 * MS);
+	cr_assert_eq(fake.kernel_end, t1 + 3 * MS);
+	fake.now = t1 + 3 * MS;
+	sync_as(a);
+	vgpu_timeline_record(ledger, t1 + 2 * MS);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	cr_expect_eq(charged() - 11 * MS, 1 * MS, "charged %llu ns, not 1 ms",
+		     (unsigned long long)(charged() - 11 * MS));
+}
+
+/* ---- the ring -------------------------------------------------------------------- */
+
+/* A launch whose thread has no free events waits for its oldest launch
+ * to end, and takes its events: after start-up no event is made on the
+ * launch path. Events are made only while no launch is in flight
+ * (take_events), so the ring is full with one launch: the second waits. */
+Test(measure, a_full_ring_waits_for_its_oldest)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(a, F1, 1 * MS);
+	t1 = fake.now;
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.launched_at, t1, "the first went at once");
+	fake.syncs = 0;
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.launched_at, t1 + 1 * MS, "went at +%llu ns",
+		     (unsigned long long)(fake.launched_at - t1));
+	cr_expect_eq(fake.syncs, 1, "blocked for the oldest only");
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 1);
+	cr_expect_eq(fake.events_made, 3, "events reused (+ the reference)");
+}
+
+/* ---- admission -------------------------------------------------------------------- */
+
+/* Told to wait, a launch sleeps (2 ms at most at a time), reads what ended
+ * meanwhile, and goes when the bucket holds its estimate. */
+Test(measure, a_launch_waits_for_its_estimate_in_the_bucket)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(a, F1, 4 * MS);	/* the probe: 4 ms of debt */
+	t1 = fake.now;
+	fake.sleeps = 0;
+	launch(a, F1, 4 * MS);
+	/* At 50%: 4 ms of debt and 4 ms to come take 16 ms from T0. */
+	cr_expect_eq(fake.launched_at, T0 + 16 * MS, "went at T0 + %llu ns",
+		     (unsigned long long)(fake.launched_at - T0));
+	cr_expect_eq(fake.sleeps, (T0 + 16 * MS - t1) / (2 * MS));
+	cr_expect_eq(vgpu_ledger_slot_record(slot)->launches_throttled, 1);
+}

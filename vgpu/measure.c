@@ -1,0 +1,676 @@
+/* measure.c - the launches of a capped tenant measured and charged: see
+ * measure.h for the steps, docs/compute.md for why each is so.
+ *
+ * The driver, the clock and sleeping are reached only through the
+ * primitives (prim.h), copied into P once.
+ */
+#include "measure.h"
+#include "log.h"
+#include "options.h"
+#include "throttle.h"
+#include "timeline.h"
+
+#include <string.h>
+
+#define RING	VGPU_MEASURE_RING
+#define CTXS	VGPU_MEASURE_CTXS
+#define KINDS	VGPU_MEASURE_KINDS
+
+/* A copy, so that a call through it costs one load, as a call through the
+ * front end's own table of the driver does. Set before any launch. */
+static struct vgpu_prim P;
+
+void vgpu_measure_use(const struct vgpu_prim *prim)
+{
+	P = *prim;
+}
+
+/* ---- contexts torn down ------------------------------------------------------ */
+
+/* A thread's events and calibration stream are given back when it exits,
+ * if its context has not been torn down since they were made: then the
+ * driver has freed them with it, or its handle may name another context.
+ * Teardowns are counted per context handle (in buckets: a collision only
+ * forgets more). */
+static unsigned ctx_epochs[VGPU_MEASURE_EPOCHS];
+
+static unsigned *epoch_of(const struct vgpu_prim_ctx *ctx)
+{
+	uintptr_t v = (uintptr_t)ctx;
+
+	return &ctx_epochs[(v >> 4 ^ v >> 12) % VGPU_MEASURE_EPOCHS];
+}
+
+void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx)
+{
+	if (!ctx) {	/* which one is not known: every thread's */
+		for (int i = 0; i < VGPU_MEASURE_EPOCHS; i++)
+			__atomic_add_fetch(&ctx_epochs[i], 1, __ATOMIC_ACQ_REL);
+		return;
+	}
+	__atomic_add_fetch(epoch_of(ctx), 1, __ATOMIC_ACQ_REL);
+}
+
+/* Whether c's context may have been torn down since c was made: then its
+ * handles may be freed, or name another context's objects. */
+static bool stale(const struct vgpu_measure_ctx *c)
+{
+	return c->epoch != __atomic_load_n(epoch_of(c->ctx), __ATOMIC_ACQUIRE);
+}
+
+/* ---- estimates ----------------------------------------------------------------- */
+
+/* What this process measured last, per device and kind, for a thread or
+ * context that has measured nothing yet (atomic). */
+static uint64_t proc_avg[VGPU_MAX_DEVICES][KINDS];
+
+/* Per function or graph: its recent GPU time, raised at once by a longer
+ * measurement and lowered slowly, so that a long kernel after short ones
+ * is not admitted at the short ones' average. A small direct-mapped table
+ * of (key, ns) pairs, atomic fields: a torn pair only misestimates one
+ * admission, which its measured charge corrects. */
+#define FN_EST 1024
+
+static struct {
+	uint64_t key, ns;
+} fn_est[FN_EST];
+
+static size_t fn_slot(uint64_t key)
+{
+	return (size_t)((key >> 4) ^ (key >> 17)) % FN_EST;
+}
+
+static uint64_t fn_estimate(uint64_t key)
+{
+	size_t i = fn_slot(key);
+
+	if (!key || __atomic_load_n(&fn_est[i].key, __ATOMIC_ACQUIRE) != key)
+		return 0;
+	return __atomic_load_n(&fn_est[i].ns, __ATOMIC_RELAXED);
+}
+
+static void fn_measured(uint64_t key, uint64_t ns)
+{
+	size_t i = fn_slot(key);
+	uint64_t old;
+
+	if (!key)
+		return;
+	if (__atomic_load_n(&fn_est[i].key, __ATOMIC_ACQUIRE) != key) {
+		__atomic_store_n(&fn_est[i].ns, ns ? ns : 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&fn_est[i].key, key, __ATOMIC_RELEASE);
+		return;
+	}
+	old = __atomic_load_n(&fn_est[i].ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&fn_est[i].ns,
+			 ns >= old ? ns : (old * 3 + ns) / 4 + 1,
+			 __ATOMIC_RELAXED);
+}
+
+/* What the launch is admitted with: its function's or graph's recent time,
+ * else this thread's average in the context, else the process's. */
+static uint64_t estimate(const struct vgpu_measure_ctx *c,
+			 const struct vgpu_measure_gpu *g, int kind,
+			 uint64_t key)
+{
+	uint64_t e = fn_estimate(key);
+
+	if (!e)
+		e = c->avg_ns[kind];
+	if (!e)
+		e = __atomic_load_n(&proc_avg[g->ordinal][kind],
+				    __ATOMIC_RELAXED);
+	return e;
+}
+
+/* A launch with no estimate anywhere in the process goes alone: the host
+ * time it went (0: none), per device; other threads wait until its length
+ * is read (or PROBE_MAX_NS, if its thread never reads it), so that eight
+ * threads starting at once do not all go unmeasured. */
+static uint64_t probing[VGPU_MAX_DEVICES];
+
+static void probe_end(const struct vgpu_measure_gpu *g)
+{
+	__atomic_store_n(&probing[g->ordinal], 0, __ATOMIC_RELEASE);
+}
+
+static void probe_done(const struct vgpu_measure_pending *p)
+{
+	if (p->probe)
+		probe_end(p->gpu);
+}
+
+/* ---- placing events on the host's clock ------------------------------------- */
+
+/* Waits for the reference event: spins briefly, then yields the CPU (on
+ * a loaded host the thread that completes it may need this one's core). */
+static int cal_wait(struct vgpu_prim_event *e)
+{
+	uint64_t t0 = P.now();
+	int q;
+
+	while ((q = P.event_query(e)) == VGPU_PRIM_NOT_READY)
+		if (P.now() - t0 > VGPU_MEASURE_CAL_SPIN_NS)
+			P.sleep(0);
+	return q;
+}
+
+/* Records the reference event and reads when it completed: the middle of
+ * its record-to-completion window, recording it again (the first tries
+ * wake the stream up) until the window is narrow, for up to twenty tries
+ * and CAL_BUDGET_NS: on a host too busy to give a narrow window, the last
+ * one is kept with its error (ref_err) rather than holding up the launch. */
+static bool calibrate(struct vgpu_measure_ctx *c)
+{
+	int r = c->ref < 0 ? 0 : 1 - c->ref;
+	uint64_t window = UINT64_MAX, at = 0, begin = P.now();
+
+	if (!c->cal_stream)
+		c->cal_stream = P.stream_create();
+	if (!c->cal_stream)
+		return false;
+	if (!c->ref_ev[r] && !(c->ref_ev[r] = P.event_create()))
+		return false;
+	/* Each try records the event again: the last try is the one that
+	 * counts, so stop at the first narrow window. */
+	for (int i = 0; i < 20 && window > 10000 &&
+			(i == 0 ||
+			 P.now() - begin < VGPU_MEASURE_CAL_BUDGET_NS); i++) {
+		uint64_t t0 = P.now(), t1;
+		int q;
+
+		if (!P.event_record(c->ref_ev[r], c->cal_stream, false))
+			return false;
+		q = cal_wait(c->ref_ev[r]);
+		t1 = P.now();
+		if (q != VGPU_PRIM_DONE)
+			return false;
+		window = t1 - t0;
+		at = t0 + window / 2;
+	}
+	c->ref_ns[r] = at;
+	c->ref_err[r] = window / 2;
+	c->ref = r;
+	return true;
+}
+
+/* ---- reading and charging ------------------------------------------------------ */
+
+/* The part of a measured launch's interval that was its own: a green
+ * context's share of it by SMs; else the part after the latest end any
+ * process recorded before its own (the time it ran, not the time it
+ * waited behind another context's kernel). */
+static uint64_t own_time(const struct vgpu_measure_done *m)
+{
+	if (m->sm_den)
+		return (m->end - m->start) * m->sm_num / m->sm_den;
+	if (m->gpu->ledger)
+		return vgpu_timeline_exclusive(m->gpu->ledger, m->start,
+					       m->end);
+	return m->end - m->start;
+}
+
+/* Charges the measured launches that ended long enough ago (all, if
+ * force), each for its own part of its interval. */
+static void charge_done(struct vgpu_measure_ctx *c, uint64_t now, bool force)
+{
+	while (c->done_count) {
+		struct vgpu_measure_done *m = &c->done[c->done_head];
+		uint64_t own, *avg;
+
+		if (!force && now < m->end + VGPU_MEASURE_CHARGE_DELAY_NS)
+			break;
+		own = own_time(m);
+		if (m->gpu->slot)
+			vgpu_throttle_settle(m->gpu->slot, own, m->estimate);
+
+		/* Never 0 once measured: 0 means "nothing known yet". */
+		avg = &c->avg_ns[m->kind];
+		*avg = *avg ? (*avg * 3 + own) / 4 + 1 : own + 1;
+		__atomic_store_n(&proc_avg[m->gpu->ordinal][m->kind], *avg,
+				 __ATOMIC_RELAXED);
+		c->done_head = (c->done_head + 1) % (2 * RING);
+		c->done_count--;
+	}
+}
+
+/* Where p's interval lies on the host's clock: *start and *len, from its
+ * events (complete: ok) or, when they cannot say, its estimate ending
+ * now. */
+static void place(const struct vgpu_measure_ctx *c,
+		  const struct vgpu_measure_pending *p, bool ok,
+		  uint64_t *start, uint64_t *len)
+{
+	uint64_t ns;
+
+	*len = p->estimate;
+	if (ok && P.event_elapsed(p->start, p->end, &ns))
+		*len = ns;
+	if (p->ref >= 0 && ok &&
+	    P.event_elapsed(c->ref_ev[p->ref], p->start, &ns))
+		*start = c->ref_ns[p->ref] + ns;
+	else
+		*start = P.now() - *len;
+	/* On an idle stream the start event completes at once, before the
+	 * launch has even been made: the launch cannot have started before
+	 * it was issued (less the error of placing events on the host's
+	 * clock, so that a launch is never charged less than it ran). */
+	if (p->ref >= 0 && p->issued > *start + c->ref_err[p->ref]) {
+		uint64_t end = *start + *len;
+		uint64_t from = p->issued - c->ref_err[p->ref];
+
+		*start = from < end ? from : end;
+		*len = end - *start;
+	}
+}
+
+/* Takes the oldest launch of c off the ring once it has completed (wait:
+ * block for it), places it on the host's clock and records its end in the
+ * GPU's timeline. Returns false if it has not completed (and wait is
+ * false). */
+static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
+{
+	struct vgpu_measure_pending *p = &c->ring[c->head];
+	const struct vgpu_measure_gpu *g = p->gpu;
+	struct vgpu_measure_done *m;
+	int q = P.event_query(p->end);
+	uint64_t start, len, first;
+
+	if (q == VGPU_PRIM_NOT_READY) {
+		if (!wait)
+			return false;
+		q = P.event_sync(p->end) ? VGPU_PRIM_DONE : VGPU_PRIM_ERROR;
+	}
+	place(c, p, q == VGPU_PRIM_DONE, &start, &len);
+	if (c->done_count == 2 * RING)
+		charge_done(c, 0, true);
+	/* A first reading of its own time, from the ends recorded so far
+	 * (ends recorded later can only shorten it): the estimate it was
+	 * admitted with is corrected to it now rather than at the charge,
+	 * so that an estimate too high does not hold up the tenant for
+	 * CHARGE_DELAY_NS or until this thread launches again. An interval
+	 * within the estimate is read as it is (the charge refines it), which
+	 * spares the timeline's scan on most launches. */
+	first = c->sm_den ? len * c->sm_num / c->sm_den
+	      : len <= p->estimate || !g->ledger
+		      ? len
+		      : vgpu_timeline_exclusive(g->ledger, start, start + len);
+	if (g->slot)
+		vgpu_throttle_correct(g->slot, p->estimate, first);
+	m = &c->done[(c->done_head + c->done_count) % (2 * RING)];
+	m->start = start;
+	m->end = start + len;
+	m->key = p->key;
+	m->sm_num = c->sm_num;
+	m->sm_den = c->sm_den;
+	m->estimate = first;
+	fn_measured(p->key, first);
+	if (!__atomic_load_n(&proc_avg[g->ordinal][p->kind], __ATOMIC_RELAXED))
+		__atomic_store_n(&proc_avg[g->ordinal][p->kind],
+				 first ? first : 1, __ATOMIC_RELAXED);
+	probe_done(p);
+	m->gpu = g;
+	m->kind = p->kind;
+	c->done_count++;
+	/* A green context's launch did not hold the whole device: its end
+	 * says nothing of when others could run. */
+	if (g->ledger && !c->sm_den)
+		vgpu_timeline_record(g->ledger, m->end);
+	/* A first estimate, until charges refine it. */
+	if (!c->avg_ns[p->kind])
+		c->avg_ns[p->kind] = first ? first : 1;
+	c->free_ev[c->nfree++] = p->start;
+	c->free_ev[c->nfree++] = p->end;
+	c->head = (c->head + 1) % RING;
+	c->count--;
+	return true;
+}
+
+/* Reads c's launches that have completed, in order, and charges those
+ * that ended CHARGE_DELAY_NS before now. Never blocks. */
+static void collect(struct vgpu_measure_ctx *c, uint64_t now)
+{
+	while (c->count && settle_oldest(c, false))
+		;
+	if (c->done_count)
+		charge_done(c, now, false);
+}
+
+/* ---- settling what is left ------------------------------------------------------ */
+
+/* Settles c's pending launches without a driver call: each at its
+ * estimate, or its share of the time since the oldest was issued if that
+ * is more (one stream runs them one after another). They stay in the ring
+ * (for release() to give their events back); c is dropped after. */
+static void settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
+{
+	uint64_t first = c->count ? c->ring[c->head].issued : now;
+	uint64_t share = c->count && now > first ? (now - first) / c->count : 0;
+
+	for (unsigned i = 0; i < c->count; i++) {
+		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
+		uint64_t t = p->estimate > share ? p->estimate : share;
+
+		if (p->gpu->slot)
+			vgpu_throttle_settle(p->gpu->slot, t, p->estimate);
+		probe_done(p);
+	}
+}
+
+/* Gives c's events and stream back to the driver (c->ctx current); its
+ * launches not yet complete stay charged as settle_unread charged them. */
+static void release(struct vgpu_measure_ctx *c)
+{
+	for (unsigned i = 0; i < c->count; i++) {
+		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
+
+		/* Still recorded: the driver frees them once complete. */
+		P.event_destroy(p->start);
+		P.event_destroy(p->end);
+	}
+	for (int i = 0; i < c->nfree; i++)
+		P.event_destroy(c->free_ev[i]);
+	for (int r = 0; r < 2; r++)
+		if (c->ref_ev[r])
+			P.event_destroy(c->ref_ev[r]);
+	if (c->cal_stream)
+		P.stream_destroy(c->cal_stream);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Drops c without a driver call: its measured launches are charged, the
+ * ones not yet read are settled by settle_unread; its events and stream
+ * are left to its context. */
+static void forget(struct vgpu_measure_ctx *c)
+{
+	settle_unread(c, P.now());
+	charge_done(c, 0, true);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Ends c: with its context made current, its launches are read as they
+ * complete until the host's clock passes deadline (UINT64_MAX: blocking
+ * for each), the rest settled by settle_unread, all charged, and its
+ * events and stream destroyed; a stale c, or one whose context cannot be
+ * made current, is forgotten. */
+static void retire(struct vgpu_measure_ctx *c, uint64_t deadline)
+{
+	if (stale(c) || !P.ctx_push(c->ctx)) {
+		forget(c);
+		return;
+	}
+	while (c->count) {
+		if (settle_oldest(c, deadline == UINT64_MAX))
+			continue;
+		if (P.now() > deadline)
+			break;
+		P.sleep(0);
+	}
+	settle_unread(c, P.now());
+	charge_done(c, 0, true);
+	release(c);
+	P.ctx_pop();
+}
+
+/* ---- a thread's state per context ------------------------------------------- */
+
+/* The SMs c's context holds, if fewer than its device's (a green context):
+ * its kernels run side by side with others', each stretched sm_den/sm_num
+ * times, so they are charged sm_num/sm_den of their time. c's context is
+ * current. */
+static void sm_share(struct vgpu_measure_ctx *c)
+{
+	unsigned held = 0, total = 0;
+
+	c->sm_num = c->sm_den = 0;
+	if (!P.sm_counts(c->ctx, &held, &total))
+		return;
+	if (held && held < total) {
+		c->sm_num = held;
+		c->sm_den = total;
+	}
+}
+
+/* t's state for the current context, NULL if none is current. */
+static struct vgpu_measure_ctx *state(struct vgpu_measure_thread *t)
+{
+	struct vgpu_measure_ctx *c, *lru = &t->ctx[0];
+	struct vgpu_prim_ctx *ctx = P.ctx_current();
+
+	if (!ctx)
+		return NULL;
+	for (int i = 0; i < CTXS; i++) {
+		c = &t->ctx[i];
+		if (c->ctx == ctx && !stale(c)) {
+			c->used = ++t->clock;
+			return c;
+		}
+		if (c->ctx == ctx) {	/* the handle outlived a teardown */
+			forget(c);
+			lru = c;
+			break;
+		}
+		if (c->used < lru->used)
+			lru = &t->ctx[i];
+	}
+	/* A fifth context: the least recently used one's launches are
+	 * settled, waiting for those still running, and its state given
+	 * back. */
+	if (lru->ctx) {
+		retire(lru, UINT64_MAX);
+		vgpu_log(VGPU_LOG_DEBUG, "a thread uses more than %d contexts: "
+			 "measurements of the oldest settled", CTXS);
+	}
+	memset(lru, 0, sizeof(*lru));
+	lru->ctx = ctx;
+	lru->epoch = __atomic_load_n(epoch_of(ctx), __ATOMIC_ACQUIRE);
+	lru->used = ++t->clock;
+	lru->ref = -1;
+	sm_share(lru);
+	P.thread_watch();
+	return lru;
+}
+
+/* ---- a launch ---------------------------------------------------------------- */
+
+/* Two events for a launch, from c's free list: a full list waits for the
+ * oldest launch, an empty one makes new events. */
+static bool take_events(struct vgpu_measure_ctx *c,
+			struct vgpu_prim_event **a, struct vgpu_prim_event **b)
+{
+	while (c->nfree < 2 && c->count)
+		settle_oldest(c, true);
+	for (int i = 0; c->nfree < 2 && i < 2; i++) {
+		struct vgpu_prim_event *e = P.event_create();
+
+		if (!e)
+			return false;
+		c->free_ev[c->nfree++] = e;
+	}
+	*b = c->free_ev[--c->nfree];
+	*a = c->free_ev[--c->nfree];
+	return true;
+}
+
+/* With no estimate anywhere, the launch goes alone: after this thread's
+ * earlier ones (read, blocking), and while no other thread's probe is in
+ * flight (polling, up to PROBE_MAX_NS). Sets *est, *probe (it is the
+ * probe) and *now (the time it goes). */
+static void estimate_or_probe(struct vgpu_measure_ctx *c,
+			      const struct vgpu_measure_gpu *g, int kind,
+			      uint64_t key, uint64_t *est, bool *probe,
+			      uint64_t *now)
+{
+	uint64_t *pr = &probing[g->ordinal];
+
+	/* Reading a launch may change the estimate: asked again after. */
+	*est = estimate(c, g, kind, key);
+	while (!*est && c->count) {
+		settle_oldest(c, true);
+		*est = estimate(c, g, kind, key);
+	}
+	if (c->count == RING) {
+		settle_oldest(c, true);
+		*est = estimate(c, g, kind, key);
+	}
+	*probe = false;
+	while (!*est) {
+		uint64_t went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
+
+		*now = P.now();	/* rare: only before a process's first */
+		if ((!went || *now - went > VGPU_MEASURE_PROBE_MAX_NS) &&
+		    __atomic_compare_exchange_n(pr, &went, *now, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			*probe = true;
+			return;
+		}
+		P.sleep(VGPU_MEASURE_PROBE_POLL_NS);
+		*est = estimate(c, g, kind, key);
+	}
+}
+
+/* Waits, holding nothing, until the bucket admits est at *now (updated),
+ * reading c's launches that complete meanwhile. */
+static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
+		  uint64_t est, uint64_t *now)
+{
+	uint64_t wait, t0 = 0;
+
+	while ((wait = vgpu_throttle_admit_waiting(g->slot, *now, est,
+						   t0 ? *now - t0 : 0)) != 0) {
+		if (!t0)
+			t0 = P.now();
+		P.sleep(wait > VGPU_MEASURE_MAX_SLEEP_NS
+				? VGPU_MEASURE_MAX_SLEEP_NS : wait);
+		*now = P.now();
+		collect(c, *now);
+	}
+	if (t0)
+		vgpu_throttle_waited(g->slot, *now - t0);
+}
+
+/* Admits, makes and measures one launch in c, on g. */
+static int measured(struct vgpu_measure_ctx *c,
+		    const struct vgpu_measure_gpu *g,
+		    const struct vgpu_measure_call *call)
+{
+	struct vgpu_measure_pending *p;
+	struct vgpu_prim_event *a, *b;
+	uint64_t est, now = P.now();
+	bool probe;
+	int r;
+
+	if (c->ref < 0 || now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS)
+		calibrate(c);
+	collect(c, now);
+	estimate_or_probe(c, g, call->kind, call->key, &est, &probe, &now);
+	admit(c, g, est, &now);
+	if (!take_events(c, &a, &b)) {
+		r = call->launch(call->arg);
+		vgpu_throttle_settle(g->slot, est, est);
+		if (probe)
+			probe_end(g);
+		return r;
+	}
+	P.event_record(a, call->stream, call->per_thread);
+	r = call->launch(call->arg);
+	if (r != 0) {
+		vgpu_throttle_settle(g->slot, 0, est);
+		c->free_ev[c->nfree++] = a;
+		c->free_ev[c->nfree++] = b;
+		if (probe)
+			probe_end(g);
+		return r;
+	}
+	P.event_record(b, call->stream, call->per_thread);
+	p = &c->ring[(c->head + c->count) % RING];
+	p->start = a;
+	p->end = b;
+	p->estimate = est;
+	p->key = call->key;
+	p->probe = probe;
+	p->gpu = g;
+	p->kind = call->kind;
+	p->ref = c->ref;
+	p->issued = now;	/* before the launch call: never too late */
+	c->count++;
+	return r;
+}
+
+int vgpu_measure_launch(struct vgpu_measure_thread *t,
+			const struct vgpu_measure_call *call)
+{
+	const struct vgpu_measure_gpu *g = NULL;
+	struct vgpu_measure_ctx *c = state(t);
+	struct vgpu_prim_ctx *sctx = NULL;
+	int r;
+
+	/* No current context (a CUkernel launched on a stream): the
+	 * stream's context is made current for it, and the launch is
+	 * measured and charged there. */
+	if (!c && call->stream && (sctx = P.stream_ctx(call->stream)) &&
+	    P.ctx_push(sctx))
+		c = state(t);
+	else
+		sctx = NULL;
+	/* A GPU once found measured stays so for the context (prim.h). */
+	if (c && !(g = c->gpu))
+		g = c->gpu = P.gpu(c->ctx);
+	r = g ? measured(c, g, call) : call->launch(call->arg);
+	if (sctx)
+		P.ctx_pop();
+	return r;
+}
+
+/* ---- synchronisation, exits, fork ------------------------------------------ */
+
+void vgpu_measure_synchronised(struct vgpu_measure_thread *t)
+{
+	uint64_t now = 0;
+
+	for (int i = 0; i < CTXS; i++) {
+		struct vgpu_measure_ctx *c = &t->ctx[i];
+
+		if (!c->ctx || !(c->count || c->done_count))
+			continue;
+		if (stale(c)) {
+			forget(c);
+			continue;
+		}
+		if (!now)
+			now = P.now();
+		collect(c, now);
+	}
+}
+
+void vgpu_measure_thread_exit(struct vgpu_measure_thread *t)
+{
+	uint64_t deadline = P.now() + VGPU_MEASURE_EXIT_WAIT_NS;
+
+	for (int i = 0; i < CTXS; i++)
+		if (t->ctx[i].ctx)
+			retire(&t->ctx[i], deadline);
+}
+
+void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
+{
+	uint64_t now = 0;
+
+	for (int i = 0; i < CTXS; i++) {
+		struct vgpu_measure_ctx *c = &t->ctx[i];
+
+		if (!c->ctx)
+			continue;
+		if (!now)
+			now = P.now();
+		settle_unread(c, now);
+		charge_done(c, 0, true);
+		memset(c, 0, sizeof(*c));
+	}
+}
+
+void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
+{
+	memset(t, 0, sizeof(*t));
+}

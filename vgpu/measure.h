@@ -1,0 +1,180 @@
+/* measure.h - what a capped launch really took on the GPU, and every
+ * decision the compute share makes around it (docs/compute.md).
+ *
+ * The front end hands each capped launch to vgpu_measure_launch, with a
+ * function that makes it. The core then, on the launching thread:
+ *   1. reads the thread's earlier launches whose end has completed (never
+ *      blocking), places them on the host's clock against a reference
+ *      event, records their ends in the GPU's timeline (timeline.h) and,
+ *      once every process has had time to record the ends before them,
+ *      charges each the part of its interval it ran (throttle.h);
+ *   2. chooses the launch's estimate (its function's or graph's recent
+ *      time, else the thread's average in the context, else the
+ *      process's) and waits for admission against the tenant's bucket;
+ *      a launch with no estimate at all goes alone (the probe);
+ *   3. records an event, makes the launch, records another, and keeps
+ *      the pair in a ring of VGPU_MEASURE_RING per thread and context.
+ * It settles what is left when a thread exits, when the process exits
+ * and when a context is torn down.
+ *
+ * The driver is reached only through prim.h's measuring primitives, the
+ * clock and sleeping too, so every decision runs against a fake driver and
+ * a fake clock (tests/vgpu/test_measure.c).
+ *
+ * Threads: a thread's state (struct vgpu_measure_thread) is its own, used
+ * only by it (the front end keeps it in thread-local storage); the
+ * per-function and per-process estimates are shared, and atomic.
+ */
+#ifndef VGPU_MEASURE_H
+#define VGPU_MEASURE_H
+
+#include "prim.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct vgpu_ledger;
+struct vgpu_slot;
+
+#define VGPU_MEASURE_RING	16	/* launches in flight per thread, context */
+#define VGPU_MEASURE_CTXS	4	/* contexts a thread keeps state for */
+/* Context teardowns are counted per handle, in this many buckets. */
+#define VGPU_MEASURE_EPOCHS	256
+
+/* A measured launch is charged this long after its end, once every
+ * process has had time to record the launches that ended before it. */
+#define VGPU_MEASURE_CHARGE_DELAY_NS	20000000ull	/* 20 ms */
+/* The reference event is recorded again this often (the driver's elapsed
+ * time loses precision as the distance from it grows). */
+#define VGPU_MEASURE_CALIBRATE_NS	4000000000ull	/* 4 s */
+/* Calibration's tries stop after this long; a wait for one spins this
+ * long before it yields. */
+#define VGPU_MEASURE_CAL_BUDGET_NS	1000000ull
+#define VGPU_MEASURE_CAL_SPIN_NS	50000ull
+/* The longest sleep of a launch told to wait (it then asks again). */
+#define VGPU_MEASURE_MAX_SLEEP_NS	2000000ull
+/* Other threads wait at most this long for the probe's length to be
+ * read, polling this often. */
+#define VGPU_MEASURE_PROBE_MAX_NS	1000000000ull
+#define VGPU_MEASURE_PROBE_POLL_NS	200000ull
+/* A thread that exits waits this long for its launches still running. */
+#define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
+
+/* What the estimates are kept apart for. */
+enum vgpu_measure_kind {
+	VGPU_MEASURE_KERNEL,
+	VGPU_MEASURE_GRAPH,		/* a whole graph, measured as one */
+	VGPU_MEASURE_KINDS
+};
+
+/* A GPU as the measuring sees it: the front end keeps one per device,
+ * set before the device's first launch and unchanged after (prim->gpu). */
+struct vgpu_measure_gpu {
+	int ordinal;			/* 0 .. VGPU_MAX_DEVICES - 1 */
+	struct vgpu_ledger *ledger;	/* its timeline */
+	struct vgpu_slot *slot;		/* the tenant's bucket */
+};
+
+/* One launch, as the front end hands it over. */
+struct vgpu_measure_call {
+	uint64_t key;		/* its function or graph (0: none) */
+	int kind;		/* enum vgpu_measure_kind */
+	struct vgpu_prim_stream *stream;
+	bool per_thread;	/* a per-thread-stream entry point */
+	/* Makes the launch: 0 when made, else the driver's error, which
+	 * vgpu_measure_launch returns as it is. */
+	int (*launch)(const void *arg);
+	const void *arg;
+};
+
+/* ---- a thread's state: the front end allocates it (zeroed), the core
+ * alone reads and writes its fields ---------------------------------------- */
+
+struct vgpu_measure_pending {		/* a launch whose end is not read */
+	struct vgpu_prim_event *start, *end;
+	uint64_t estimate;		/* what the bucket was charged */
+	uint64_t key;
+	bool probe;			/* went with no estimate */
+	const struct vgpu_measure_gpu *gpu;
+	int kind;
+	int ref;			/* the reference it is placed against */
+	uint64_t issued;		/* host time just before the launch */
+};
+
+struct vgpu_measure_done {		/* read, to be charged */
+	uint64_t start, end;		/* host time, ns */
+	uint64_t key;
+	uint64_t estimate;		/* what the bucket is charged so far */
+	const struct vgpu_measure_gpu *gpu;
+	int kind;
+	unsigned sm_num, sm_den;	/* SM-weighted (a green context) */
+};
+
+struct vgpu_measure_ctx {		/* one thread's, in one context */
+	struct vgpu_prim_ctx *ctx;
+	unsigned epoch;			/* its context's teardowns, when made */
+	uint64_t used;			/* last use, for eviction */
+	struct vgpu_prim_event *free_ev[2 * VGPU_MEASURE_RING];
+	int nfree;
+	struct vgpu_measure_pending ring[VGPU_MEASURE_RING];
+	unsigned head, count;
+	struct vgpu_measure_done done[2 * VGPU_MEASURE_RING];
+	unsigned done_head, done_count;
+	uint64_t avg_ns[VGPU_MEASURE_KINDS];	/* running average; 0: none */
+	unsigned sm_num, sm_den;	/* SMs held of the device's; 0: all */
+	const struct vgpu_measure_gpu *gpu;	/* prim->gpu's, once known */
+	struct vgpu_prim_stream *cal_stream;
+	struct vgpu_prim_event *ref_ev[2];
+	uint64_t ref_ns[2];		/* host time each completed at */
+	uint64_t ref_err[2];		/* half the window it was read in */
+	int ref;			/* the current one; -1: none */
+};
+
+struct vgpu_measure_thread {
+	struct vgpu_measure_ctx ctx[VGPU_MEASURE_CTXS];
+	uint64_t clock;			/* uses, for eviction */
+};
+
+/* ---- measure.c ------------------------------------------------------------ */
+
+/* The front end's primitives (all the measuring ones set), copied once
+ * before the first launch is handed over. */
+void vgpu_measure_use(const struct vgpu_prim *prim);
+
+/* Admits, makes and measures one launch of thread t, in its current
+ * context or, with none, in its stream's (made current for the launch).
+ * A launch outside any context, or whose GPU is not measured
+ * (prim->gpu), is made at once and not charged. Returns what
+ * call->launch returned. May sleep (prim->sleep), holding nothing. */
+int vgpu_measure_launch(struct vgpu_measure_thread *t,
+			const struct vgpu_measure_call *call);
+
+/* t has just seen work complete (a synchronisation, or a query that
+ * found it done): the ends of its launches that completed are read and
+ * recorded in the GPU's timeline now, not at its next launch, which may
+ * be far off. Never blocks. */
+void vgpu_measure_synchronised(struct vgpu_measure_thread *t);
+
+/* t's thread is exiting: in each context, its launches are waited for
+ * (up to VGPU_MEASURE_EXIT_WAIT_NS in all) and charged as measured, those
+ * still running then at least their share of the time since they were
+ * issued; its events and stream are given back. A context torn down since
+ * is not touched: its launches are settled without a driver call. */
+void vgpu_measure_thread_exit(struct vgpu_measure_thread *t);
+
+/* The process is exiting and the driver may be gone: t's launches are
+ * settled with no driver call (those not read at least their share of the
+ * time since they were issued) and t forgotten. */
+void vgpu_measure_process_exit(struct vgpu_measure_thread *t);
+
+/* ctx is about to be destroyed, reset or released for the last time
+ * (NULL: a context not known, so any): every thread's state made in it
+ * is dropped, without a driver call, when that thread next uses it;
+ * other contexts' state and every estimate stay. Any thread. */
+void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx);
+
+/* In a forked child: t (the thread that forked) holds the parent's
+ * events, which are not the child's: forgotten. */
+void vgpu_measure_fork_child(struct vgpu_measure_thread *t);
+
+#endif
