@@ -326,12 +326,45 @@ static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
 	return true;
 }
 
+/* The oldest launch still in flight has been running longer than it was
+ * admitted for (a long kernel of a function whose recent launches were
+ * short): the bucket is told now, as it runs, so that the launches queued
+ * after it wait for it, rather than when its end is read. Only when it
+ * was issued longer ago than its estimate (most launches end within it,
+ * and then this costs nothing); its start event says whether, and since
+ * when, it runs. */
+static void running(struct vgpu_measure_ctx *c, uint64_t now)
+{
+	struct vgpu_measure_pending *p = &c->ring[c->head];
+	uint64_t ns, start, ran;
+
+	if (!c->count || p->ref < 0 || now - p->issued <= p->estimate ||
+	    P.event_query(p->start) != VGPU_PRIM_DONE ||
+	    !P.event_elapsed(c->ref_ev[p->ref], p->start, &ns))
+		return;
+	start = c->ref_ns[p->ref] + ns;
+	if (start < p->issued)		/* an idle stream's start event */
+		start = p->issued;
+	if (now <= start)
+		return;
+	ran = now - start;
+	if (c->sm_den)
+		ran = ran * c->sm_num / c->sm_den;
+	if (ran <= p->estimate)
+		return;
+	if (p->gpu->slot)
+		vgpu_throttle_correct(p->gpu->slot, p->estimate, ran);
+	p->estimate = ran;
+}
+
 /* Reads c's launches that have completed, in order, and charges those
- * that ended CHARGE_DELAY_NS before now. Never blocks. */
+ * that ended CHARGE_DELAY_NS before now; one still running past its
+ * estimate is charged what it has run so far. Never blocks. */
 static void collect(struct vgpu_measure_ctx *c, uint64_t now)
 {
 	while (c->count && settle_oldest(c, false))
 		;
+	running(c, now);
 	if (c->done_count)
 		charge_done(c, now, false);
 }
@@ -478,8 +511,9 @@ static struct vgpu_measure_ctx *state(struct vgpu_measure_thread *t)
 static bool take_events(struct vgpu_measure_ctx *c,
 			struct vgpu_prim_event **a, struct vgpu_prim_event **b)
 {
-	while (c->nfree < 2 && c->count)
-		settle_oldest(c, true);
+	/* New events while fewer than DEPTH launches are in flight (the
+	 * caller waits for the oldest at DEPTH): a few in all, then reused
+	 * from the free list. */
 	for (int i = 0; c->nfree < 2 && i < 2; i++) {
 		struct vgpu_prim_event *e = P.event_create();
 
@@ -509,7 +543,7 @@ static void estimate_or_probe(struct vgpu_measure_ctx *c,
 		settle_oldest(c, true);
 		*est = estimate(c, g, kind, key);
 	}
-	if (c->count == RING) {
+	while (c->count >= VGPU_MEASURE_DEPTH) {
 		settle_oldest(c, true);
 		*est = estimate(c, g, kind, key);
 	}
