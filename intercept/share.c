@@ -345,15 +345,33 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 
 /* The entry of IPC pointer p this process opened, counting one more open
  * if found: its number, or 0. */
-static unsigned opened(uint64_t p, int delta)
+static unsigned opened(uint64_t p)
 {
 	unsigned n = 0;
 
 	pthread_mutex_lock(&tab_lock);
 	for (unsigned i = 0; i < SHARES; i++)
-		if (tab[i].used && tab[i].ptr == p) {
-			tab[i].opens += (unsigned)delta;
-			n = tab[i].opens ? i + 1 : SHARES + 1;
+		if (tab[i].used && tab[i].ptr == p && tab[i].opens) {
+			tab[i].opens++;
+			n = i + 1;
+			break;
+		}
+	pthread_mutex_unlock(&tab_lock);
+	return n;
+}
+
+/* One close of IPC pointer p: the entry it closed for the last time (its
+ * number: the caller lets go of it), SHARES + 1 while opens remain, or 0
+ * when p has none. An entry closed for the last time is no longer found
+ * by opened(): an open racing this close gets an entry of its own. */
+static unsigned closed(uint64_t p)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&tab_lock);
+	for (unsigned i = 0; i < SHARES; i++)
+		if (tab[i].used && tab[i].ptr == p && tab[i].opens) {
+			n = --tab[i].opens ? SHARES + 1 : i + 1;
 			break;
 		}
 	pthread_mutex_unlock(&tab_lock);
@@ -391,7 +409,7 @@ static CUresult ipc_open(CUresult (*real)(CUdeviceptr *, CUipcMemHandle,
 	retry_drops();
 	/* Opened before by this process: the driver counts one more
 	 * reference to the same pointer, and so does the entry. */
-	if (opened(*pdptr, 1))
+	if (opened(*pdptr))
 		return r;
 	if (!vgpu__real.cuMemGetAddressRange_v2 ||
 	    vgpu__real.cuMemGetAddressRange_v2(&base, &size, *pdptr) !=
@@ -445,11 +463,14 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	r = vgpu__real.cuIpcCloseMemHandle(dptr);
 	if (r != CUDA_SUCCESS)
 		return r;
-	n = opened(dptr, -1);
-	if (n && n <= SHARES)
-		return r;	/* opened more often than closed so far */
-	if (vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t) && t.aux)
-		vgpu__share_gone(t.aux);
+	n = closed(dptr);
+	if (!n || n > SHARES)
+		return r;	/* not ours, or opened more often than closed */
+	/* The pointer's tracked entry is this entry's, unless an open racing
+	 * this close has made its own already: that one stays. */
+	if (vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t) && t.aux != n)
+		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
+	vgpu__share_gone(n);
 	return r;
 }
 
