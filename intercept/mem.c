@@ -48,9 +48,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		return r == CUDA_ERROR_OUT_OF_MEMORY && dv->overcommit
 			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	}
-	if (dv->slot)
+	if (dv->slot) {
+		vgpu__ptr_fresh(*dptr);
 		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_BUFFER,
 				    dv->ordinal, held, 0);
+	}
 	return r;
 }
 
@@ -89,9 +91,11 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
 		*dptr = 0;
 		return r;
 	}
-	if (dv->slot)
+	if (dv->slot) {
+		vgpu__ptr_fresh(*dptr);
 		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_BUFFER,
 				    dv->ordinal, real, 0);
+	}
 	return r;
 }
 
@@ -116,10 +120,20 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 		vgpu__uncharge(dv, VGPU_USAGE_MANAGED, held);
 		return r;
 	}
-	if (dv->slot)
+	if (dv->slot) {
+		vgpu__ptr_fresh(*dptr);
 		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_MANAGED,
 				    dv->ordinal, held, 0);
+	}
 	return r;
+}
+
+void vgpu__ptr_fresh(uint64_t p)
+{
+	struct vgpu_tracked t;
+
+	if (vgpu__track_remove(VGPU_TRACK_PTR, p, &t))
+		vgpu__ptr_drop(&t);
 }
 
 /* A free the driver refused because another thread's cuCtxDestroy freed

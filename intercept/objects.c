@@ -534,7 +534,7 @@ static bool ptr_gone(uint64_t key, const struct vgpu_tracked *t)
 	return r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE;
 }
 
-static void ptr_drop(const struct vgpu_tracked *t)
+void vgpu__ptr_drop(const struct vgpu_tracked *t)
 {
 	if (t->kind == VGPU_USAGE_POOL)
 		vgpu__pool_freed((int)t->aux);
@@ -548,7 +548,7 @@ static void ptr_drop(const struct vgpu_tracked *t)
 static void sweep_device(int ordinal)
 {
 	vgpu__track_sweep(VGPU_TRACK_PTR, (unsigned)ordinal, ptr_gone,
-			  ptr_drop);
+			  vgpu__ptr_drop);
 	vgpu__pools_settle_device(ordinal);
 }
 

@@ -48,6 +48,14 @@ void vgpu__track_sweep(int table, unsigned dev,
 		       void (*drop)(const struct vgpu_tracked *t));
 /* In a forked child: forgets every entry (the parent's, not the child's). */
 void vgpu__track_forget(void);
+/* objects.c: gives back what a pointer entry charged (its kind's way:
+ * a pool's allocation, shared memory, or a plain charge). */
+void vgpu__ptr_drop(const struct vgpu_tracked *t);
+/* mem.c: before a new pointer p from the driver goes into the table, an
+ * entry the table still has for p is stale (its memory went without a
+ * free the shim saw: a context destroyed while its sweep raced this
+ * thread's allocation) and is given back. */
+void vgpu__ptr_fresh(uint64_t p);
 /* Live entries (for tests and views). */
 uint64_t vgpu__track_count(int table);
 
