@@ -2208,6 +2208,12 @@ Test(hostile, corrupt_records_everywhere_exit_cleanly)
 
 	i = recorded(&a, &b, &pa, &pb);
 	cr_assert_geq(i, 0);
+	/* c joins the ledger as it starts: wait for its slot (bounded). */
+	for (int n = 0; n < 5000 && slot_of_pid(c.pid) < 0; n++)
+		sleep_us(1000);
+	cr_assert_geq(slot_of_pid(a.pid), 0);
+	cr_assert_geq(slot_of_pid(b.pid), 0);
+	cr_assert_geq(slot_of_pid(c.pid), 0, "worker c never joined the ledger");
 	sl[0] = (uint32_t)slot_of_pid(a.pid) + 1;
 	sl[1] = (uint32_t)slot_of_pid(b.pid) + 1;
 	sl[2] = (uint32_t)slot_of_pid(c.pid) + 1;
