@@ -1,13 +1,17 @@
-/* ledger.c - the ledger file: its name, its creation (built under a
- * temporary name, then link()ed into place), attaching with validation,
- * closing, forgetting after fork, and the host pid helper.
+/* ledger.c - the ledger file: who may touch it (the directory and the
+ * file checked, no link followed), its creation (built under a temporary
+ * name, then renamed into place), attaching with validation, closing,
+ * forgetting after fork, and the host pid helper.
  * Tenants and slots are in ledger_join.c, the locks in ledger_lock.c,
  * reserve and release in ledger_ops.c.
  */
 #include "ledger_internal.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,36 +57,299 @@ const char *vgpu_ledger_strerror(int code)
 	return "unknown error";
 }
 
+/* ---- who may touch the ledger ------------------------------------------- */
+
+/* Trusted: this process's euid, root and, with VGPU_LEDGER_GROUP, the
+ * group's members (docs/ledger-abi.md, "Permissions"). */
+struct trust {
+	uid_t euid;
+	bool shared;		/* a group was named */
+	gid_t gid;
+	char group[80];		/* "gpu (gid 1200)", for messages */
+};
+
+/* "alice (uid 1000)", or "uid 1000" when the name is not known. */
+static void user_text(uid_t uid, char *buf, size_t len)
+{
+	struct passwd pw, *r = NULL;
+	char tmp[2048];
+
+	if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &r) == 0 && r)
+		snprintf(buf, len, "%s (uid %u)", r->pw_name, (unsigned)uid);
+	else
+		snprintf(buf, len, "uid %u", (unsigned)uid);
+}
+
+static void group_text(gid_t gid, char *buf, size_t len)
+{
+	struct group gr, *r = NULL;
+	char tmp[8192];
+
+	if (getgrgid_r(gid, &gr, tmp, sizeof(tmp), &r) == 0 && r)
+		snprintf(buf, len, "%s (gid %u)", r->gr_name, (unsigned)gid);
+	else
+		snprintf(buf, len, "gid %u", (unsigned)gid);
+}
+
+/* A group's number, or its name looked up (with a buffer grown on ERANGE:
+ * groups with many members need more than a page). */
+static int find_group(const char *name, gid_t *gid)
+{
+	struct group gr, *r = NULL;
+	size_t len = 4096;
+	char *buf, *end;
+	unsigned long n;
+	int rc;
+
+	if (name[strspn(name, "0123456789")] == '\0') {
+		errno = 0;
+		n = strtoul(name, &end, 10);
+		if (errno || n >= (gid_t)-1)
+			return -1;
+		*gid = (gid_t)n;
+		return 0;
+	}
+	for (;;) {
+		buf = malloc(len);
+		if (!buf)
+			return -1;
+		rc = getgrnam_r(name, &gr, buf, len, &r);
+		if (rc == 0 && r)
+			*gid = r->gr_gid;
+		free(buf);
+		if (rc != ERANGE || len >= (1u << 20))
+			return rc == 0 && r ? 0 : -1;
+		len *= 4;
+	}
+}
+
+static int trust_of(const struct vgpu_ledger_access *in, struct trust *a,
+		     char *err, size_t errlen)
+{
+	memset(a, 0, sizeof(*a));
+	a->euid = geteuid();
+	if (!in || !in->group || !*in->group)
+		return 0;
+	if (find_group(in->group, &a->gid) != 0)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
+			"VGPU_LEDGER_GROUP=%s: no such group here (in a "
+			"container, give the group's number)", in->group);
+	a->shared = true;
+	if (in->group[strspn(in->group, "0123456789")] == '\0')
+		snprintf(a->group, sizeof(a->group), "gid %u",
+			 (unsigned)a->gid);
+	else
+		snprintf(a->group, sizeof(a->group), "%.60s (gid %u)",
+			 in->group, (unsigned)a->gid);
+	return 0;
+}
+
+static bool trusted_owner(const struct stat *st, const struct trust *a)
+{
+	return st->st_uid == a->euid || st->st_uid == 0 ||
+	       (a->shared && st->st_gid == a->gid);
+}
+
+/* "owned by alice (uid 1000), group staff (gid 50), mode 0777" */
+static void owner_text(const struct stat *st, char *buf, size_t len)
+{
+	char u[300], g[300];
+
+	user_text(st->st_uid, u, sizeof(u));
+	group_text(st->st_gid, g, sizeof(g));
+	snprintf(buf, len, "owned by %s, group %s, mode %04o", u, g,
+		 (unsigned)(st->st_mode & 07777));
+}
+
+/* The owner's refusal, for a directory or a file. */
+static int not_ours(const char *what, const char *path, const struct stat *st,
+		    const struct trust *a, const char *fix, char *err,
+		    size_t errlen)
+{
+	char own[700], whom[200];
+
+	owner_text(st, own, sizeof(own));
+	if (a->euid)
+		snprintf(whom, sizeof(whom), "you (uid %u)%sroot",
+			 (unsigned)a->euid, a->shared ? ", " : " and ");
+	else
+		snprintf(whom, sizeof(whom), "root");
+	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+		"%s '%s' is refused: it is %s, and a ledger is trusted only "
+		"to %s%s%s (its owner could change or replace it); %s",
+		what, path, own, whom, a->shared ? " and group " : "",
+		a->shared ? a->group : "", fix);
+}
+
 /* ---- the directory -------------------------------------------------------- */
 
-/* mkdir -p; the last component, when created here, gets mode 01777. */
-static int make_dir(const char *dir, char *err, size_t errlen)
+/* An existing directory: owned by a trusted user; if others may write it
+ * (and so rename or delete the ledger), it is sticky, ours, or writable
+ * only by the ledger group beyond its owner. */
+static int check_dir(const char *dir, const struct stat *st,
+		     const struct trust *a, char *err, size_t errlen)
 {
-	char buf[sizeof(((struct vgpu_ledger *)0)->path)];
-	struct stat st;
-	size_t i, n = strlen(dir);
+	mode_t m = st->st_mode;
+	char own[700];
+	bool mine = st->st_uid == a->euid;
 
-	if (n == 0 || n >= sizeof(buf) - 80)
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
-			"ledger directory '%s': empty or too long", dir);
-	if (stat(dir, &st) == 0)
-		return S_ISDIR(st.st_mode) ? 0 :
-			vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-				"ledger directory '%s' is not a directory", dir);
-	memcpy(buf, dir, n + 1);
+	if (!trusted_owner(st, a))
+		return not_ours("ledger directory", dir, st, a,
+			"remove it when no job uses it, or set "
+			"VGPU_LEDGER_DIR to a directory of your own or "
+			"one root made (mode 1777)", err, errlen);
+	if (mine || (m & S_ISVTX))
+		return 0;
+	if ((m & S_IWOTH) ||
+	    ((m & S_IWGRP) && !(a->shared && st->st_gid == a->gid))) {
+		owner_text(st, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger directory '%s' is %s: refused, %s may write "
+			"it without the sticky bit and so replace the "
+			"ledger; make it sticky (chmod +t), or take away "
+			"that write access%s", dir, own,
+			(m & S_IWOTH) ? "every user" : "its group",
+			(m & S_IWOTH) ? "" : ", or name its group in "
+			"VGPU_LEDGER_GROUP");
+	}
+	return 0;
+}
+
+/* mkdir -p of the parents, mode 0755 (before the umask): they are the
+ * administrator's path to the ledger directory. */
+static void make_parents(char *buf)
+{
+	size_t i, n = strlen(buf);
+
 	for (i = 1; i <= n; i++) {
 		if (buf[i] != '/' && buf[i] != '\0')
 			continue;
 		buf[i] = '\0';
-		if (mkdir(buf, i == n ? 01777 : 0755) != 0 && errno != EEXIST)
-			return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-				"cannot create ledger directory '%s': %s",
-				buf, strerror(errno));
-		if (i == n)
-			chmod(buf, 01777);	/* past the umask; best effort */
-		buf[i] = dir[i];
+		mkdir(buf, 0755);
+		buf[i] = i == n ? '\0' : '/';
 	}
-	return 0;
+}
+
+/* Gives a directory this process just made its mode and group, whatever
+ * the umask. */
+static int settle_new_dir(int pfd, const char *name, const char *dir,
+			  const struct trust *a, char *err, size_t errlen)
+{
+	const int how = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	int fd = openat(pfd, name, how), e;
+	char me[300];
+
+	/* A umask that took the owner's read away: only a non-root caller
+	 * gets here, and its chmod reaches only what it owns. */
+	if (fd < 0 && errno == EACCES && fchmodat(pfd, name, 0700, 0) == 0)
+		fd = openat(pfd, name, how);
+	if (fd >= 0 && (!a->shared || fchown(fd, (uid_t)-1, a->gid) == 0) &&
+	    fchmod(fd, a->shared ? 0770 : 0700) == 0) {
+		close(fd);
+		return 0;
+	}
+	e = errno;
+	if (fd >= 0)
+		close(fd);
+	user_text(a->euid, me, sizeof(me));
+	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+		"cannot set the mode%s of the new ledger directory '%s': "
+		"%s%s%s%s", a->shared ? " and group" : "", dir, strerror(e),
+		a->shared ? " (is " : "", a->shared ? me : "",
+		a->shared ? " a member of VGPU_LEDGER_GROUP's group?)" : "");
+}
+
+/* Why `name` in pfd could not be opened as a directory. */
+static int dir_refused(int pfd, const char *name, const char *dir, int e,
+		       char *err, size_t errlen)
+{
+	struct stat st;
+
+	char own[300];
+
+	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode)) {
+		user_text(st.st_uid, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger directory '%s' is a symbolic link (made by "
+			"%s): refused, the ledger is never reached through a "
+			"link (it could lead where its maker could not "
+			"write); set VGPU_LEDGER_DIR to the real directory",
+			dir, own);
+	}
+	if (e == ENOTDIR)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+			"ledger directory '%s' is not a directory", dir);
+	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+		"cannot open the ledger directory '%s': %s", dir,
+		strerror(e));
+}
+
+/* Opens `dir` (made if missing) as an O_PATH descriptor, reached without
+ * following a link at its last component, and checks it. `buf` holds dir
+ * without trailing slashes; its last component is opened from its
+ * parent's descriptor. Returns the descriptor or a VGPU_LEDGER_E* code. */
+static int open_dir(char *buf, const char *dir, const struct trust *a,
+		    char *err, size_t errlen)
+{
+	const int how = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	char *slash = strrchr(buf, '/');
+	const char *name = slash[1] ? slash + 1 : ".";
+	struct stat st;
+	int pfd, dfd, rc = 0;
+
+	*slash = '\0';
+	pfd = open(slash == buf ? "/" : buf, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (pfd < 0 && errno == ENOENT) {
+		make_parents(buf);
+		pfd = open(slash == buf ? "/" : buf,
+			   O_PATH | O_DIRECTORY | O_CLOEXEC);
+	}
+	*slash = '/';
+	if (pfd < 0)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+			"cannot reach or create '%.*s', the parent of the "
+			"ledger directory '%s': %s", (int)(slash - buf) +
+			(slash == buf), buf, dir, strerror(errno));
+	dfd = openat(pfd, name, how);
+	if (dfd < 0 && errno == ENOENT) {
+		if (mkdirat(pfd, name, a->shared ? 0770 : 0700) == 0)
+			rc = settle_new_dir(pfd, name, dir, a, err, errlen);
+		else if (errno != EEXIST)
+			rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+				"cannot create ledger directory '%s': %s",
+				dir, strerror(errno));
+		dfd = rc ? -1 : openat(pfd, name, how);
+	}
+	if (dfd < 0 && !rc)
+		rc = dir_refused(pfd, name, dir, errno, err, errlen);
+	close(pfd);
+	if (!rc && fstat(dfd, &st) != 0)
+		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+			"cannot stat ledger directory '%s': %s", dir,
+			strerror(errno));
+	if (!rc)
+		rc = check_dir(dir, &st, a, err, errlen);
+	if (rc && dfd >= 0)
+		close(dfd);
+	return rc ? rc : dfd;
+}
+
+/* The ledger directory's descriptor (see open_dir), or a code. */
+static int ledger_dir(const char *dir, const struct trust *a, char *err,
+		      size_t errlen)
+{
+	char buf[sizeof(((struct vgpu_ledger *)0)->path)];
+	size_t n = strlen(dir);
+
+	if (n == 0 || n >= sizeof(buf) - 80 || dir[0] != '/')
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
+			"ledger directory '%s': empty, too long or not "
+			"absolute", dir);
+	memcpy(buf, dir, n + 1);
+	while (n > 1 && buf[n - 1] == '/')
+		buf[--n] = '\0';
+	return open_dir(buf, dir, a, err, errlen);
 }
 
 /* ---- creating the file ---------------------------------------------------- */
@@ -112,41 +379,216 @@ static void fill_header(struct vgpu_ledger_header *h, const char *uuid,
 	snprintf(h->gpu_uuid, sizeof(h->gpu_uuid), "%s", uuid);
 }
 
-/* Builds a complete file under a temporary name in the same directory and
- * links it to `path`. Losing the race (EEXIST) is success: the winner's file
- * is as good. The records are the file's zeros. */
-static int create_file(const char *dir, const char *path, const char *uuid,
-		       uint64_t physical_bytes, char *err, size_t errlen)
+/* A new temporary file in dfd, ".<uuid>.tmp.<random>": never an existing
+ * name (O_EXCL, and no link followed). Returns its descriptor or -1. */
+static int make_temp(int dfd, const char *uuid, char *tmp, size_t len)
+{
+	static uint32_t seq;
+	uint64_t r;
+	int i, fd = -1;
+
+	for (i = 0; i < 100 && fd < 0; i++) {
+		r = vgpu__now_ns(CLOCK_MONOTONIC) ^
+		    ((uint64_t)getpid() << 40) ^
+		    ((uint64_t)__atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED)
+		     << 20);
+		snprintf(tmp, len, ".%s.tmp.%012llx", uuid,
+			 (unsigned long long)(r & 0xffffffffffffull));
+		fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+				      O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	return fd;
+}
+
+/* Puts tmp at name unless name exists: rename(2) without replacing, or,
+ * where the file system has no such rename, a link and an unlink (a
+ * moment in which the file has two names). 0, or -1 with errno (EEXIST:
+ * the race was lost). */
+static int place(int dfd, const char *tmp, const char *name)
+{
+	if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -1;
+	if (linkat(dfd, tmp, dfd, name, 0) != 0)
+		return -1;
+	unlinkat(dfd, tmp, 0);
+	return 0;
+}
+
+/* Builds a complete file under a temporary name in the ledger directory
+ * (mode 0600, or 0660 given to the group, whatever the umask) and puts it
+ * at `name`. Losing the race (EEXIST) is success: the winner's file is as
+ * good. The records are the file's zeros. With `replace`, a file at `name`
+ * is replaced (a damaged one, ledger_move.c). */
+static int create_file(int dfd, const char *dir, const char *name,
+		       const char *uuid, uint64_t physical_bytes,
+		       const struct trust *a, bool replace, char *err,
+		       size_t errlen)
 {
 	struct vgpu_ledger_header h;
-	char tmp[sizeof(((struct vgpu_ledger *)0)->path)];
+	char tmp[VGPU_LEDGER_UUID_MAX + 32], me[300];
 	int fd, rc = 0;
 
-	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, uuid);
-	fd = mkostemp(tmp, O_CLOEXEC);
+	fd = make_temp(dfd, uuid, tmp, sizeof(tmp));
 	if (fd < 0)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 			"cannot create a ledger in '%s': %s", dir,
 			strerror(errno));
+	if (a->shared && fchown(fd, (uid_t)-1, a->gid) != 0) {
+		int e = errno;	/* user_text's look-up may change errno */
+
+		user_text(a->euid, me, sizeof(me));
+		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"cannot give a new ledger in '%s' to VGPU_LEDGER_GROUP "
+			"%s: %s (is %s a member?)", dir, a->group,
+			strerror(e), me);
+		goto out_unlink;
+	}
 	fill_header(&h, uuid, physical_bytes);
 	/* Every block allocated now: a full file system then refuses the
 	 * ledger here, with a message, rather than a later store into a
 	 * hole of the mapping killing the job with SIGBUS. */
-	if (fchmod(fd, 0666) != 0 ||
+	if (fchmod(fd, a->shared ? 0660 : 0600) != 0 ||
 	    ftruncate(fd, VGPU_LEDGER_FILE_SIZE) != 0 ||
 	    (errno = posix_fallocate(fd, 0, VGPU_LEDGER_FILE_SIZE)) != 0 ||
 	    pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
 		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-			"cannot write ledger '%s': %s", tmp, strerror(errno));
+			"cannot write ledger '%s/%s': %s", dir, tmp,
+			strerror(errno));
 		goto out_unlink;
 	}
-	if (link(tmp, path) != 0 && errno != EEXIST)
+	if ((replace ? renameat(dfd, tmp, dfd, name) : place(dfd, tmp, name))
+	    == 0)
+		goto out;
+	if (errno != EEXIST)
 		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-			"cannot link ledger '%s': %s", path, strerror(errno));
+			"cannot put ledger '%s/%s' in place: %s", dir, name,
+			strerror(errno));
 out_unlink:
-	unlink(tmp);
+	unlinkat(dfd, tmp, 0);
+out:
 	close(fd);
 	return rc;
+}
+
+/* ---- opening the file ----------------------------------------------------- */
+
+/* An open file: a regular file (else validate says what it is) owned by a
+ * trusted user, with one name, not writable by every user (one of ours is
+ * made not to be; with a group, given to it). */
+static int check_file(int fd, const char *path, const struct trust *a,
+		      char *err, size_t errlen)
+{
+	char own[700];
+	struct stat st;
+	mode_t m;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	if (!trusted_owner(&st, a))
+		return not_ours("ledger", path, &st, a,
+			"remove it when no job uses it, or share ledgers "
+			"with a group named in VGPU_LEDGER_GROUP", err, errlen);
+	/* A creator whose file system has no RENAME_NOREPLACE links its
+	 * file and unlinks the temporary name: a moment with two names. */
+	for (int i = 0; st.st_nlink > 1 && i < 20; i++) {
+		nanosleep(&(struct timespec){ .tv_nsec = 50000 }, NULL);
+		if (fstat(fd, &st) != 0)
+			break;
+	}
+	if (st.st_nlink != 1) {
+		owner_text(&st, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger '%s' (%s) has %lu names: refused, a ledger "
+			"has one (another name could be a file that is not "
+			"meant to be shared); remove it when no job uses it",
+			path, own, (unsigned long)st.st_nlink);
+	}
+	if (st.st_uid == a->euid) {
+		m = st.st_mode & 07777 & ~(mode_t)S_IWOTH;
+		if (a->shared && st.st_gid != a->gid &&
+		    fchown(fd, (uid_t)-1, a->gid) == 0)
+			m |= 0060;
+		if (m != (st.st_mode & 07777) && fchmod(fd, m) == 0)
+			st.st_mode = (st.st_mode & ~(mode_t)07777) | m;
+	}
+	if (st.st_mode & S_IWOTH) {
+		owner_text(&st, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger '%s' is %s: refused, every user may write it "
+			"(and truncating it would stop every job using it); "
+			"its owner can take that away (chmod o-w), or remove "
+			"it when no job uses it", path, own);
+	}
+	return 0;
+}
+
+/* Why `name` could not be opened (errno e). */
+static int open_refused(int dfd, const char *name, const char *path, int e,
+			const struct trust *a, char *err, size_t errlen)
+{
+	char own[700] = "";
+	struct stat st;
+
+	if (e == ELOOP) {
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			user_text(st.st_uid, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger '%s' is a symbolic link%s%s%s: refused, a "
+			"ledger is never reached through a link (it could lead "
+			"to a file its maker could not write); remove the link",
+			path, *own ? " (made by " : "", own, *own ? ")" : "");
+	}
+	if (e == EISDIR)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
+			"ledger '%s' is a directory, expected a ledger file",
+			path);
+	if ((e != EACCES && e != EPERM) ||
+	    (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+	     fstat(dfd, &st) != 0))
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+			"cannot open ledger '%s': %s", path, strerror(e));
+	owner_text(&st, own, sizeof(own));
+	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+		"cannot open ledger '%s' (%s%s): %s; %s", path,
+		S_ISDIR(st.st_mode) ? "its directory is " : "", own,
+		strerror(e), a->shared ? "with VGPU_LEDGER_GROUP, a ledger is "
+		"shared by its group, mode 0660: its owner or root can set "
+		"them (chgrp, chmod), or remove it when no job uses it" :
+		"share ledgers with a group named in VGPU_LEDGER_GROUP, or "
+		"use a VGPU_LEDGER_DIR of your own");
+}
+
+/* Opens (creating it if missing) and checks the ledger `name` in dfd:
+ * its descriptor, or a VGPU_LEDGER_E* code. */
+static int open_file(int dfd, const char *dir, const char *name,
+		     const char *path, const char *uuid,
+		     uint64_t physical_bytes, const struct trust *a,
+		     char *err, size_t errlen)
+{
+	int fd, rc, tries;
+
+	for (tries = 0; tries < 3; tries++) {
+		fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0) {
+			rc = check_file(fd, path, a, err, errlen);
+			if (rc)
+				close(fd);
+			return rc ? rc : fd;
+		}
+		if (errno != ENOENT)
+			return open_refused(dfd, name, path, errno, a, err,
+					    errlen);
+		rc = create_file(dfd, dir, name, uuid, physical_bytes, a,
+				 false, err, errlen);
+		if (rc)
+			return rc;
+	}
+	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+		"ledger '%s' was removed as soon as made, 3 times", path);
 }
 
 /* ---- attaching ------------------------------------------------------------ */
@@ -224,23 +666,100 @@ static int validate(int fd, const char *path, const char *uuid,
 	return 0;
 }
 
-static int attach(struct vgpu_ledger *l, const char *uuid, char *err,
-		  size_t errlen)
+/* Whether the open ledger fd is damaged beyond use by anyone: the wrong
+ * size or no magic (truncated, overwritten). Another GPU's or version's
+ * file is not damaged. */
+static bool damaged(int fd)
 {
+	uint64_t magic = 0;
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	       (st.st_size != VGPU_LEDGER_FILE_SIZE ||
+		pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) ||
+		magic != VGPU_LEDGER_MAGIC);
+}
+
+/* The byte of a damaged file its replacers lock, past the layout. */
+#define REPLACE_BYTE	((off_t)VGPU_LEDGER_FILE_SIZE)
+
+/* Replaces fd, the damaged ledger `name` in dfd, checked (check_file: a
+ * trusted owner), with a new file by rename, one replacer at a time: each
+ * locks a byte of the damaged file, and replaces it only if the name still
+ * leads to it, so that processes that found the same damage all end up in
+ * one new file (the first replacer's). 0, or a code with err. */
+static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
+			   const char *path, const char *uuid,
+			   uint64_t physical_bytes, const struct trust *a,
+			   char *err, size_t errlen)
+{
+	uint64_t until = vgpu__now_ns(CLOCK_MONOTONIC) +
+			 VGPU_LEDGER_LOCK_TIMEOUT_NS;
+	struct stat mine, now;
+	struct flock fl;
+	int rc = 0;
+
+	for (;;) {
+		fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				     .l_start = REPLACE_BYTE, .l_len = 1 };
+		if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+			break;
+		if ((errno != EAGAIN && errno != EACCES && errno != EINTR) ||
+		    vgpu__now_ns(CLOCK_MONOTONIC) >= until)
+			return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
+				"cannot replace the damaged ledger '%s': its "
+				"replacement lock: %s", path,
+				errno == EAGAIN || errno == EACCES ?
+				"held for over a second by another process" :
+				strerror(errno));
+		nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
+	}
+	if (fstat(fd, &mine) == 0 &&
+	    fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    now.st_dev == mine.st_dev && now.st_ino == mine.st_ino)
+		rc = create_file(dfd, dir, name, uuid, physical_bytes, a,
+				 true, err, errlen);
+	/* else: replaced (or removed) by another meanwhile: open that */
+	fl.l_type = F_UNLCK;
+	fcntl(fd, F_OFD_SETLK, &fl);
+	return rc;
+}
+
+/* Opens (or creates) the file `name` in the checked directory dfd and
+ * maps it. A damaged file (truncated, overwritten) of a trusted owner is
+ * replaced, with a warning: the way a move replaces it (ledger_move.c), so
+ * that a damaged file does not keep refusing every new job. */
+static int attach(struct vgpu_ledger *l, int dfd, const char *dir,
+		  const char *name, const char *uuid, uint64_t physical_bytes,
+		  const struct trust *a, char *err, size_t errlen)
+{
+	char why[sizeof(l->path) + 200];
+	struct stat st;
 	int rc;
 
-	l->fd = open(l->path, O_RDWR | O_CLOEXEC);
-	if (l->fd < 0 && errno == EISDIR)
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
-			"ledger '%s' is a directory, expected a ledger file",
-			l->path);
-	if (l->fd < 0)
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-			"cannot open ledger '%s': %s", l->path,
-			strerror(errno));
-	rc = validate(l->fd, l->path, uuid, err, errlen);
-	if (rc)
-		return rc;
+	for (int tries = 0;; tries++) {
+		rc = open_file(dfd, dir, name, l->path, uuid, physical_bytes,
+			       a, err, errlen);
+		if (rc < 0)
+			return rc;
+		l->fd = rc;
+		rc = validate(l->fd, l->path, uuid, why, sizeof(why));
+		if (rc && (rc != VGPU_LEDGER_EBADFILE || tries == 3 ||
+			   !damaged(l->fd)))
+			return vgpu__ledger_err(err, errlen, rc, "%s", why);
+		if (!rc)
+			break;
+		/* check_file accepted it: ours, root's or the group's. */
+		vgpu_log(1, "%s: replacing it with a new, empty ledger (what "
+			 "it recorded is lost; jobs still using it move to the "
+			 "new one)", why);
+		rc = replace_damaged(dfd, l->fd, dir, name, l->path, uuid,
+				     physical_bytes, a, err, errlen);
+		close(l->fd);
+		l->fd = -1;
+		if (rc)
+			return rc;
+	}
 	l->map = mmap(NULL, VGPU_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE,
 		      MAP_SHARED, l->fd, 0);
 	if (l->map == MAP_FAILED) {
@@ -254,6 +773,14 @@ static int attach(struct vgpu_ledger *l, const char *uuid, char *err,
 	l->slots = (void *)((char *)l->map + VGPU_LEDGER_SLOTS_OFFSET);
 	l->shares = (void *)((char *)l->map + VGPU_LEDGER_SHARES_OFFSET);
 	l->share = (void *)((char *)l->shares + VGPU_LEDGER_SHARES_HEAD);
+	l->guard = vgpu__guard_add(l->map, l->held);
+	__atomic_store_n(&l->next_check_ns,
+			 vgpu__coarse_ns() + VGPU__CHECK_EVERY_NS,
+			 __ATOMIC_RELAXED);
+	if (fstat(l->fd, &st) == 0) {
+		l->dev = st.st_dev;
+		l->ino = st.st_ino;
+	}
 	return 0;
 }
 
@@ -267,6 +794,7 @@ static bool uuid_ok(const char *uuid)
 
 static void free_handle(struct vgpu_ledger *l)
 {
+	vgpu__guard_remove(l->guard);
 	if (l->map)
 		munmap(l->map, VGPU_LEDGER_FILE_SIZE);
 	if (l->fd >= 0)
@@ -276,13 +804,15 @@ static void free_handle(struct vgpu_ledger *l)
 	free(l);
 }
 
-int vgpu_ledger_open(const char *dir, const char *gpu_uuid,
-		     uint64_t physical_bytes, struct vgpu_ledger **out,
-		     char *err, size_t errlen)
+int vgpu_ledger_open_with(const char *dir, const char *gpu_uuid,
+			  uint64_t physical_bytes,
+			  const struct vgpu_ledger_access *access,
+			  struct vgpu_ledger **out, char *err, size_t errlen)
 {
+	char name[VGPU_LEDGER_UUID_MAX + 32];
 	struct vgpu_ledger *l;
-	struct stat st;
-	int rc;
+	struct trust a;
+	int dfd, rc;
 
 	*out = NULL;
 	if (!dir || !uuid_ok(gpu_uuid))
@@ -290,30 +820,69 @@ int vgpu_ledger_open(const char *dir, const char *gpu_uuid,
 			"GPU UUID '%s': expected 1..%d characters of "
 			"[A-Za-z0-9_-]", gpu_uuid ? gpu_uuid : "(null)",
 			VGPU_LEDGER_UUID_MAX - 1);
-	rc = make_dir(dir, err, errlen);
+	rc = trust_of(access, &a, err, errlen);
 	if (rc)
 		return rc;
+	dfd = ledger_dir(dir, &a, err, errlen);
+	if (dfd < 0)
+		return dfd;
 	l = calloc(1, sizeof(*l));
-	if (!l)
+	if (!l) {
+		close(dfd);
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ENOMEM,
 			"out of memory opening a ledger");
+	}
 	l->fd = -1;
+	l->guard = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_mutex_init(&l->shares_mu, NULL);
-	snprintf(l->path, sizeof(l->path), "%s/%s.v%d%s", dir, gpu_uuid,
+	/* What a move needs to open or make the file again. */
+	l->physical_bytes = physical_bytes;
+	snprintf(l->uuid, sizeof(l->uuid), "%s", gpu_uuid);
+	snprintf(l->group, sizeof(l->group), "%s",
+		 access && access->group ? access->group : "");
+	snprintf(name, sizeof(name), "%s.v%d%s", gpu_uuid,
 		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
-	rc = 0;
-	if (lstat(l->path, &st) != 0 && errno == ENOENT)
-		rc = create_file(dir, l->path, gpu_uuid, physical_bytes,
-				 err, errlen);
-	if (rc == 0)
-		rc = attach(l, gpu_uuid, err, errlen);
+	snprintf(l->path, sizeof(l->path), "%s/%s", dir, name);
+	rc = attach(l, dfd, dir, name, gpu_uuid, physical_bytes, &a, err,
+		    errlen);
+	close(dfd);
 	if (rc) {
 		free_handle(l);
 		return rc;
 	}
 	*out = l;
 	return 0;
+}
+
+int vgpu_ledger_open(const char *dir, const char *gpu_uuid,
+		     uint64_t physical_bytes, struct vgpu_ledger **out,
+		     char *err, size_t errlen)
+{
+	return vgpu_ledger_open_with(dir, gpu_uuid, physical_bytes, NULL, out,
+				     err, errlen);
+}
+
+void vgpu__ledger_free(struct vgpu_ledger *l)
+{
+	free_handle(l);
+}
+
+int vgpu__ledger_reopen(struct vgpu_ledger *l, struct vgpu_ledger **out,
+			char *err, size_t errlen)
+{
+	struct vgpu_ledger_access access = { .group = l->group };
+	char dir[sizeof(l->path)];
+	const char *name;
+
+	name = strrchr(l->path, '/');
+	if (!name)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
+			"ledger '%s': no directory", l->path);
+	snprintf(dir, sizeof(dir), "%.*s", (int)(name - l->path), l->path);
+	/* Opening replaces a damaged file (attach). */
+	return vgpu_ledger_open_with(dir, l->uuid, l->physical_bytes, &access,
+				     out, err, errlen);
 }
 
 void vgpu_ledger_close(struct vgpu_ledger *l)

@@ -32,7 +32,9 @@
 	X(EBADFILE, -5, "not a usable ledger file") \
 	X(EFULL, -6, "the ledger has no free record") \
 	X(ENOMEM, -7, "out of memory") \
-	X(ENOENT, -8, "no such record")
+	X(ENOENT, -8, "no such record") \
+	X(EPERM, -9, "refused: a link, or a file or directory that someone " \
+		     "not trusted owns or may write")
 
 enum vgpu_ledger_error {
 #define VGPU_LEDGER_ERR_ENUM_(NAME, value, text) VGPU_LEDGER_##NAME = value,
@@ -56,21 +58,51 @@ struct vgpu_slot;	/* this process's slot in it */
 const char *vgpu_ledger_strerror(int code);
 
 /* Opens the ledger of GPU `gpu_uuid` in `dir`: the file
- * <dir>/<gpu_uuid>.v<VGPU_LEDGER_VERSION>.ledger. Creates `dir` (and its
- * missing parents, mode 0755) if missing, the last component mode 01777 so
- * that every user and container can create and share ledgers in it. Creates
- * the file if missing, mode 0666, completely built under a temporary name
- * and then link()ed into place, so nobody ever sees a half-made file; a
- * process that loses the race attaches to the winner's file. An existing
- * file is attached after checking its type, size, magic, layout version,
- * layout constants and GPU UUID; physical_bytes is recorded only at creation.
+ * <dir>/<gpu_uuid>.v<VGPU_LEDGER_VERSION>.ledger, reached without following
+ * a symbolic link at the directory or the file (openat from the directory's
+ * checked descriptor, O_NOFOLLOW). Creates `dir` if missing (missing
+ * parents mode 0755; the directory itself 0700, or 0770 and given to the
+ * access's group). Creates the file if missing, mode 0600 (0660 and given to
+ * the group), whatever the umask, completely built under a temporary name
+ * and then renamed into place without replacing anything, so nobody ever
+ * sees a half-made file; a process that loses the race attaches to the
+ * winner's file. Trusted are the caller's euid, root and, with a group, its
+ * members: an existing directory or file is refused with VGPU_LEDGER_EPERM
+ * (err names the path, its owner and mode, and what to do) when it is a
+ * symbolic link, owned by someone else (a group's files: its group must be
+ * the access's group), a file with more than one name, a file every user
+ * may write (one of the caller's own is made not to be), or a directory
+ * others may write without the sticky bit (accepted when it is the
+ * caller's, or group-writable by the access's group). docs/ledger-abi.md,
+ * "Permissions", has the rules and why. An existing file is then attached
+ * after checking its type, size, magic, layout version, layout constants
+ * and GPU UUID; physical_bytes is recorded only at creation.
  * gpu_uuid: 1..63 characters of [A-Za-z0-9_-]. Returns 0 with *out set, or
- * VGPU_LEDGER_EINVAL, _ESYS (err names the call, the path and errno's text),
- * _EBADFILE (err names the path, what was found and what was expected) or
- * _ENOMEM. Never waits. */
+ * VGPU_LEDGER_EINVAL (also: an unknown group), _EPERM, _ESYS (err names the
+ * call, the path and errno's text), _EBADFILE (err names the path, what was
+ * found and what was expected) or _ENOMEM. Never waits (but for a file
+ * with two names, up to a millisecond: a creator's link and unlink). */
 int vgpu_ledger_open(const char *dir, const char *gpu_uuid,
 		     uint64_t physical_bytes, struct vgpu_ledger **out,
 		     char *err, size_t errlen);
+
+/* Who may share the ledgers a process creates (VGPU_LEDGER_GROUP). */
+struct vgpu_ledger_access {
+	const char *group;	/* a group's name or number: files 0660 and
+				 * the directory 0770, given to it, and its
+				 * members trusted; NULL or "": none */
+};
+
+/* vgpu_ledger_open under `access` (NULL: no group). Resolves the group's
+ * name (getgrnam_r: may ask NSS; call it at start-up, not on a hot path). */
+int vgpu_ledger_open_with(const char *dir, const char *gpu_uuid,
+			  uint64_t physical_bytes,
+			  const struct vgpu_ledger_access *access,
+			  struct vgpu_ledger **out, char *err, size_t errlen);
+
+/* How many times `l` followed its name to another file: the file was
+ * deleted, replaced or truncated while in use (ledger_move.c). */
+uint64_t vgpu_ledger_moves(const struct vgpu_ledger *l);
 
 /* Leaves every slot still joined through `l`, unmaps and closes the file.
  * NULL is ignored. */
@@ -101,6 +133,19 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 			    const char *tenant, uint64_t *used,
 			    uint64_t *limit);
 
+/* The processes of tenant `tenant` in that file (its active slots: a dead
+ * process's is listed until some process reclaims it), with the device
+ * memory each is charged: the first max in out, all counted in *count.
+ * Returns as vgpu_ledger_peek_tenant. */
+struct vgpu_ledger_proc {
+	int32_t pid;		/* in its own pid namespace */
+	int32_t host_pid;	/* 0: not known */
+	uint64_t device_bytes;
+};
+int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
+			   const char *tenant, struct vgpu_ledger_proc *out,
+			   unsigned max, unsigned *count);
+
 /* ---- ledger_join.c: tenants and slots ---------------------------------- */
 
 /* What a joiner asks of its tenant. A tenant's terms are set by the
@@ -122,11 +167,14 @@ struct vgpu_ledger_terms {
  * tenant: the memory limit, its time and pid, and with want->compute the
  * compute share and policy (the bucket then restarts at the next
  * vgpu_throttle_configure). pid is getpid(), host_pid vgpu_host_pid().
- * Waits at most about a second for the file's join lock. Returns 0 with
+ * Takes no file-wide lock: waits only for its own tenant (a process making
+ * its record, or holding its lock when no live process is in it), about a
+ * second at most in all. Returns 0 with
  * *out set; VGPU_LEDGER_LIMIT_KEPT with *out set and a warning in err
  * (want->mem_limit differs from the tenant's, which applies); or
  * VGPU_LEDGER_EFULL when no tenant record or no slot is free (err says
- * which and how many are in use), _ETIMEDOUT, _EINVAL, _ESYS or _ENOMEM. */
+ * which and how many are in use), _ETIMEDOUT (err names the process
+ * waited for, by pid), _EINVAL, _ESYS or _ENOMEM. */
 int vgpu_ledger_join_terms(struct vgpu_ledger *l, const char *tenant,
 			   const struct vgpu_ledger_terms *want, int32_t pid,
 			   int32_t host_pid, struct vgpu_slot **out,

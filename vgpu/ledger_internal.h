@@ -4,17 +4,26 @@
  *
  * Locks, in the order they are taken (never the other way round):
  *   1. l->mu, a process-local mutex: join, leave, close, reclaim-all;
- *   2. the join lock: an OFD lock on byte 0 of the file (cross-process);
- *   3. a slot's OFD lock on its byte (offset of the slot record): held by
+ *   2. a slot's OFD lock on its byte (offset of the slot record): held by
  *      the owner for its life; taken only with F_OFD_SETLK (never waits);
- *   4. the shares lock: an OFD lock on the shares region's first byte
- *      (ledger_shares.c), bounded like the join lock;
- *   5. a tenant's lock word (ledger_lock.c): a few instructions at a time.
+ *   3. the shares lock: an OFD lock on the shares region's first byte
+ *      (ledger_shares.c), bounded, taken only for shared memory;
+ *   4. a tenant's lock word (ledger_lock.c): a few instructions at a time,
+ *      or a join's decision on its tenant's terms. Outside l->mu and the
+ *      shares mutex, a slot's word is taken only inside the handle's move
+ *      gate (vgpu__gate_enter, entered just before the word and left just
+ *      after it): a move holds l->mu and the shares mutex and then waits
+ *      for the gate to empty, so nothing inside it may wait for either.
+ * There is no file-wide lock: a tenant record is found or made lock-free,
+ * through its key word (ledger_join.c), so that no process stopped inside
+ * a join holds up another tenant's (docs/ledger-abi.md, "Joining").
  */
 #ifndef VGPU_LEDGER_INTERNAL_H
 #define VGPU_LEDGER_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/types.h>
+#include <time.h>
 #include <stdbool.h>
 
 #include "ledger.h"
@@ -31,6 +40,8 @@ _Static_assert(VGPU_LEDGER_MAX_SLOTS < VGPU__OWNER_IDX_MASK, "index fits");
 
 #define VGPU__OWNED_WORDS	(VGPU_LEDGER_MAX_SLOTS / 64)
 
+#define VGPU__GATE_MOVER	(1u << 31)
+
 struct vgpu_ledger {
 	int fd;				/* O_RDWR | O_CLOEXEC */
 	void *map;
@@ -39,13 +50,37 @@ struct vgpu_ledger {
 	struct vgpu_ledger_slot *slots;
 	struct vgpu_ledger_shares *shares;	/* the shared memory records */
 	struct vgpu_ledger_share *share;	/* [VGPU_LEDGER_MAX_SHARES] */
-	pthread_mutex_t mu;		/* joined list, join lock users */
+	pthread_mutex_t mu;		/* joined list; joins, one at a time */
 	pthread_mutex_t shares_mu;	/* this process's shares lock user */
+	uint32_t shares_stuck;		/* its wait ran out: tried only, until
+					 * had again (atomic) */
 	struct vgpu_slot *joined;	/* slots joined through this handle */
 	/* Slots whose OFD lock this process holds (its own, or one it is
 	 * reclaiming): alive as far as this process is concerned, and never
 	 * tried by another of its threads. Atomic bit operations. */
 	uint64_t owned[VGPU__OWNED_WORDS];
+	/* Following the name (ledger_move.c, ledger_guard.c). */
+	int guard;			/* the mapping's SIGBUS guard, or -1 */
+	/* The tenant locks the reserve and release path holds, by tenant:
+	 * the owner word, 0 when not held (plain stores, under the lock). */
+	uint32_t held[VGPU_LEDGER_MAX_TENANTS];
+	/* The move's gate (atomic): the threads between taking a slot's
+	 * tenant lock word and letting it go (lock() and unlock() in
+	 * ledger_ops.c), and VGPU__GATE_MOVER while a move waits for them to
+	 * leave or grafts. The tenant lock word names a process, not a
+	 * thread, so it cannot tell this process's threads from each other
+	 * across a change of the mapping; the gate can. */
+	uint32_t gate;
+	uint32_t checking;		/* a thread checks the name (atomic) */
+	uint64_t next_check_ns;		/* coarse clock (atomic) */
+	uint64_t moves;			/* moves done (atomic) */
+	uint64_t move_failures;		/* under checking */
+	uint64_t retry_ns;		/* a failed move, again (checking) */
+	dev_t dev;			/* the file mapped, to compare the */
+	ino_t ino;			/* name's with */
+	uint64_t physical_bytes;	/* as opened, to make a new file */
+	char uuid[VGPU_LEDGER_UUID_MAX];
+	char group[80];			/* VGPU_LEDGER_GROUP as opened */
 	char path[4096];
 };
 
@@ -59,6 +94,12 @@ struct vgpu_slot {
 	uint32_t deferred_any;		/* releases waiting (atomic) */
 	bool setter;			/* its join set the tenant's terms */
 	uint64_t deferred[VGPU_USAGE_COUNT];	/* bytes per kind (atomic) */
+	/* To join again elsewhere (ledger_move.c): the record's usage as
+	 * this process last left it (under the tenant lock), and the join. */
+	uint64_t mine[VGPU_USAGE_COUNT];
+	struct vgpu_ledger_terms terms;
+	int32_t pid, host_pid;
+	char name[VGPU_LEDGER_NAME_MAX];
 	struct vgpu_slot *next;		/* l->joined */
 };
 
@@ -102,12 +143,18 @@ int vgpu__ledger_err(char *err, size_t errlen, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 uint64_t vgpu__now_ns(int clock);
 
+/* A bounded wait's deadline: VGPU_LEDGER_LOCK_TIMEOUT_NS from now. */
+static inline uint64_t vgpu__deadline(void)
+{
+	return vgpu__now_ns(CLOCK_MONOTONIC) + VGPU_LEDGER_LOCK_TIMEOUT_NS;
+}
+
 /* ---- ledger_lock.c ------------------------------------------------------- */
 
-/* The cross-process join lock, bounded by VGPU_LEDGER_LOCK_TIMEOUT_NS. */
-int vgpu__join_lock(struct vgpu_ledger *l);
-void vgpu__join_unlock(struct vgpu_ledger *l);
-/* The same for the shares lock. */
+/* The shares lock: 0, VGPU_LEDGER_ETIMEDOUT once the deadline has passed
+ * (deadline 0: tried once, never waits) or _ESYS. vgpu__shares_lock waits
+ * up to VGPU_LEDGER_LOCK_TIMEOUT_NS. */
+int vgpu__shares_lock_until(struct vgpu_ledger *l, uint64_t deadline);
 int vgpu__shares_lock(struct vgpu_ledger *l);
 void vgpu__shares_unlock(struct vgpu_ledger *l);
 
@@ -119,11 +166,25 @@ bool vgpu__slot_owned(const struct vgpu_ledger *l, uint32_t index);
 /* Whether slot index's owner of generation gen is gone: another generation
  * now, or nobody holds its OFD lock (a system call; not for hot paths). */
 bool vgpu__slot_dead(struct vgpu_ledger *l, uint32_t index, uint32_t gen);
+/* The same for an owner word (a tenant lock's, a tenant key's maker). */
+bool vgpu__owner_dead(struct vgpu_ledger *l, uint32_t word);
+/* The pids of the slot an owner word names: 0, or VGPU_LEDGER_EINVAL when
+ * it names none or its slot has moved on (a snapshot, for messages). */
+int vgpu__word_holder(const struct vgpu_ledger *l, uint32_t word,
+		      int32_t *pid, int32_t *host_pid);
 
 /* Takes tenant t's lock word as `owner`. Takes it from a dead owner (a slot
  * whose OFD lock no process holds) and then recomputes the tenant's totals
  * from its slots. 0, or VGPU_LEDGER_ETIMEDOUT after about a second. */
 int vgpu__tenant_lock_slow(struct vgpu_ledger *l, uint32_t t, uint32_t owner);
+/* The same up to a deadline (0: tried once, a dead owner's taken at once),
+ * giving up with VGPU__LOCK_CHANGED as soon as *watch (if not NULL) no
+ * longer reads `expect` (a tenant record's key: the record was reused). */
+#define VGPU__LOCK_CHANGED	2
+_Static_assert(VGPU__LOCK_CHANGED != VGPU_LEDGER_LIMIT_KEPT, "distinct");
+int vgpu__tenant_lock_until(struct vgpu_ledger *l, uint32_t t, uint32_t owner,
+			    uint64_t deadline, const uint64_t *watch,
+			    uint64_t expect);
 void vgpu__tenant_wake(struct vgpu_ledger_tenant *ten);
 
 static inline int vgpu__tenant_lock(struct vgpu_ledger *l, uint32_t t,
@@ -145,16 +206,85 @@ static inline void vgpu__tenant_unlock(struct vgpu_ledger_tenant *ten)
 		vgpu__tenant_wake(ten);
 }
 
+/* The move's gate (struct vgpu_ledger's gate). Entering waits while a move
+ * is under way (a slow path, at most the move's bound); 0, or
+ * VGPU_LEDGER_ETIMEDOUT when a move held it for over 3 s. Every thread
+ * that takes a tenant lock word of a slot outside l->mu and the shares
+ * mutex enters first and leaves after letting the word go: a move then
+ * never grafts another file under a held lock.
+ *
+ * Where the kernel has membarrier(2), a thread is counted in a seat of its
+ * own (vgpu__gate_seats, one cache line each; any handle): entering is a
+ * plain store, a compiler barrier and a load of l->gate, leaving a release
+ * store; the mover sets VGPU__GATE_MOVER, has every running thread of the
+ * process execute a full barrier (MEMBARRIER_CMD_PRIVATE_EXPEDITED) and
+ * then reads the seats. That orders each thread's store before its load of
+ * l->gate against the mover's store and loads, with no atomic
+ * read-modify-write on the allocation path (two cost ~28 ns an allocation
+ * and free). Without membarrier, or with no seat free, threads count in
+ * l->gate itself with atomic adds, as the mover's own store does. Which one
+ * is decided once per process, before any thread enters (and again in a
+ * fork's child, which has one thread). */
+#define VGPU__GATE_SEATS	256
+struct vgpu__gate_seat {
+	uint32_t inside;	/* written by its thread only; read by movers */
+	uint32_t taken;		/* a thread has it (atomic) */
+	char pad[56];
+};
+extern struct vgpu__gate_seat vgpu__gate_seats[VGPU__GATE_SEATS];
+extern __thread struct vgpu__gate_seat *vgpu__gate_me;
+struct vgpu__gate_seat *vgpu__gate_sit(void);	/* NULL: count in l->gate */
+int vgpu__gate_wait(struct vgpu_ledger *l);
+
+static inline int vgpu__gate_enter(struct vgpu_ledger *l)
+{
+	struct vgpu__gate_seat *me = vgpu__gate_me;
+
+	if (__builtin_expect(!me, 0))
+		me = vgpu__gate_sit();
+	if (__builtin_expect(me != NULL, 1)) {
+		__atomic_store_n(&me->inside, me->inside + 1,
+				 __ATOMIC_RELAXED);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		if (__builtin_expect(!(__atomic_load_n(&l->gate,
+				__ATOMIC_ACQUIRE) & VGPU__GATE_MOVER), 1))
+			return 0;
+		__atomic_store_n(&me->inside, me->inside - 1,
+				 __ATOMIC_RELEASE);
+		return vgpu__gate_wait(l);
+	}
+	if (__builtin_expect(!(__atomic_add_fetch(&l->gate, 1,
+			__ATOMIC_ACQ_REL) & VGPU__GATE_MOVER), 1))
+		return 0;
+	__atomic_sub_fetch(&l->gate, 1, __ATOMIC_RELEASE);
+	return vgpu__gate_wait(l);
+}
+
+static inline void vgpu__gate_leave(struct vgpu_ledger *l)
+{
+	struct vgpu__gate_seat *me = vgpu__gate_me;
+
+	if (__builtin_expect(me != NULL, 1))
+		__atomic_store_n(&me->inside, me->inside - 1,
+				 __ATOMIC_RELEASE);
+	else
+		__atomic_sub_fetch(&l->gate, 1, __ATOMIC_RELEASE);
+}
+
 /* Sets tenant t's totals to the sum of its active slots (under its lock). */
 void vgpu__tenant_recompute(struct vgpu_ledger *l, uint32_t t);
 
 /* ---- ledger_join.c ------------------------------------------------------- */
 
 /* Returns a slot whose OFD lock this process holds to its tenant and marks
- * it free. 0 or VGPU_LEDGER_ETIMEDOUT (then the slot is left as it was). */
-int vgpu__slot_reclaim(struct vgpu_ledger *l, uint32_t index);
+ * it free, waiting for locks up to `deadline` (0: only trying them). 0 or
+ * VGPU_LEDGER_ETIMEDOUT (then the slot stays active, with its usage). A
+ * slot that holds nothing takes no tenant lock. */
+int vgpu__slot_reclaim(struct vgpu_ledger *l, uint32_t index,
+		       uint64_t deadline);
 
-/* Reclaims tenant t's dead slots; returns how many. */
+/* Reclaims tenant t's dead slots, waiting a second at most in all;
+ * returns how many. */
 int vgpu__reclaim_tenant(struct vgpu_ledger *l, uint32_t t);
 
 /* ---- ledger_shares.c ----------------------------------------------------- */
@@ -165,8 +295,63 @@ int vgpu__reclaim_tenant(struct vgpu_ledger *l, uint32_t t);
  * live lock word to take tenant locks with (the slot's own, or the
  * reclaimer's for it). Before the slot gives its usage back; 0, or
  * VGPU_LEDGER_ETIMEDOUT when a charge it pays for could not be handed
- * over in time: then the slot must keep its usage (not be freed). */
+ * over by `deadline` (0: locks only tried): then the slot must keep its
+ * usage (not be freed). A slot that no record names takes no lock. */
 int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
-			   uint32_t owner);
+			   uint32_t owner, uint64_t deadline);
+
+/* ---- ledger_guard.c ------------------------------------------------------ */
+
+/* Guards a ledger's mapping at `base` against SIGBUS (installing the
+ * handler once); `held` is the handle's array of the tenant lock words its
+ * threads hold, put back into the memory that replaces a truncated file.
+ * The guard's index, or -1 when all are taken (then unguarded). */
+int vgpu__guard_add(void *base, const uint32_t *held);
+void vgpu__guard_remove(int g);
+/* Faults the guard took and no move has mended yet, in any mapping. */
+extern uint32_t vgpu__guard_faults;
+/* Whether a fault replaced the mapping with anonymous memory. */
+bool vgpu__guard_broken(int g);
+void vgpu__guard_mended(int g);
+
+/* ---- ledger_move.c -------------------------------------------------------- */
+
+#define VGPU__CHECK_EVERY_NS	100000000u	/* the name, at most this often */
+
+static inline uint64_t vgpu__coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Stats the name (one thread at a time, at most every 100 ms unless the
+ * guard took a fault) and moves if it changed: VGPU__CHECK_OK (nothing to
+ * do, or moved), _BUSY (another thread checks) or _FAILED (a move failed,
+ * now or in the last 100 ms). */
+enum { VGPU__CHECK_OK, VGPU__CHECK_BUSY, VGPU__CHECK_FAILED };
+int vgpu__ledger_check(struct vgpu_ledger *l);
+int vgpu__ledger_move(struct vgpu_ledger *l, char *err, size_t errlen);
+
+/* The slow path's test, for reserve and release: no system call. */
+static inline void vgpu__ledger_watch(struct vgpu_ledger *l)
+{
+	if (__builtin_expect(vgpu__coarse_ns() >=
+			     __atomic_load_n(&l->next_check_ns,
+					     __ATOMIC_RELAXED) ||
+			     __atomic_load_n(&vgpu__guard_faults,
+					     __ATOMIC_RELAXED), 0))
+		vgpu__ledger_check(l);
+}
+
+/* ---- ledger.c (for the move) ------------------------------------------------ */
+
+/* Opens the file l's name points at now, as vgpu_ledger_open would, and
+ * replaces it with a new one when it is damaged (truncated, not a ledger). */
+int vgpu__ledger_reopen(struct vgpu_ledger *l, struct vgpu_ledger **out,
+			char *err, size_t errlen);
+/* Unmaps, closes and frees a handle with no slots joined. */
+void vgpu__ledger_free(struct vgpu_ledger *l);
 
 #endif

@@ -9,9 +9,29 @@
  */
 #include "ledger_internal.h"
 
+#include <time.h>
+
 static bool over(uint64_t used, uint64_t limit, uint64_t bytes)
 {
 	return used > limit || bytes > limit - used;
+}
+
+/* Under the lock: the process's own count of what its slot holds, what a
+ * move charges when the file's own count was lost (ledger_move.c). Kept by
+ * arithmetic, not copied from the record, which reads zero once the guard
+ * has replaced a truncated mapping. */
+static inline void mine_add(struct vgpu_slot *s, int kind, uint64_t bytes)
+{
+	__atomic_store_n(&s->mine[kind], s->mine[kind] + bytes,
+			 __ATOMIC_RELAXED);
+}
+
+static inline void mine_sub(struct vgpu_slot *s, int kind, uint64_t bytes)
+{
+	uint64_t have = s->mine[kind];
+
+	__atomic_store_n(&s->mine[kind], have - (bytes < have ? bytes : have),
+			 __ATOMIC_RELAXED);
 }
 
 /* Under the lock: the check and the charge. */
@@ -33,6 +53,7 @@ static int charge(struct vgpu_slot *s, int kind, uint64_t bytes)
 	vgpu__add(&ten->usage[kind], bytes);
 	vgpu__add(&r->usage[kind], bytes);
 	vgpu__add(&r->allocs, 1);
+	mine_add(s, kind, bytes);
 	return 0;
 }
 
@@ -43,6 +64,7 @@ static void uncharge(struct vgpu_slot *s, int kind, uint64_t bytes)
 	struct vgpu_ledger_slot *r = s->rec;
 	uint64_t have = vgpu__ld(&r->usage[kind]);
 
+	mine_sub(s, kind, bytes);	/* ours, whatever the file says */
 	if (bytes > have)
 		bytes = have;
 	vgpu__st(&r->usage[kind], have - bytes);
@@ -68,14 +90,75 @@ static void apply_deferred(struct vgpu_slot *s)
 	}
 }
 
+/* The mapping was replaced by the guard (the file was truncated): move
+ * first (ledger_move.c), holding nothing. Another thread moving is waited
+ * for, up to the lock's bound; a move that fails is an error. */
+static int broken(struct vgpu_slot *s, int *waits)
+{
+	struct timespec ms = { 0, 1000000 };
+
+	switch (vgpu__ledger_check(s->l)) {
+	case VGPU__CHECK_BUSY:
+		if (++*waits > 1000)
+			return VGPU_LEDGER_ETIMEDOUT;
+		nanosleep(&ms, NULL);
+		return 0;
+	case VGPU__CHECK_FAILED:
+		return VGPU_LEDGER_EBADFILE;
+	}
+	return 0;
+}
+
+static inline bool mapping_broken(struct vgpu_ledger *l)
+{
+	return __builtin_expect(__atomic_load_n(&vgpu__guard_faults,
+						__ATOMIC_RELAXED), 0) &&
+	       vgpu__guard_broken(l->guard);
+}
+
+/* The slot's tenant lock, inside the move's gate (ledger_internal.h): no
+ * move grafts another file under the slot until unlock() has let the
+ * word go, so the word let go is the word taken, and no other thread's. */
 static inline int lock(struct vgpu_slot *s)
 {
-	if (vgpu__tenant_lock(s->l, s->tenant_index, s->owner))
-		return VGPU_LEDGER_ETIMEDOUT;
+	struct vgpu_ledger *l = s->l;
+	int waits = 0, rc;
+	uint32_t t;
+
+	for (;;) {
+		if (vgpu__gate_enter(l))
+			return VGPU_LEDGER_ETIMEDOUT;
+		if (__builtin_expect(mapping_broken(l), 0)) {
+			vgpu__gate_leave(l);
+			rc = broken(s, &waits);
+			if (rc)
+				return rc;
+			continue;
+		}
+		t = s->tenant_index;
+		if (vgpu__tenant_lock(l, t, s->owner)) {
+			vgpu__gate_leave(l);
+			return VGPU_LEDGER_ETIMEDOUT;
+		}
+		if (__builtin_expect(!mapping_broken(l), 1))
+			break;
+		/* Truncated while taking it: ours to let go (the guard put
+		 * back what this process held; nothing else writes there). */
+		vgpu__tenant_unlock(&l->tenants[t]);
+		vgpu__gate_leave(l);
+	}
+	l->held[t] = s->owner;	/* for the guard (ledger_guard.c) */
 	if (__builtin_expect(__atomic_load_n(&s->deferred_any,
 					     __ATOMIC_ACQUIRE), 0))
 		apply_deferred(s);
 	return 0;
+}
+
+static inline void unlock(struct vgpu_slot *s)
+{
+	s->l->held[s->tenant_index] = 0;
+	vgpu__tenant_unlock(s->ten);
+	vgpu__gate_leave(s->l);
 }
 
 static int locked_charge(struct vgpu_slot *s, int kind, uint64_t bytes)
@@ -83,24 +166,29 @@ static int locked_charge(struct vgpu_slot *s, int kind, uint64_t bytes)
 	int rc = lock(s);
 
 	if (rc)
-		return rc;
+		return rc == VGPU_LEDGER_EBADFILE ? VGPU_LEDGER_EOVERLIMIT : rc;
 	rc = charge(s, kind, bytes);
-	vgpu__tenant_unlock(s->ten);
+	unlock(s);
 	return rc;
 }
 
 int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes)
 {
-	int rc;
+	int rc, n;
 
 	if ((unsigned)kind >= VGPU_USAGE_COUNT)
 		return VGPU_LEDGER_EINVAL;
 	if (bytes == 0)
 		return 0;
+	vgpu__ledger_watch(s->l);
 	rc = locked_charge(s, kind, bytes);
 	if (__builtin_expect(rc != VGPU_LEDGER_EOVERLIMIT, 1))
 		return rc;
-	if (vgpu__reclaim_tenant(s->l, s->tenant_index) > 0)
+	/* Under l->mu: a move never grafts under a reclaim. */
+	pthread_mutex_lock(&s->l->mu);
+	n = vgpu__reclaim_tenant(s->l, s->tenant_index);
+	pthread_mutex_unlock(&s->l->mu);
+	if (n > 0)
 		rc = locked_charge(s, kind, bytes);
 	if (rc == VGPU_LEDGER_EOVERLIMIT)
 		__atomic_fetch_add(&s->rec->failures, 1, __ATOMIC_RELAXED);
@@ -111,6 +199,7 @@ void vgpu_ledger_release(struct vgpu_slot *s, int kind, uint64_t bytes)
 {
 	if ((unsigned)kind >= VGPU_USAGE_COUNT || bytes == 0)
 		return;
+	vgpu__ledger_watch(s->l);
 	if (lock(s) != 0) {
 		__atomic_fetch_add(&s->deferred[kind], bytes, __ATOMIC_ACQ_REL);
 		__atomic_store_n(&s->deferred_any, 1, __ATOMIC_RELEASE);
@@ -118,7 +207,7 @@ void vgpu_ledger_release(struct vgpu_slot *s, int kind, uint64_t bytes)
 	}
 	uncharge(s, kind, bytes);
 	vgpu__add(&s->rec->frees, 1);
-	vgpu__tenant_unlock(s->ten);
+	unlock(s);
 }
 
 int vgpu__ledger_lock(struct vgpu_slot *s)
@@ -128,7 +217,7 @@ int vgpu__ledger_lock(struct vgpu_slot *s)
 
 void vgpu__ledger_unlock(struct vgpu_slot *s)
 {
-	vgpu__tenant_unlock(s->ten);
+	unlock(s);
 }
 
 /* ---- views ---------------------------------------------------------------- */
@@ -181,6 +270,7 @@ int vgpu_ledger_charge(struct vgpu_slot *s, int kind, uint64_t bytes)
 		vgpu__add(&s->ten->used, bytes);
 	vgpu__add(&s->ten->usage[kind], bytes);
 	vgpu__add(&s->rec->usage[kind], bytes);
-	vgpu__tenant_unlock(s->ten);
+	mine_add(s, kind, bytes);
+	unlock(s);
 	return 0;
 }

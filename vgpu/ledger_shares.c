@@ -14,7 +14,9 @@
  * Everything here is rare (export, import, the last free), so it takes the
  * shares lock (an OFD lock plus a process mutex, bounded) and then the
  * tenant locks it needs; the allocation path never comes here. A tenant
- * lock is never held when the shares lock is taken.
+ * lock is never held when the shares lock is taken. Leaving and reclaiming
+ * take it only for a slot that a record names: a process stopped holding
+ * it holds up shared memory's operations, not processes that have none.
  *
  * Failures lean to charging too much, never too little: a charge moves by
  * adding it to the new payer before taking it from the old one (a death in
@@ -113,9 +115,9 @@ static void tenant_add(struct vgpu_ledger_tenant *ten, int kind, int64_t d)
 
 /* Moves the record's charge from holder `from` to holder `to` (to < 0:
  * gives it back), under both tenants' locks taken in index order. False,
- * with nothing changed, if a lock was not taken in time. */
+ * with nothing changed, if a lock was not taken by the deadline. */
 static bool move(struct vgpu_ledger *l, struct vgpu_ledger_share *r,
-		 int from, int to, uint32_t owner)
+		 int from, int to, uint32_t owner, uint64_t deadline)
 {
 	struct vgpu_ledger_slot *a = &l->slots[r->slot[from] - 1], *b = NULL;
 	uint32_t ta = __atomic_load_n(&a->tenant, __ATOMIC_RELAXED), tb = ta;
@@ -132,9 +134,10 @@ static bool move(struct vgpu_ledger *l, struct vgpu_ledger_share *r,
 		return false;
 	first = ta < tb ? ta : tb;
 	second = ta < tb ? tb : ta;
-	if (vgpu__tenant_lock(l, first, owner))
+	if (vgpu__tenant_lock_until(l, first, owner, deadline, NULL, 0))
 		return false;
-	if (second != first && vgpu__tenant_lock(l, second, owner)) {
+	if (second != first &&
+	    vgpu__tenant_lock_until(l, second, owner, deadline, NULL, 0)) {
 		vgpu__tenant_unlock(&l->tenants[first]);
 		return false;
 	}
@@ -167,7 +170,7 @@ static void free_record(struct vgpu_ledger *l, struct vgpu_ledger_share *r)
  * or given back in time: it stays with the payer, whose entry stays (with
  * no holds) for a later try. */
 static bool let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
-		   unsigned n, uint32_t owner)
+		   unsigned n, uint32_t owner, uint64_t deadline)
 {
 	bool payer = r->payer == (uint32_t)pos + 1;
 	bool others = false;
@@ -192,7 +195,7 @@ static bool let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
 		if (q >= 0 && r->slot[q] && r->slot[q] <= VGPU_LEDGER_MAX_SLOTS &&
 		    (!r->count[q] ||
 		     vgpu__slot_dead(l, r->slot[q] - 1, r->gen[q])) &&
-		    record_ok(r) && move(l, r, q, -1, owner))
+		    record_ok(r) && move(l, r, q, -1, owner, deadline))
 			free_record(l, r);
 		return true;
 	}
@@ -204,7 +207,7 @@ static bool let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
 		if (p == pos || !holder_live(l, r, p))
 			continue;
 		others = true;
-		if (move(l, r, pos, p, owner)) {
+		if (move(l, r, pos, p, owner, deadline)) {
 			r->payer = (uint32_t)p + 1;
 			vgpu__add(&l->shares->moves, 1);
 			r->slot[pos] = 0;
@@ -213,7 +216,7 @@ static bool let_go(struct vgpu_ledger *l, struct vgpu_ledger_share *r, int pos,
 		}
 	}
 	/* Nobody else holds it: the device frees it, the charge goes. */
-	if (!others && move(l, r, pos, -1, owner)) {
+	if (!others && move(l, r, pos, -1, owner, deadline)) {
 		free_record(l, r);
 		return true;
 	}
@@ -293,18 +296,19 @@ int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
 	struct vgpu_ledger *l = s->l;
 	struct vgpu_ledger_share *r;
 	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
+	uint64_t deadline = vgpu__deadline();
 	int p, rc;
 
 	if (idx < 0 || idx >= VGPU_LEDGER_MAX_SHARES || !key_ok(key))
 		return VGPU_LEDGER_EINVAL;
-	if ((rc = vgpu__shares_lock(l)))
+	if ((rc = vgpu__shares_lock_until(l, deadline)))
 		return rc;
 	r = &l->share[idx];
 	/* A payer whose hand-over failed is tried again (its entry has no
 	 * holds left); a drop that lets go of nothing is not an error. */
 	if (r->key[0] == key[0] && r->key[1] == key[1] &&
 	    (p = holder_of(r, s->index, gen)) >= 0 &&
-	    !let_go(l, r, p, r->count[p] ? 1 : 0, s->owner))
+	    !let_go(l, r, p, r->count[p] ? 1 : 0, s->owner, deadline))
 		rc = VGPU_LEDGER_ETIMEDOUT;
 	vgpu__shares_unlock(l);
 	return rc;
@@ -328,14 +332,29 @@ uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
 	return r->bytes;
 }
 
+/* Whether any record names slot `index` (read without the lock: entries
+ * with an index are added only by that slot's owner, which is leaving or
+ * dead; an entry being freed at the moment reads as named, and the lock is
+ * taken for nothing). */
+static bool slot_named(struct vgpu_ledger *l, uint32_t index)
+{
+	for (int i = 0; i < VGPU_LEDGER_MAX_SHARES; i++)
+		for (int p = 0; p < H; p++)
+			if (__atomic_load_n(&l->share[i].slot[p],
+					    __ATOMIC_RELAXED) == index + 1)
+				return true;
+	return false;
+}
+
 int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
-			   uint32_t owner)
+			   uint32_t owner, uint64_t deadline)
 {
 	int rc = 0;
 
-	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE) ||
+	    !slot_named(l, index))
 		return 0;
-	if (vgpu__shares_lock(l))
+	if (vgpu__shares_lock_until(l, deadline))
 		return VGPU_LEDGER_ETIMEDOUT;
 	for (int i = 0; i < VGPU_LEDGER_MAX_SHARES; i++) {
 		struct vgpu_ledger_share *r = &l->share[i];
@@ -346,7 +365,7 @@ int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
 		 * an earlier owner of the slot left behind. */
 		for (int p = 0; p < H; p++)
 			if (r->slot[p] == index + 1 &&
-			    !let_go(l, r, p, 0, owner))
+			    !let_go(l, r, p, 0, owner, deadline))
 				rc = VGPU_LEDGER_ETIMEDOUT;
 	}
 	vgpu__shares_unlock(l);

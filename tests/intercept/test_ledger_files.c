@@ -1,9 +1,12 @@
-/* test_ledger_files.c - a ledger file the shim cannot use: truncated, of
- * another layout version, not a ledger, a directory in its place, another
- * GPU's. The device is refused with a message naming the file and what is
- * wrong with it (CUDA_ERROR_INVALID_DEVICE on context creation), unless
- * VGPU_ON_ERROR=warn, which goes on without a limit. No crash, no hang, and
- * the file is left as it was.
+/* test_ledger_files.c - a ledger file the shim cannot use as it is. A
+ * damaged one (empty, truncated, overwritten: the wrong size or no magic)
+ * is replaced by a new ledger, with a warning naming the file and what was
+ * wrong, and the job runs under its limit. Another layout version's, a
+ * directory in its place, another GPU's: the device is refused with a
+ * message naming the file and what is wrong with it
+ * (CUDA_ERROR_INVALID_DEVICE on context creation), unless
+ * VGPU_ON_ERROR=warn, which goes on without a limit; the file is left as it
+ * was. No crash, no hang.
  *
  * Each case runs in a forked child (shimtest_run_child, 30 s deadline).
  */
@@ -32,17 +35,18 @@ enum shape {
 struct shape_case {
 	const char *what;
 	const char *needle;	/* in the message */
+	bool replaced;		/* damaged: a new ledger takes its place */
 };
 
 static const struct shape_case shapes[SHAPES] = {
-	[EMPTY] = { "empty", "is empty" },
-	[TRUNCATED] = { "truncated in its header", "truncated" },
-	[HEADER_ONLY] = { "a header and no records", "truncated" },
-	[OTHER_VERSION] = { "layout version 3", "layout version 3" },
-	[OTHER_MAGIC] = { "another magic", "not a libvgpu ledger" },
-	[TEXT] = { "text", "not a libvgpu ledger" },
-	[DIRECTORY] = { "a directory", "ledger" },
-	[OTHER_GPU] = { "another GPU's", "belongs to GPU" },
+	[EMPTY] = { "empty", "is empty", true },
+	[TRUNCATED] = { "truncated in its header", "truncated", true },
+	[HEADER_ONLY] = { "a header and no records", "truncated", true },
+	[OTHER_VERSION] = { "layout version 99", "layout version 99", false },
+	[OTHER_MAGIC] = { "another magic", "not a libvgpu ledger", true },
+	[TEXT] = { "text", "not a libvgpu ledger", true },
+	[DIRECTORY] = { "a directory", "ledger", false },
+	[OTHER_GPU] = { "another GPU's", "belongs to GPU", false },
 };
 
 static void header(struct vgpu_ledger_header *h)
@@ -96,7 +100,7 @@ static void make_bad(enum shape s, const char *path, const char *uuid)
 		write_file(path, &h, sizeof(h), 8192);
 		break;
 	case OTHER_VERSION:
-		h.layout_version = 3;
+		h.layout_version = 99;
 		write_file(path, &h, sizeof(h), VGPU_LEDGER_FILE_SIZE);
 		break;
 	case OTHER_MAGIC:
@@ -192,6 +196,22 @@ static void run_shapes(bool warn)
 				   "name %s: %s", c->what, path, out);
 		cr_assert_not_null(strstr(out, c->needle), "%s: no \"%s\" in: "
 				   "%s", c->what, c->needle, out);
+		if (c->replaced) {
+			/* A new ledger, and the 16 MiB slice holds in it. */
+			cr_assert_not_null(strstr(out, "replacing it with a new"),
+					   "%s: %s", c->what, out);
+			cr_assert_not_null(strstr(out, "retain=0\ncreate=0\n"
+						  "alloc32=2\nalloc1=0\n"),
+					   "%s: %s", c->what, out);
+			file_id(path, &st1, after, sizeof(after));
+			cr_assert(S_ISREG(st1.st_mode), "%s", c->what);
+			cr_assert_neq(st0.st_ino, st1.st_ino, "%s: not replaced",
+				      c->what);
+			cr_assert_eq(st1.st_size, VGPU_LEDGER_FILE_SIZE, "%s",
+				     c->what);
+			unlink(path);
+			continue;
+		}
 		if (warn)
 			cr_assert_not_null(strstr(out, "retain=0\ncreate=0\n"
 						  "alloc32=0\nalloc1=0\n"),

@@ -32,7 +32,7 @@ Test(ledger, creates_the_file_named_by_uuid_and_version)
 	cr_assert_str_eq(vgpu_ledger_path(l), want);
 	cr_assert_eq(stat(want, &st), 0);
 	cr_expect_eq(st.st_size, VGPU_LEDGER_FILE_SIZE);
-	cr_expect_eq(st.st_mode & 0777, 0666);
+	cr_expect_eq(st.st_mode & 0777, 0600);
 	cr_expect_eq(memcmp(h, "VGPULEDG", 8), 0);
 	cr_expect_eq(h->layout_version, VGPU_LEDGER_VERSION);
 	cr_expect_eq(h->physical_bytes, 80 * GiB);
@@ -42,7 +42,7 @@ Test(ledger, creates_the_file_named_by_uuid_and_version)
 	vgpu_ledger_close(l);
 }
 
-Test(ledger, creates_a_missing_directory_shared_by_all)
+Test(ledger, creates_a_missing_directory_for_its_user)
 {
 	struct vgpu_ledger *l;
 	char dir[512], err[1024];
@@ -52,7 +52,7 @@ Test(ledger, creates_a_missing_directory_shared_by_all)
 	cr_assert_eq(vgpu_ledger_open(dir, UUID, GiB, &l, err, sizeof(err)),
 		     0, "%s", err);
 	cr_assert_eq(stat(dir, &st), 0);
-	cr_expect_eq(st.st_mode & 07777, 01777);
+	cr_expect_eq(st.st_mode & 07777, 0700);
 	vgpu_ledger_close(l);
 	snprintf(err, sizeof(err), "%s/%s.v%d.ledger", dir, UUID,
 		 VGPU_LEDGER_VERSION);

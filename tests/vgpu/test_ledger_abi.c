@@ -17,7 +17,7 @@
 
 Test(ledger_abi, constants)
 {
-	cr_expect_eq(VGPU_LEDGER_VERSION, 2);
+	cr_expect_eq(VGPU_LEDGER_VERSION, 3);
 	cr_expect_eq(VGPU_LEDGER_MAGIC, 0x4744454C55504756ull);
 	cr_expect_eq(VGPU_LEDGER_MAX_TENANTS, 128);
 	cr_expect_eq(VGPU_LEDGER_MAX_SLOTS, 1024);
@@ -99,7 +99,7 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, limit_set_pid, 40, 4);
 	PIN(vgpu_ledger_tenant, limit_changes, 44, 4);
 	PIN(vgpu_ledger_tenant, turn_since_ns, 48, 8);
-	PIN(vgpu_ledger_tenant, reserved0, 56, 8);
+	PIN(vgpu_ledger_tenant, key, 56, 8);
 	PIN(vgpu_ledger_tenant, name, 64, 64);
 	PIN(vgpu_ledger_tenant, usage, 128, 128);
 	PIN(vgpu_ledger_tenant, compute, 256, 64);

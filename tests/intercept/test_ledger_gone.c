@@ -1,0 +1,146 @@
+/* test_ledger_gone.c - the ledger file truncated or deleted under a running
+ * job: the job is not killed (before, `truncate -s 0` made its next
+ * allocation die of SIGBUS, status 135), it moves its charges to the file
+ * the name points at, and its slice still holds there: exactly the limit's
+ * worth of allocations succeed, judged also by the simulated device.
+ *
+ * Each job runs in a forked child (shimtest_run_child) that prints what it
+ * got; the test reads that and the ledger file from outside.
+ */
+#include "shimtest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB (1ull << 20)
+
+static void setup(void)
+{
+	simtest_clean_env();
+	shimtest_env("t-gone", "16MiB");
+}
+
+TestSuite(ledger_gone, .init = setup, .fini = shimtest_cleanup);
+
+static char path[1024];
+
+/* Sets `path` to the job's ledger file. */
+static int find_path(void)
+{
+	char u[64];
+
+	shimtest_uuid(0, u, sizeof(u));
+	snprintf(path, sizeof(path), "%s/%s.v%d%s", shimtest_ledger_dir(), u,
+		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
+	return access(path, F_OK) == 0 ? 0 : 5;
+}
+
+/* 1 MiB allocations until refused: how many, kept in p[]. */
+static int fill(CUdeviceptr *p, int max, CUresult *last)
+{
+	int n = 0;
+
+	while (n < max && (*last = cuMemAlloc(&p[n], MIB)) == CUDA_SUCCESS)
+		n++;
+	return n;
+}
+
+static int truncated_job(void *arg)
+{
+	CUdeviceptr a, b, p[64];
+	CUcontext ctx;
+	CUresult last;
+	uint64_t base;
+	int n;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx))
+		return 2;
+	base = shimtest_device_used();
+	if (cuMemAlloc(&a, 4 * MIB) || find_path())
+		return 3;
+	if (truncate(path, 0) != 0)
+		return 4;
+	printf("after=%d\n", (int)cuMemAlloc(&b, 4 * MIB));
+	n = fill(p, 64, &last);
+	printf("more=%d last=%d\n", n, (int)last);
+	printf("device=%llu\n",
+	       (unsigned long long)((shimtest_device_used() - base) / MIB));
+	while (n--)
+		cuMemFree(p[n]);
+	cuMemFree(b);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, a_truncated_ledger_kills_no_job_and_the_slice_holds)
+{
+	static char out[8192];
+	struct ledger_view v;
+	int rc;
+
+	rc = shimtest_run_child(truncated_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "after=0\n"), "%s", out);
+	/* 16 MiB: 4 + 4 before, 8 more, then out of memory (2). */
+	cr_assert_not_null(strstr(out, "more=8 last=2\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "device=16\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "truncated while in use"), "%s", out);
+	ledger_view_must(&v, NULL);
+	ledger_assert_zero(&v, "t-gone");
+	ledger_view_close(&v);
+}
+
+static int deleted_job(void *arg)
+{
+	struct timespec pause = { 0, 150 * 1000000 };
+	CUdeviceptr a, b, c, p[64];
+	struct ledger_view v;
+	CUcontext ctx;
+	CUresult last;
+	int n;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx))
+		return 2;
+	if (cuMemAlloc(&a, 8 * MIB) || find_path())
+		return 3;
+	if (unlink(path) != 0)
+		return 4;
+	nanosleep(&pause, NULL);	/* past the name's next check */
+	printf("after=%d\n", (int)cuMemAlloc(&b, MIB));
+	if (!ledger_view_open(&v, shimtest_ledger_dir(), NULL))
+		return 6;
+	printf("file=%llu\n", (unsigned long long)(ledger_tenant_bytes(
+		&v, "t-gone", VGPU_USAGE_COUNT) / MIB));
+	ledger_view_close(&v);
+	printf("big=%d\n", (int)cuMemAlloc(&c, 8 * MIB));
+	n = fill(p, 64, &last);
+	printf("more=%d last=%d\n", n, (int)last);
+	while (n--)
+		cuMemFree(p[n]);
+	cuMemFree(b);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, a_deleted_ledger_is_made_again_with_the_jobs_charges)
+{
+	static char out[8192];
+	struct ledger_view v;
+	int rc;
+
+	rc = shimtest_run_child(deleted_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "after=0\nfile=9\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "big=2\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "more=7 last=2\n"), "%s", out);
+	ledger_view_must(&v, NULL);
+	ledger_assert_zero(&v, "t-gone");
+	ledger_view_close(&v);
+}

@@ -1,0 +1,181 @@
+/* ledger_guard.c - a truncated ledger file must not kill the job: the
+ * SIGBUS guard of the ledgers' mappings.
+ *
+ * A store or load into a shared mapping past the end of its file raises
+ * SIGBUS, and the default action kills the process. Anyone who may write
+ * the file (its owner, root) can truncate it under every job mapping it.
+ * The guard is a SIGBUS handler that acts only on faults inside a mapping
+ * it knows: it maps anonymous zero pages over the whole mapping (mmap is
+ * async-signal-safe), puts back the tenant lock words this process holds
+ * (so its threads still exclude each other on the new memory), marks the
+ * mapping broken and returns, so the faulting instruction runs again on
+ * memory that cannot fault. One thread maps; another that faults meanwhile
+ * waits for it. Every other SIGBUS
+ * goes to the handler that was installed before the guard (or to the
+ * default action, which then kills as it would have). The broken mark is
+ * read on the ledger's slow path (vgpu__ledger_check), which moves the
+ * process's charges to the file the name points at (ledger_move.c).
+ *
+ * The guard is installed once, by the first ledger mapped; a program that
+ * installs its own SIGBUS handler later replaces it (docs/ledger-abi.md).
+ */
+#include "ledger_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define GUARDS 32
+
+enum { INTACT, MAPPING, BROKEN };
+
+struct guard {
+	uintptr_t base;			/* 0: free (atomic) */
+	const uint32_t *held;		/* tenant lock words held, by index */
+	uint32_t state;			/* INTACT, MAPPING, BROKEN (atomic) */
+};
+
+static struct guard guards[GUARDS];
+uint32_t vgpu__guard_faults;
+static struct sigaction before;		/* the handler the guard chains to */
+static uint32_t installed;		/* 0, 1: installing, 2: done */
+
+/* What would have happened without the guard. */
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+	struct sigaction dfl;
+
+	if (before.sa_flags & SA_SIGINFO) {
+		if (before.sa_sigaction)
+			before.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
+		before.sa_handler(sig);
+		return;
+	}
+	/* Ignoring a fault is not possible: the kernel kills for it as for
+	 * the default. A SIGBUS sent by kill() was ignored, and stays so. */
+	if (before.sa_handler == SIG_IGN && si->si_code <= 0)
+		return;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	sigaction(SIGBUS, &dfl, NULL);
+	if (si->si_code <= 0)
+		raise(SIGBUS);
+	/* A fault: returning runs the instruction again, now to its death. */
+}
+
+/* The fault is in guard g's mapping: replace it, once. */
+static void replace(struct guard *g, uintptr_t base)
+{
+	struct vgpu_ledger_tenant *ten;
+	uint32_t st = INTACT;
+
+	if (!__atomic_compare_exchange_n(&g->state, &st, MAPPING, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		while (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) == MAPPING)
+			;
+		return;		/* another thread replaced it */
+	}
+	if (mmap((void *)base, VGPU_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+		__atomic_store_n(&g->state, INTACT, __ATOMIC_RELEASE);
+		return;		/* the fault will kill, as without a guard */
+	}
+	ten = (void *)(base + VGPU_LEDGER_TENANTS_OFFSET);
+	for (int t = 0; g->held && t < VGPU_LEDGER_MAX_TENANTS; t++)
+		ten[t].lock = __atomic_load_n(&g->held[t], __ATOMIC_ACQUIRE);
+	__atomic_fetch_add(&vgpu__guard_faults, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g->state, BROKEN, __ATOMIC_RELEASE);
+}
+
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr, base;
+	int saved = errno;
+
+	if (si->si_code > 0) {
+		for (int i = 0; i < GUARDS; i++) {
+			base = __atomic_load_n(&guards[i].base,
+					       __ATOMIC_ACQUIRE);
+			if (!base || a < base ||
+			    a - base >= VGPU_LEDGER_FILE_SIZE)
+				continue;
+			replace(&guards[i], base);
+			if (__atomic_load_n(&guards[i].state,
+					    __ATOMIC_ACQUIRE) != BROKEN)
+				break;
+			errno = saved;
+			return;
+		}
+	}
+	errno = saved;
+	chain(sig, si, uc);
+}
+
+static void install(void)
+{
+	struct sigaction sa;
+	uint32_t want = 0;
+
+	if (__atomic_load_n(&installed, __ATOMIC_ACQUIRE) == 2 ||
+	    !__atomic_compare_exchange_n(&installed, &want, 1, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		while (__atomic_load_n(&installed, __ATOMIC_ACQUIRE) != 2)
+			;
+		return;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_bus;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &before) != 0)
+		memset(&before, 0, sizeof(before));
+	__atomic_store_n(&installed, 2, __ATOMIC_RELEASE);
+}
+
+int vgpu__guard_add(void *base, const uint32_t *held)
+{
+	install();
+	for (int i = 0; i < GUARDS; i++) {
+		uintptr_t free_ = 0;
+
+		if (__atomic_load_n(&guards[i].base, __ATOMIC_RELAXED))
+			continue;
+		if (!__atomic_compare_exchange_n(&guards[i].base, &free_, 1,
+				false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			continue;	/* being taken by another thread */
+		guards[i].held = held;
+		__atomic_store_n(&guards[i].state, INTACT, __ATOMIC_RELAXED);
+		__atomic_store_n(&guards[i].base, (uintptr_t)base,
+				 __ATOMIC_RELEASE);
+		return i;
+	}
+	return -1;	/* unguarded: a truncation kills, as before */
+}
+
+void vgpu__guard_remove(int g)
+{
+	if (g < 0 || g >= GUARDS)
+		return;
+	vgpu__guard_mended(g);
+	__atomic_store_n(&guards[g].base, 0, __ATOMIC_RELEASE);
+}
+
+bool vgpu__guard_broken(int g)
+{
+	return g >= 0 && g < GUARDS &&
+	       __atomic_load_n(&guards[g].state, __ATOMIC_ACQUIRE) == BROKEN;
+}
+
+void vgpu__guard_mended(int g)
+{
+	uint32_t st = BROKEN;
+
+	if (g >= 0 && g < GUARDS &&
+	    __atomic_compare_exchange_n(&guards[g].state, &st, INTACT, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		__atomic_fetch_sub(&vgpu__guard_faults, 1, __ATOMIC_RELEASE);
+}
