@@ -1,6 +1,7 @@
 /* options.c - the VGPU_* options: one descriptor table, the option parsers
- * built on parse.c, a loader that takes a getenv-like function, and the
- * accessors. The verbose dump is in options_dump.c.
+ * built on parse.c, a loader that reads an environment (NAME=value
+ * strings) and names every variable that is no option, and the accessors.
+ * The verbose dump is in options_dump.c.
  *
  * Usable from a library constructor: no allocation, no locks, no stdio.
  * Text is formatted into caller or stack buffers.
@@ -8,7 +9,6 @@
  */
 #include "options.h"
 
-#include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -353,6 +353,18 @@ static const struct vgpu_opt_desc options[VGPU_OPT_COUNT] = {
 		.field_size = VGPU_PATH_MAX,
 		.parse = parse_abs_path, .alias_parse = parse_hami_cache,
 	},
+	[VGPU_OPT_LEDGER_GROUP] = {
+		.name = "VGPU_LEDGER_GROUP",
+		.kind = VGPU_KIND_STRING, .def_str = "",
+		.expect = "a group's name or number: 1 to 63 printable ASCII "
+			  "characters without spaces",
+		.doc = "share ledgers with this group: files 0660 and the "
+		       "directory 0770 given to it; default: 0600 and 0700, "
+		       "the user's own",
+		.offset = FIELD(ledger_group),
+		.field_size = VGPU_GROUP_MAX,
+		.parse = parse_tenant,
+	},
 	[VGPU_OPT_TENANT] = {
 		.name = "VGPU_TENANT",
 		.kind = VGPU_KIND_STRING, .def_str = NULL,
@@ -495,10 +507,16 @@ uint64_t vgpu__option_load_num(const struct vgpu_options *o,
 
 /* ---- defaults and loading -------------------------------------------- */
 
-/* Passes the real environment to vgpu__options_load(). */
-const char *vgpu__options_env(const char *name)
+/* The value of name in envp (NAME=value strings, NULL-terminated; NULL
+ * for none): the first definition, as getenv(3) finds it. */
+static const char *env_get(const char *const *envp, const char *name)
 {
-	return getenv(name);
+	size_t n = strlen(name);
+
+	for (; envp && *envp; envp++)
+		if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+			return *envp + n + 1;
+	return NULL;
 }
 
 static void default_tenant(char *buf, size_t len)
@@ -567,7 +585,7 @@ static void report(struct vgpu_fmtbuf *eb, const char *var, const char *value,
  * number of bad variables.
  */
 static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
-		    vgpu_getenv_fn get, struct vgpu_fmtbuf *eb)
+		    const char *const *envp, struct vgpu_fmtbuf *eb)
 {
 	const struct vgpu_opt_desc *d = &options[id];
 	uint8_t *src = dev < 0 ? &o->src[id] : &o->device_src[id][dev];
@@ -577,10 +595,10 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 	int bad = 0, rc;
 
 	var_name(name, sizeof(name), d->name, dev);
-	nv = get(name);
+	nv = env_get(envp, name);
 	if (d->alias) {
 		var_name(alias, sizeof(alias), d->alias, dev);
-		av = get(alias);
+		av = env_get(envp, alias);
 	}
 	if (nv) {
 		rc = d->parse(d, nv, &v);
@@ -612,13 +630,17 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 	return bad;
 }
 
+static int check_names(const char *const *envp, struct vgpu_fmtbuf *eb);
+
 /*
- * Fills *out from the variables getenv_fn returns (vgpu__options_env for
- * the real environment). Every bad variable is described in err, one line
- * each, naming the variable, its value and what was expected; a full
- * buffer ends in "...". Returns the number of bad variables, 0 if none.
+ * Fills *out from envp (NAME=value strings, NULL-terminated: environ for
+ * the real environment; NULL for none). Every bad variable is described in
+ * err, one line each, naming the variable, its value and what was
+ * expected; then every variable that names no option, as
+ * vgpu__options_check_names() describes it. A full buffer ends in "...".
+ * Returns the number of bad and unknown variables, 0 if none.
  */
-int vgpu__options_load(struct vgpu_options *out, vgpu_getenv_fn getenv_fn,
+int vgpu__options_load(struct vgpu_options *out, const char *const *envp,
 		       char *err, size_t errlen)
 {
 	struct vgpu_fmtbuf eb;
@@ -628,11 +650,12 @@ int vgpu__options_load(struct vgpu_options *out, vgpu_getenv_fn getenv_fn,
 	vgpu__fb_init(&eb, err, errlen);
 	vgpu__options_defaults(out);
 	for (id = 0; id < VGPU_OPT_COUNT; id++) {
-		bad += load_one(out, id, -1, getenv_fn, &eb);
+		bad += load_one(out, id, -1, envp, &eb);
 		for (dev = 0; options[id].per_device &&
 			      dev < VGPU_MAX_DEVICES; dev++)
-			bad += load_one(out, id, dev, getenv_fn, &eb);
+			bad += load_one(out, id, dev, envp, &eb);
 	}
+	bad += check_names(envp, &eb);
 	vgpu__fb_finish(&eb);
 	return bad;
 }
@@ -653,6 +676,29 @@ unsigned vgpu__options_compute_limit(const struct vgpu_options *o,
 
 /* ---- names that match no option -------------------------------------- */
 
+/* VGPU_ names of other parts of libvgpu, not options: the simulator's
+ * (VGPU_SIM, VGPU_SIM_*), vgpu-run's VGPU_LIBRARY, the tests' VGPU_TEST_*
+ * and VGPU_SOAK. A name ending in '_' is a prefix. */
+static const char *const other_parts[] = {
+	"VGPU_SIM", "VGPU_SIM_", "VGPU_LIBRARY", "VGPU_TEST_", "VGPU_SOAK",
+	NULL
+};
+
+#define NAME_SHOWN	64	/* bytes of a name quoted in a message */
+#define CMP_MAX	64	/* longest name compared in full */
+
+static bool is_other_part(const char *name, size_t n)
+{
+	for (const char *const *w = other_parts; *w; w++) {
+		size_t wl = strlen(*w);
+
+		if ((*w)[wl - 1] == '_' ? n > wl && memcmp(name, *w, wl) == 0
+					: n == wl && memcmp(name, *w, n) == 0)
+			return true;
+	}
+	return false;
+}
+
 /* "0" to "63", without leading zeros. */
 static bool is_device_suffix(const char *s, size_t n)
 {
@@ -660,6 +706,14 @@ static bool is_device_suffix(const char *s, size_t n)
 		return vgpu__is_digit(s[0]);
 	return n == 2 && s[0] >= '1' && s[0] <= '6' && vgpu__is_digit(s[1]) &&
 	       (s[0] - '0') * 10 + (s[1] - '0') < VGPU_MAX_DEVICES;
+}
+
+static bool all_digits(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!vgpu__is_digit(s[i]))
+			return false;
+	return n > 0;
 }
 
 /* Whether name[0..n) starts with word followed by '_'. */
@@ -693,46 +747,428 @@ static bool known_name(const char *name, size_t n, bool alias)
 	return false;
 }
 
-/* Whether name[0..n) looks like a per-device HAMi alias. */
-static bool alias_device_like(const char *name, size_t n)
+/* The per-device option name or alias that name[0..n) extends with '_',
+ * or NULL. */
+static const char *device_base(const char *name, size_t n)
 {
-	unsigned id;
+	for (unsigned id = 0; id < VGPU_OPT_COUNT; id++) {
+		const struct vgpu_opt_desc *d = &options[id];
 
-	for (id = 0; id < VGPU_OPT_COUNT; id++)
+		if (!d->per_device)
+			continue;
+		if (has_prefix(name, n, d->name))
+			return d->name;
+		if (d->alias && has_prefix(name, n, d->alias))
+			return d->alias;
+	}
+	return NULL;
+}
+
+/* The option name or alias without a per-device form that name[0..n)
+ * extends with '_' and digits, or NULL. */
+static const char *global_base(const char *name, size_t n)
+{
+	for (unsigned id = 0; id < VGPU_OPT_COUNT; id++) {
+		const struct vgpu_opt_desc *d = &options[id];
+		const char *w[2] = { d->name, d->alias };
+
+		for (int i = 0; i < 2 && !d->per_device; i++)
+			if (w[i] && has_prefix(name, n, w[i]) &&
+			    all_digits(name + strlen(w[i]) + 1,
+				       n - strlen(w[i]) - 1))
+				return w[i];
+	}
+	return NULL;
+}
+
+static char upper(char c)
+{
+	return (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A') : c;
+}
+
+/*
+ * The cost of editing a[0..n) into b, case ignored, a cut at CMP_MAX
+ * bytes: adding a character or swapping two neighbours costs 1, changing
+ * or dropping one 2 (as git's command suggestions weigh them: a name cut
+ * short, VGPU_MEMORY, is nearer VGPU_MEMORY_LIMIT than VGPU_TENANT).
+ */
+static unsigned edit_cost(const char *a, size_t n, const char *b)
+{
+	unsigned row[3][CMP_MAX + 1], *pp, *p, *c;
+	size_t m = strlen(b), i, j;
+
+	/* Row k of the table lives in row[(k + 1) % 3]. */
+	n = n < CMP_MAX ? n : CMP_MAX;
+	m = m < CMP_MAX ? m : CMP_MAX;
+	for (j = 0; j <= m; j++)
+		row[1][j] = (unsigned)j;
+	for (i = 1; i <= n; i++) {
+		pp = row[(i + 2) % 3];	/* i - 2 */
+		p = row[i % 3];		/* i - 1 */
+		c = row[(i + 1) % 3];	/* i */
+		c[0] = 2 * (unsigned)i;
+		for (j = 1; j <= m; j++) {
+			char x = upper(a[i - 1]), y = upper(b[j - 1]);
+			unsigned v = p[j - 1] + (x != y ? 2 : 0);
+
+			if (p[j] + 2 < v)
+				v = p[j] + 2;
+			if (c[j - 1] + 1 < v)
+				v = c[j - 1] + 1;
+			if (i > 1 && j > 1 && x == upper(b[j - 2]) &&
+			    upper(a[i - 2]) == y && pp[j - 2] + 1 < v)
+				v = pp[j - 2] + 1;
+			c[j] = v;
+		}
+	}
+	return row[(n + 1) % 3][m];
+}
+
+/* An option name to suggest, with the "_<i>" to add to it, and its cost. */
+struct suggestion {
+	const char *word;
+	const char *dev;	/* the "_<i>" to add, or NULL */
+	size_t dev_len;
+	unsigned cost;
+};
+
+static void consider(struct suggestion *s, const char *word, unsigned cost,
+		     const char *dev, size_t dev_len)
+{
+	if (word && cost < s->cost) {
+		s->word = word;
+		s->dev = dev;
+		s->dev_len = dev_len;
+		s->cost = cost;
+	}
+}
+
+/* The closest option name to name[0..n): any name or alias, or a
+ * per-device one with name's own _<i> when name ends in a valid one. */
+static struct suggestion closest(const char *name, size_t n)
+{
+	struct suggestion s = { NULL, NULL, 0, ~0u };
+	const char *us = NULL;
+	size_t base = n;
+
+	for (size_t i = n; i-- > 0;)
+		if (name[i] == '_') {
+			us = name + i;
+			break;
+		}
+	if (us && is_device_suffix(us + 1, n - (size_t)(us - name) - 1))
+		base = (size_t)(us - name);
+	for (unsigned id = 0; id < VGPU_OPT_COUNT; id++) {
+		const struct vgpu_opt_desc *d = &options[id];
+		const char *w[2] = { d->name, d->alias };
+
+		for (int i = 0; i < 2; i++) {
+			if (!w[i])
+				continue;
+			consider(&s, w[i], edit_cost(name, n, w[i]),
+				 NULL, 0);
+			if (d->per_device && base < n)
+				consider(&s, w[i],
+					 edit_cost(name, base, w[i]),
+					 name + base, n - base);
+		}
+	}
+	return s;
+}
+
+/* name[0..n), cut at NAME_SHOWN bytes, unprintable bytes as '?'. */
+static void put_name(struct vgpu_fmtbuf *b, const char *name, size_t n)
+{
+	for (size_t i = 0; i < n && i < NAME_SHOWN; i++)
+		vgpu__fb_putc(b, vgpu__is_graph(name[i]) ? name[i] : '?');
+	if (n > NAME_SHOWN)
+		vgpu__fb_puts(b, "...");
+}
+
+/* ": device 64 is out of range (X_0 to X_63)" and the like, for
+ * name[0..n) = base_<suffix>. */
+static void explain_device(struct vgpu_fmtbuf *b, const char *base,
+			   const char *name, size_t n)
+{
+	const char *sfx = name + strlen(base) + 1;
+	size_t sl = n - strlen(base) - 1, z = 0;
+	bool digits = all_digits(sfx, sl);
+
+	while (digits && z + 1 < sl && sfx[z] == '0')
+		z++;
+	if (z && is_device_suffix(sfx + z, sl - z)) {
+		vgpu__fb_puts(b, "; did you mean ");
+		vgpu__fb_puts(b, base);
+		vgpu__fb_putc(b, '_');
+		put_name(b, sfx + z, sl - z);
+		vgpu__fb_puts(b, "? (no leading zeros)");
+		return;
+	}
+	if (digits) {
+		vgpu__fb_puts(b, ": device ");
+		put_name(b, sfx, sl);
+		vgpu__fb_puts(b, " is out of range");
+	} else {
+		vgpu__fb_puts(b, ": \"");
+		put_name(b, sfx, sl);
+		vgpu__fb_puts(b, "\" is not a device index");
+	}
+	vgpu__fb_puts(b, " (");
+	vgpu__fb_puts(b, base);
+	vgpu__fb_puts(b, "_0 to ");
+	vgpu__fb_puts(b, base);
+	vgpu__fb_puts(b, "_63)");
+}
+
+/* The rest of the line after "NAME is not a known option". */
+static void explain(struct vgpu_fmtbuf *b, const char *name, size_t n)
+{
+	const char *base = device_base(name, n);
+	struct suggestion s;
+	bool near;
+
+	if (n == 5) {		/* "VGPU_" alone */
+		vgpu__fb_puts(b, ": nothing follows the prefix");
+		return;
+	}
+	if (base) {
+		explain_device(b, base, name, n);
+		return;
+	}
+	base = global_base(name, n);
+	if (base) {
+		vgpu__fb_puts(b, ": ");
+		vgpu__fb_puts(b, base);
+		vgpu__fb_puts(b, " has no per-device form");
+		return;
+	}
+	s = closest(name, n);
+	/* Near: a cost of 2 at most, or of half the letters after the
+	 * prefix (VGPU_, CUDA_) at most. */
+	near = s.cost <= 2 || s.cost <= (strlen(s.word) - 5) / 2;
+	vgpu__fb_puts(b, near ? "; did you mean " : " (the closest is ");
+	vgpu__fb_puts(b, s.word);
+	for (size_t i = 0; i < s.dev_len; i++)
+		vgpu__fb_putc(b, s.dev[i]);
+	vgpu__fb_puts(b, near ? "?" : ")");
+}
+
+/* Whether a per-device HAMi alias is name[0..n) without its '_' suffix. */
+static bool extends_alias(const char *name, size_t n)
+{
+	for (unsigned id = 0; id < VGPU_OPT_COUNT; id++)
 		if (options[id].per_device && options[id].alias &&
 		    has_prefix(name, n, options[id].alias))
 			return true;
 	return false;
 }
 
+/* Checked: a VGPU_ name of no other part of libvgpu, or one that extends
+ * a per-device HAMi alias with '_'; either not in the table. */
+static int check_names(const char *const *envp, struct vgpu_fmtbuf *eb)
+{
+	int unknown = 0;
+
+	for (; envp && *envp; envp++) {
+		const char *e = *envp, *eq = strchr(e, '=');
+		size_t n = eq ? (size_t)(eq - e) : strlen(e);
+		bool ours = n >= 5 && memcmp(e, "VGPU_", 5) == 0;
+
+		if (ours ? is_other_part(e, n) || known_name(e, n, false)
+			 : !extends_alias(e, n) || known_name(e, n, true))
+			continue;
+		put_name(eb, e, n);
+		vgpu__fb_puts(eb, " is not a known option");
+		explain(eb, e, n);
+		vgpu__fb_putc(eb, '\n');
+		unknown++;
+	}
+	return unknown;
+}
+
 /*
- * Reports VGPU_* variables in envp (NAME=value strings, NULL-terminated)
- * that name no option, such as a misspelt VGPU_MEMROY_LIMIT or
- * VGPU_MEMORY_LIMIT_64, and per-device HAMi aliases past device 63.
- * VGPU_SIM_* belongs to the simulator and is skipped. Returns the count.
+ * Reports the variables in envp (NAME=value strings, NULL-terminated) that
+ * name no option, one line each with the closest option's name:
+ *
+ *   VGPU_MEMROY_LIMIT is not a known option; did you mean VGPU_MEMORY_LIMIT?
+ *   VGPU_MEMORY_LIMIT_64 is not a known option: device 64 is out of range
+ *   (VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)
+ *
+ * Checked: every VGPU_ name, VGPU_ alone included (plain VGPU, without
+ * the '_', is not in the namespace), but those of other parts of libvgpu (the
+ * simulator's VGPU_SIM and VGPU_SIM_*, vgpu-run's VGPU_LIBRARY, the tests'
+ * VGPU_TEST_* and VGPU_SOAK), and the per-device forms of HAMi's aliases
+ * (CUDA_DEVICE_MEMORY_LIMIT_64). vgpu__options_load() calls it. Returns
+ * the count.
  */
 int vgpu__options_check_names(const char *const *envp, char *err,
 			      size_t errlen)
 {
 	struct vgpu_fmtbuf eb;
-	int unknown = 0;
+	int unknown;
+
+	vgpu__fb_init(&eb, err, errlen);
+	unknown = check_names(envp, &eb);
+	vgpu__fb_finish(&eb);
+	return unknown;
+}
+
+/* ---- per-device variables for devices the process does not have ------ */
+
+/* The device index of a per-device variable name[0..n) (an option's name
+ * or alias with a valid _<i>), with *base the name or alias; -1 if it is
+ * none. */
+static int device_index(const char *name, size_t n, const char **base)
+{
+	for (unsigned id = 0; id < VGPU_OPT_COUNT; id++) {
+		const struct vgpu_opt_desc *d = &options[id];
+		const char *w[2] = { d->name, d->alias };
+
+		for (int i = 0; i < 2 && d->per_device; i++) {
+			size_t wl = w[i] ? strlen(w[i]) : 0;
+			const char *sfx = name + wl + 1;
+			size_t sl = n - wl - 1;
+
+			if (!w[i] || !has_prefix(name, n, w[i]) ||
+			    !is_device_suffix(sfx, sl))
+				continue;
+			*base = w[i];
+			return sl == 1 ? sfx[0] - '0'
+				       : (sfx[0] - '0') * 10 + (sfx[1] - '0');
+		}
+	}
+	return -1;
+}
+
+/*
+ * Reports each per-device variable in envp (NAME=value strings,
+ * NULL-terminated) whose device the process does not have: an index of
+ * count or more, count being the devices the driver shows it (after
+ * CUDA_VISIBLE_DEVICES, which the line quotes when envp sets it):
+ *
+ *   VGPU_MEMORY_LIMIT_1 names device 1, but the process sees 1 device
+ *   (VGPU_MEMORY_LIMIT_0)
+ *
+ * Such a limit would apply to nothing, so the job would run without it.
+ * Whatever the variable's value, good or bad. Only the VGPU_ names, or
+ * with hami only HAMi's: a HAMi pod sets a limit for each of its GPUs,
+ * and a job in it that narrows CUDA_VISIBLE_DEVICES is not wrong (HAMi-core
+ * ignores the rest), so those are only warned about. Returns the count.
+ */
+int vgpu__options_check_devices(const char *const *envp, unsigned count,
+				bool hami, char *err, size_t errlen)
+{
+	const char *visible = env_get(envp, "CUDA_VISIBLE_DEVICES");
+	struct vgpu_fmtbuf eb;
+	int absent = 0;
+
+	vgpu__fb_init(&eb, err, errlen);
+	for (; envp && *envp; envp++) {
+		const char *e = *envp, *eq = strchr(e, '='), *base = NULL;
+		size_t n = eq ? (size_t)(eq - e) : strlen(e);
+		int dev = device_index(e, n, &base);
+
+		if (dev < 0 || (unsigned)dev < count ||
+		    (strncmp(base, "CUDA_DEVICE_", 12) == 0) != hami)
+			continue;
+		put_name(&eb, e, n);
+		vgpu__fb_puts(&eb, " names device ");
+		vgpu__fb_u64(&eb, (uint64_t)dev);
+		vgpu__fb_puts(&eb, ", but the process sees ");
+		if (count == 0) {
+			vgpu__fb_puts(&eb, "no device");
+		} else {
+			vgpu__fb_u64(&eb, count);
+			vgpu__fb_puts(&eb, count == 1 ? " device" : " devices");
+		}
+		if (visible) {
+			vgpu__fb_puts(&eb, " under CUDA_VISIBLE_DEVICES=");
+			vgpu__fb_quoted(&eb, visible);
+		}
+		if (count > 0) {
+			vgpu__fb_puts(&eb, " (");
+			vgpu__fb_puts(&eb, base);
+			vgpu__fb_puts(&eb, "_0");
+			if (count > 1) {
+				vgpu__fb_puts(&eb, " to ");
+				vgpu__fb_puts(&eb, base);
+				vgpu__fb_putc(&eb, '_');
+				vgpu__fb_u64(&eb, count - 1);
+			}
+			vgpu__fb_putc(&eb, ')');
+		}
+		vgpu__fb_putc(&eb, '\n');
+		absent++;
+	}
+	vgpu__fb_finish(&eb);
+	return absent;
+}
+
+/* ---- HAMi's names, misspelt ------------------------------------------ */
+
+/* The cost at most of a misspelling of a HAMi name that is reported: one
+ * letter changed or dropped, or two added or swapped (edit_cost). */
+#define HAMI_NEAR	2
+
+/*
+ * Reports each variable in envp that is not a HAMi name but is within
+ * HAMI_NEAR of one (its per-device form included), one line each:
+ *
+ *   CUDA_DEVICE_MEMORY_LIMT is not a HAMi variable; did you mean
+ *   CUDA_DEVICE_MEMORY_LIMIT? (ignored)
+ *
+ * Those names are outside the VGPU_ namespace, where any program may have
+ * its own variables, so the front ends only warn about them. VGPU_ names
+ * and the '_' extensions of per-device aliases are left to
+ * vgpu__options_check_names(), which refuses them. Returns the count.
+ */
+int vgpu__options_check_hami_names(const char *const *envp, char *err,
+				   size_t errlen)
+{
+	struct vgpu_fmtbuf eb;
+	int near = 0;
 
 	vgpu__fb_init(&eb, err, errlen);
 	for (; envp && *envp; envp++) {
 		const char *e = *envp, *eq = strchr(e, '=');
-		size_t n = eq ? (size_t)(eq - e) : strlen(e);
-		bool ours = n > 5 && memcmp(e, "VGPU_", 5) == 0 &&
-			    !(n > 9 && memcmp(e, "VGPU_SIM_", 9) == 0);
+		size_t n = eq ? (size_t)(eq - e) : strlen(e), base = n;
+		struct suggestion s = { NULL, NULL, 0, HAMI_NEAR + 1 };
 
-		if (ours ? known_name(e, n, false)
-			 : !alias_device_like(e, n) || known_name(e, n, true))
+		if ((n >= 5 && memcmp(e, "VGPU_", 5) == 0) ||
+		    known_name(e, n, true) || extends_alias(e, n) ||
+		    n > CMP_MAX)
 			continue;
-		for (; e < *envp + n; e++)
-			vgpu__fb_putc(&eb, *e);
-		vgpu__fb_puts(&eb, " is not a known option"
-				   " (devices are _0 to _63); it is ignored\n");
-		unknown++;
+		for (size_t i = n; i-- > 0;)
+			if (e[i] == '_') {
+				if (is_device_suffix(e + i + 1, n - i - 1))
+					base = i;
+				break;
+			}
+		for (unsigned id = 0; id < VGPU_OPT_COUNT; id++) {
+			const struct vgpu_opt_desc *d = &options[id];
+			size_t wl = d->alias ? strlen(d->alias) : 0;
+
+			if (!d->alias)
+				continue;
+			if (n + HAMI_NEAR >= wl && n <= wl + HAMI_NEAR)
+				consider(&s, d->alias,
+					 edit_cost(e, n, d->alias), NULL, 0);
+			if (d->per_device && base < n &&
+			    base + HAMI_NEAR >= wl && base <= wl + HAMI_NEAR)
+				consider(&s, d->alias,
+					 edit_cost(e, base, d->alias),
+					 e + base, n - base);
+		}
+		if (!s.word)
+			continue;
+		put_name(&eb, e, n);
+		vgpu__fb_puts(&eb, " is not a HAMi variable; did you mean ");
+		vgpu__fb_puts(&eb, s.word);
+		for (size_t i = 0; i < s.dev_len; i++)
+			vgpu__fb_putc(&eb, s.dev[i]);
+		vgpu__fb_puts(&eb, "? (ignored)\n");
+		near++;
 	}
 	vgpu__fb_finish(&eb);
-	return unknown;
+	return near;
 }

@@ -15,6 +15,7 @@
 #define VGPU_MAX_DEVICES	64	/* per-device suffixes _0 .. _63 */
 #define VGPU_PATH_MAX		4096	/* bytes, with the NUL */
 #define VGPU_TENANT_MAX		64	/* bytes, with the NUL */
+#define VGPU_GROUP_MAX		64	/* bytes, with the NUL */
 #define VGPU_UNLIMITED		UINT64_MAX	/* no size limit */
 
 enum vgpu_opt_id {
@@ -26,6 +27,7 @@ enum vgpu_opt_id {
 	VGPU_OPT_HOST_SPILL_LIMIT,
 	VGPU_OPT_CONTEXT_OVERHEAD,
 	VGPU_OPT_LEDGER_DIR,
+	VGPU_OPT_LEDGER_GROUP,
 	VGPU_OPT_TENANT,
 	VGPU_OPT_LOG_LEVEL,
 	VGPU_OPT_VERBOSE,
@@ -94,6 +96,7 @@ struct vgpu_options {
 	uint64_t host_spill_limit;	/* bytes or VGPU_UNLIMITED */
 	uint64_t context_overhead;	/* bytes charged per context */
 	char ledger_dir[VGPU_PATH_MAX];
+	char ledger_group[VGPU_GROUP_MAX];	/* "": none */
 	char tenant[VGPU_TENANT_MAX];
 	int log_level;			/* enum vgpu_log_level */
 	bool verbose;
@@ -162,8 +165,6 @@ struct vgpu_opt_desc {
 	vgpu_opt_parse_fn alias_parse;	/* ALIAS's value */
 };
 
-typedef const char *(*vgpu_getenv_fn)(const char *name);
-
 /* A string being built in a fixed buffer; always NUL-terminated. */
 struct vgpu_fmtbuf {
 	char *buf;
@@ -206,12 +207,22 @@ const char *vgpu__option_value_name(enum vgpu_opt_id id, int value);
 size_t vgpu__option_value_offset(const struct vgpu_opt_desc *d, int dev);
 uint64_t vgpu__option_load_num(const struct vgpu_options *o,
 			       const struct vgpu_opt_desc *d, size_t off);
-const char *vgpu__options_env(const char *name);
 void vgpu__options_defaults(struct vgpu_options *o);
-int vgpu__options_load(struct vgpu_options *out, vgpu_getenv_fn getenv_fn,
+/* envp: NAME=value strings, NULL-terminated (environ); bad values and
+ * unknown names both counted and described in err. */
+int vgpu__options_load(struct vgpu_options *out, const char *const *envp,
 		       char *err, size_t errlen);
 int vgpu__options_check_names(const char *const *envp, char *err,
 			      size_t errlen);
+/* Per-device variables naming a device at or past count (the devices the
+ * driver shows the process): the VGPU_ names, or with hami HAMi's
+ * (CUDA_DEVICE_*: warnings only, as HAMi-core ignores them); HAMi names
+ * misspelt (warnings only). Both describe each in err and return the
+ * count. */
+int vgpu__options_check_devices(const char *const *envp, unsigned count,
+				bool hami, char *err, size_t errlen);
+int vgpu__options_check_hami_names(const char *const *envp, char *err,
+				   size_t errlen);
 uint64_t vgpu__options_memory_limit(const struct vgpu_options *o,
 				    unsigned dev);
 unsigned vgpu__options_compute_limit(const struct vgpu_options *o,

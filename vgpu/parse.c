@@ -155,6 +155,7 @@ static const struct size_unit size_units[] = {
  * A size: a whole number, then optional spaces and a binary unit
  * (B, K/KiB, M/MiB, G/GiB, T/TiB, any case). Decimal units (KB, GB) are
  * refused as ambiguous. Nothing may precede the number or follow the unit.
+ * A size is below 2^64 - 1 (UINT64_MAX, VGPU_UNLIMITED): more is too large.
  */
 int vgpu__parse_size(const char *s, uint64_t *out)
 {
@@ -180,7 +181,10 @@ int vgpu__parse_size(const char *s, uint64_t *out)
 		return VGPU_PARSE_UNIT;
 	if (*s || (ulen == 0 && unit != num_end))
 		return VGPU_PARSE_TRAILING;
-	if (n > (UINT64_MAX >> size_units[i].shift))
+	/* UINT64_MAX is "no limit" to the options and the ledger: not a
+	 * size anyone can write. */
+	if (n > (UINT64_MAX >> size_units[i].shift) ||
+	    n << size_units[i].shift == UINT64_MAX)
 		return VGPU_PARSE_OVERFLOW;
 	*out = n << size_units[i].shift;
 	return VGPU_PARSE_OK;

@@ -3,8 +3,9 @@
  * The input is read as an environment, one NAME=VALUE per line (a line
  * without '=' is a value alone). Every value goes through each pure parser
  * and, when it parses, back through the formatter; the whole environment
- * is then loaded through a getenv function reading these lines, its names
- * checked, and the result dumped to /dev/null. Corpus: corpus/fuzz_options.
+ * is then loaded from these lines (its names checked as it is), the names
+ * checked alone, and the result dumped to /dev/null (the first definition
+ * of a name wins, as with getenv). Corpus: corpus/fuzz_options.
  */
 #include "options.h"
 
@@ -17,21 +18,10 @@
 #define FUZZ_MAX_LINES	256
 #define FUZZ_MAX_INPUT	(64 * 1024)
 
-/* The environment of the current input (getenv has no context pointer). */
+/* The environment of the current input, NULL-terminated. */
 static char *fuzz_env[FUZZ_MAX_LINES + 1];
 static size_t fuzz_nenv;
 static int fuzz_null_fd = -1;
-
-static const char *fuzz_getenv(const char *name)
-{
-	size_t n = strlen(name);
-
-	/* The last definition wins, as with putenv over an environ. */
-	for (size_t i = fuzz_nenv; i-- > 0;)
-		if (!strncmp(fuzz_env[i], name, n) && fuzz_env[i][n] == '=')
-			return fuzz_env[i] + n + 1;
-	return NULL;
-}
 
 static void fuzz_value(const char *s)
 {
@@ -93,11 +83,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		eq = strchr(fuzz_env[i], '=');
 		fuzz_value(eq ? eq + 1 : fuzz_env[i]);
 	}
-	vgpu__options_load(&opts, fuzz_getenv, err, sizeof(err));
-	vgpu__options_load(&opts, fuzz_getenv, err, 8);	/* truncated */
+	vgpu__options_load(&opts, (const char *const *)fuzz_env, err,
+			   sizeof(err));
+	vgpu__options_load(&opts, (const char *const *)fuzz_env, err, 8);
 	vgpu__options_check_names((const char *const *)fuzz_env, err,
 				  sizeof(err));
 	vgpu__options_check_names((const char *const *)fuzz_env, err, 1);
+	vgpu__options_check_hami_names((const char *const *)fuzz_env, err,
+				       sizeof(err));
+	vgpu__options_check_hami_names((const char *const *)fuzz_env, err, 1);
+	for (unsigned count = 0; count < VGPU_MAX_DEVICES + 2; count += 13)
+		vgpu__options_check_devices((const char *const *)fuzz_env,
+					    count, count & 1, err, sizeof(err));
+	vgpu__options_check_devices((const char *const *)fuzz_env, 0, false,
+				    err, 1);
+	vgpu__options_check_devices((const char *const *)fuzz_env, 0, true,
+				    err, 1);
 	for (unsigned dev = 0; dev < VGPU_MAX_DEVICES + 1; dev++) {
 		vgpu__options_memory_limit(&opts, dev);
 		vgpu__options_compute_limit(&opts, dev);

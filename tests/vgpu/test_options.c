@@ -42,21 +42,27 @@ static void env_set(const char *name, const char *value)
 	strcpy(v->value, value);
 }
 
-static const char *fake_getenv(const char *name)
+/* The fake environment as NAME=value strings, NULL-terminated. */
+static const char *const *fake_envp(void)
 {
+	static char text[160][64 + VGPU_PATH_MAX + 64];
+	static const char *envp[161];
 	int i;
 
-	for (i = 0; i < env_count; i++)
-		if (strcmp(env[i].name, name) == 0)
-			return env[i].value;
-	return NULL;
+	for (i = 0; i < env_count; i++) {
+		snprintf(text[i], sizeof(text[i]), "%s=%s", env[i].name,
+			 env[i].value);
+		envp[i] = text[i];
+	}
+	envp[i] = NULL;
+	return envp;
 }
 
 static char err[8192];
 
 static int load(struct vgpu_options *o)
 {
-	return vgpu__options_load(o, fake_getenv, err, sizeof(err));
+	return vgpu__options_load(o, fake_envp(), err, sizeof(err));
 }
 
 /* Loads env with only name=value set and expects no error. */
@@ -558,6 +564,50 @@ Test(errors, sizes)
 	expect_all_bad(bad, sizeof(bad) / sizeof(bad[0]));
 }
 
+/* A size past 64 bits, or exactly 2^64 - 1 (what the options and the
+ * ledger read as "no limit"), is refused by name, never unlimited; the
+ * word "unlimited" (and HAMi's 0) stays the way to say no limit. */
+Test(errors, sizes_that_overflow_are_refused_by_name)
+{
+	static const char *const names[] = {
+		"VGPU_MEMORY_LIMIT", "VGPU_MEMORY_LIMIT_5",
+		"VGPU_HOST_SPILL_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+		"CUDA_DEVICE_MEMORY_LIMIT_1",
+	};
+	static const char *const values[] = {
+		"18446744073709551615", "18446744073709551615B",
+		"18446744073709551616", "99999999999999999999999999",
+		"16777216TiB", "17179869184G", "17592186044416m",
+		"18014398509481984k",
+	};
+	struct vgpu_options o;
+	char want[256];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		for (size_t j = 0; j < sizeof(values) / sizeof(values[0]);
+		     j++) {
+			snprintf(want, sizeof(want), "%s=\"%s\" is too large; "
+				 "expected ", names[i], values[j]);
+			expect_bad(names[i], values[j], want);
+		}
+	}
+	env_clear();
+	env_set("VGPU_MEMORY_LIMIT", "18446744073709551615");
+	cr_assert_eq(load(&o), 1);
+	cr_assert_str_eq(err, "VGPU_MEMORY_LIMIT=\"18446744073709551615\" is "
+			 "too large; expected a size of at least 1 byte: a "
+			 "whole number of bytes, optionally followed by B, "
+			 "K/KiB, M/MiB, G/GiB or T/TiB (e.g. 8GiB), or "
+			 "unlimited\n");
+	/* The largest size is one byte less; no limit is said in words. */
+	load_one(&o, "VGPU_MEMORY_LIMIT", "18446744073709551614");
+	cr_assert_eq(o.memory_limit, UINT64_MAX - 1);
+	load_one(&o, "VGPU_MEMORY_LIMIT", "unlimited");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+	load_one(&o, "CUDA_DEVICE_MEMORY_LIMIT", "0");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+}
+
 Test(errors, percentages)
 {
 	static const struct bad_var bad[] = {
@@ -687,13 +737,13 @@ Test(errors, bounded_buffer_ends_in_dots)
 	env_set("VGPU_MEMORY_LIMIT", "8GB");
 	env_set("VGPU_COMPUTE_LIMIT", "0");
 	env_set("VGPU_OVERCOMMIT", "maybe");
-	cr_assert_eq(vgpu__options_load(&o, fake_getenv, small, sizeof(small)),
+	cr_assert_eq(vgpu__options_load(&o, fake_envp(), small, sizeof(small)),
 		     3);
 	cr_assert_eq(strlen(small), sizeof(small) - 1);
 	cr_assert_str_eq(small + sizeof(small) - 4, "...");
 	cr_assert(strncmp(small, "VGPU_MEMORY_LIMIT=\"8GB\"", 23) == 0);
-	cr_assert_eq(vgpu__options_load(&o, fake_getenv, NULL, 0), 3);
-	cr_assert_eq(vgpu__options_load(&o, fake_getenv, small, 1), 3);
+	cr_assert_eq(vgpu__options_load(&o, fake_envp(), NULL, 0), 3);
+	cr_assert_eq(vgpu__options_load(&o, fake_envp(), small, 1), 3);
 	cr_assert_eq(small[0], '\0');
 }
 
@@ -715,35 +765,381 @@ Test(errors, long_and_unprintable_values_are_quoted_safely)
 
 /* ---- unknown names --------------------------------------------------- */
 
-Test(check_names, reports_misspelt_and_out_of_range_names)
+/* What vgpu__options_check_names() says of one environment entry alone,
+ * or "" for nothing; the count it returned in *n. */
+static const char *check_one(const char *entry, int *n)
+{
+	static char out[1024];
+	const char *envp[] = { entry, NULL };
+
+	*n = vgpu__options_check_names(envp, out, sizeof(out));
+	return out;
+}
+
+struct name_case {
+	const char *entry;
+	const char *says;	/* the whole line; NULL: not reported */
+};
+
+static void expect_names(const struct name_case *c, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		int n;
+		const char *out = check_one(c[i].entry, &n);
+
+		if (!c[i].says) {
+			cr_assert_eq(n, 0, "%s: %s", c[i].entry, out);
+			cr_assert_str_eq(out, "", "%s", c[i].entry);
+			continue;
+		}
+		cr_assert_eq(n, 1, "%s: %d: %s", c[i].entry, n, out);
+		cr_assert_str_eq(out, c[i].says, "%s", c[i].entry);
+	}
+}
+
+Test(check_names, known_names_and_other_parts_pass)
+{
+	static const struct name_case c[] = {
+		{ "PATH=/usr/bin", NULL },
+		{ "VGPU_MEMORY_LIMIT=8GiB", NULL },
+		{ "VGPU_MEMORY_LIMIT_0=1GiB", NULL },
+		{ "VGPU_MEMORY_LIMIT_63=1GiB", NULL },
+		{ "VGPU_COMPUTE_LIMIT_10=5", NULL },
+		{ "VGPU_REAL_LIBCUDA=/x", NULL },
+		{ "CUDA_DEVICE_MEMORY_LIMIT_3=4096m", NULL },
+		{ "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x.cache", NULL },
+		{ "CUDA_DEVICE_SM_LIMIT=10", NULL },
+		{ "CUDA_DEVICE_MEMORY=1", NULL },	/* no alias extended */
+		{ "CUDA_VISIBLE_DEVICES=0", NULL },
+		{ "VGPU_SIM=1", NULL },
+		{ "VGPU_SIM_MEMORY=80GiB", NULL },
+		{ "VGPU_LIBRARY=/usr/lib/libvgpu.so", NULL },
+		{ "VGPU_TEST_SEED=7", NULL },
+		{ "VGPU_SOAK=1", NULL },
+		{ "VGPU=1", NULL },	/* not in the VGPU_ namespace */
+		{ "VGPUX=1", NULL },
+	};
+
+	expect_names(c, sizeof(c) / sizeof(c[0]));
+}
+
+Test(check_names, misspelt_names_get_the_closest_option)
+{
+	static const struct name_case c[] = {
+		{ "VGPU_MEMROY_LIMIT=1GiB", "VGPU_MEMROY_LIMIT is not a known "
+		  "option; did you mean VGPU_MEMORY_LIMIT?\n" },
+		{ "VGPU_MEMORY_LIMT=1GiB", "VGPU_MEMORY_LIMT is not a known "
+		  "option; did you mean VGPU_MEMORY_LIMIT?\n" },
+		{ "VGPU_MEM_LIMIT=1GiB", "VGPU_MEM_LIMIT is not a known "
+		  "option; did you mean VGPU_MEMORY_LIMIT?\n" },
+		{ "VGPU_memory_limit=1GiB", "VGPU_memory_limit is not a known "
+		  "option; did you mean VGPU_MEMORY_LIMIT?\n" },
+		{ "VGPU_MEMROY_LIMIT_3=1GiB", "VGPU_MEMROY_LIMIT_3 is not a "
+		  "known option; did you mean VGPU_MEMORY_LIMIT_3?\n" },
+		{ "VGPU_COMPUTE_LIMT_12=5", "VGPU_COMPUTE_LIMT_12 is not a "
+		  "known option; did you mean VGPU_COMPUTE_LIMIT_12?\n" },
+		{ "VGPU_OVERCOMIT=host", "VGPU_OVERCOMIT is not a known "
+		  "option; did you mean VGPU_OVERCOMMIT?\n" },
+		{ "VGPU_LEDGERDIR=/x", "VGPU_LEDGERDIR is not a known option; "
+		  "did you mean VGPU_LEDGER_DIR?\n" },
+		{ "VGPU_TENNANT=a", "VGPU_TENNANT is not a known option; did "
+		  "you mean VGPU_TENANT?\n" },
+		{ "VGPU_DEVICE_MEMORY_LIMIT=1", "VGPU_DEVICE_MEMORY_LIMIT is "
+		  "not a known option; did you mean "
+		  "CUDA_DEVICE_MEMORY_LIMIT?\n" },
+		{ "VGPU_BANANA=1", "VGPU_BANANA is not a known option (the "
+		  "closest is VGPU_TENANT)\n" },
+	};
+
+	expect_names(c, sizeof(c) / sizeof(c[0]));
+}
+
+/* VGPU_ with nothing after it is a name cut short, not another program's
+ * variable: named, with what is wrong. */
+Test(check_names, the_prefix_alone_is_named)
+{
+	static const struct name_case c[] = {
+		{ "VGPU_=x", "VGPU_ is not a known option: nothing follows the "
+		  "prefix\n" },
+		{ "VGPU_=", "VGPU_ is not a known option: nothing follows the "
+		  "prefix\n" },
+		{ "VGPU_", "VGPU_ is not a known option: nothing follows the "
+		  "prefix\n" },
+		{ "VGPU__MEMORY_LIMIT=1", "VGPU__MEMORY_LIMIT is not a known "
+		  "option; did you mean VGPU_MEMORY_LIMIT?\n" },
+	};
+
+	expect_names(c, sizeof(c) / sizeof(c[0]));
+}
+
+Test(check_names, devices_out_of_range_are_named_as_such)
+{
+	static const struct name_case c[] = {
+		{ "VGPU_MEMORY_LIMIT_64=1GiB", "VGPU_MEMORY_LIMIT_64 is not a "
+		  "known option: device 64 is out of range "
+		  "(VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n" },
+		{ "VGPU_MEMORY_LIMIT_99999999999999999999=1GiB",
+		  "VGPU_MEMORY_LIMIT_99999999999999999999 is not a known "
+		  "option: device 99999999999999999999 is out of range "
+		  "(VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n" },
+		{ "VGPU_MEMORY_LIMIT_x=1GiB", "VGPU_MEMORY_LIMIT_x is not a "
+		  "known option: \"x\" is not a device index "
+		  "(VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n" },
+		{ "VGPU_MEMORY_LIMIT_=1GiB", "VGPU_MEMORY_LIMIT_ is not a "
+		  "known option: \"\" is not a device index "
+		  "(VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n" },
+		{ "VGPU_COMPUTE_LIMIT_01=5", "VGPU_COMPUTE_LIMIT_01 is not a "
+		  "known option; did you mean VGPU_COMPUTE_LIMIT_1? (no "
+		  "leading zeros)\n" },
+		{ "VGPU_COMPUTE_LIMIT_00=5", "VGPU_COMPUTE_LIMIT_00 is not a "
+		  "known option; did you mean VGPU_COMPUTE_LIMIT_0? (no "
+		  "leading zeros)\n" },
+		{ "VGPU_COMPUTE_LIMIT_064=5", "VGPU_COMPUTE_LIMIT_064 is not a "
+		  "known option: device 064 is out of range "
+		  "(VGPU_COMPUTE_LIMIT_0 to VGPU_COMPUTE_LIMIT_63)\n" },
+		{ "CUDA_DEVICE_MEMORY_LIMIT_99=4096m", "CUDA_DEVICE_MEMORY_"
+		  "LIMIT_99 is not a known option: device 99 is out of range "
+		  "(CUDA_DEVICE_MEMORY_LIMIT_0 to "
+		  "CUDA_DEVICE_MEMORY_LIMIT_63)\n" },
+		{ "CUDA_DEVICE_SM_LIMIT_x=4", "CUDA_DEVICE_SM_LIMIT_x is not "
+		  "a known option: \"x\" is not a device index "
+		  "(CUDA_DEVICE_SM_LIMIT_0 to CUDA_DEVICE_SM_LIMIT_63)\n" },
+		{ "VGPU_COMPUTE_POLICY_1=hard", "VGPU_COMPUTE_POLICY_1 is not "
+		  "a known option: VGPU_COMPUTE_POLICY has no per-device "
+		  "form\n" },
+	};
+
+	expect_names(c, sizeof(c) / sizeof(c[0]));
+}
+
+Test(check_names, unprintable_and_long_names_are_shown_safely)
+{
+	static char entry[300];
+	int n;
+	const char *out = check_one("VGPU_\x1b[2J\x07=1", &n);
+
+	cr_assert_eq(n, 1);
+	cr_assert(strncmp(out, "VGPU_?[2J? is not a known option", 32) == 0,
+		  "%s", out);
+	for (const char *p = out; *p; p++)
+		cr_assert(*p == '\n' || (*p >= ' ' && *p < 0x7f), "%s", out);
+	memcpy(entry, "VGPU_", 5);
+	memset(entry + 5, 'Q', 250);
+	strcpy(entry + 255, "=1");
+	out = check_one(entry, &n);
+	cr_assert_eq(n, 1);
+	cr_assert(strncmp(out + 64, "... is not a known option", 25) == 0,
+		  "%s", out);
+}
+
+Test(check_names, counts_every_one_and_bounds_its_buffer)
 {
 	static const char *const envp[] = {
 		"PATH=/usr/bin",
 		"VGPU_MEMORY_LIMIT=8GiB",
-		"VGPU_MEMORY_LIMIT_63=1GiB",
 		"VGPU_MEMROY_LIMIT=8GiB",
 		"VGPU_MEMORY_LIMIT_64=1GiB",
 		"VGPU_COMPUTE_LIMIT_01=5",
 		"VGPU_COMPUTE_POLICY_1=hard",
 		"VGPU_SIM_MEMORY=80GiB",
-		"CUDA_DEVICE_MEMORY_LIMIT_3=4096m",
 		"CUDA_DEVICE_MEMORY_LIMIT_99=4096m",
-		"CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x.cache",
-		"CUDA_DEVICE_SM_LIMIT=10",
-		"VGPU_",
 		NULL,
 	};
-	char out[1024];
+	char out[1024], small[40];
 
 	cr_assert_eq(vgpu__options_check_names(envp, out, sizeof(out)), 5,
 		     "%s", out);
-	cr_assert(strstr(out, "VGPU_MEMROY_LIMIT is not a known option"));
-	cr_assert(strstr(out, "VGPU_MEMORY_LIMIT_64 is not"));
-	cr_assert(strstr(out, "VGPU_COMPUTE_LIMIT_01 is not"));
-	cr_assert(strstr(out, "VGPU_COMPUTE_POLICY_1 is not"));
-	cr_assert(strstr(out, "CUDA_DEVICE_MEMORY_LIMIT_99 is not"));
 	cr_assert_null(strstr(out, "SIM"));
-	cr_assert_null(strstr(out, "=8GiB"));
+	cr_assert_null(strstr(out, "=8GiB"), "values are not shown: %s", out);
+	cr_assert_eq(vgpu__options_check_names(envp, small, sizeof(small)), 5);
+	cr_assert_str_eq(small + sizeof(small) - 4, "...");
+	cr_assert_eq(vgpu__options_check_names(envp, NULL, 0), 5);
+	cr_assert_eq(vgpu__options_check_names(NULL, out, sizeof(out)), 0);
+	cr_assert_str_eq(out, "");
+}
+
+/* The loader reports unknown names after the bad values and counts them
+ * alike, so the front ends (the shim, vgpu-run) refuse or warn by the
+ * same rule; the rest of the options still load. */
+Test(check_names, load_counts_them_with_bad_values)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("VGPU_MEMROY_LIMIT", "1GiB");
+	env_set("VGPU_COMPUTE_LIMIT", "0");
+	env_set("VGPU_MEMORY_LIMIT_x", "1GiB");
+	env_set("VGPU_TENANT", "t");
+	cr_assert_eq(load(&o), 3, "%s", err);
+	cr_assert_str_eq(err,
+		"VGPU_COMPUTE_LIMIT=\"0\" is out of range; expected a whole "
+		"percentage from 1 to 100\n"
+		"VGPU_MEMROY_LIMIT is not a known option; did you mean "
+		"VGPU_MEMORY_LIMIT?\n"
+		"VGPU_MEMORY_LIMIT_x is not a known option: \"x\" is not a "
+		"device index (VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
+	cr_assert_str_eq(o.tenant, "t");
+	cr_assert_eq(vgpu__options_load(&o, NULL, err, sizeof(err)), 0);
+	cr_assert_str_eq(err, "");
+}
+
+/* ---- devices the process does not have ------------------------------ */
+
+Test(check_devices, indices_at_or_past_the_count_are_named)
+{
+	static const char *const envp[] = {
+		"PATH=/usr/bin",
+		"VGPU_MEMORY_LIMIT=8GiB",
+		"VGPU_MEMORY_LIMIT_0=1GiB",
+		"VGPU_MEMORY_LIMIT_1=1GiB",
+		"VGPU_COMPUTE_LIMIT_2=junk",	/* bad value: still named */
+		"CUDA_DEVICE_MEMORY_LIMIT_1=4096m",
+		"CUDA_DEVICE_SM_LIMIT_63=10",
+		"VGPU_COMPUTE_POLICY=hard",
+		"VGPU_MEMORY_LIMIT_64=1GiB",	/* check_names' */
+		"VGPU_MEMORY_LIMIT_01=1GiB",	/* check_names' */
+		NULL,
+	};
+	char out[2048];
+
+	cr_assert_eq(vgpu__options_check_devices(envp, 1, false, out,
+						 sizeof(out)), 2, "%s", out);
+	cr_assert_str_eq(out,
+		"VGPU_MEMORY_LIMIT_1 names device 1, but the process sees 1 "
+		"device (VGPU_MEMORY_LIMIT_0)\n"
+		"VGPU_COMPUTE_LIMIT_2 names device 2, but the process sees 1 "
+		"device (VGPU_COMPUTE_LIMIT_0)\n");
+	cr_assert_eq(vgpu__options_check_devices(envp, 1, true, out,
+						 sizeof(out)), 2, "%s", out);
+	cr_assert_str_eq(out,
+		"CUDA_DEVICE_MEMORY_LIMIT_1 names device 1, but the process "
+		"sees 1 device (CUDA_DEVICE_MEMORY_LIMIT_0)\n"
+		"CUDA_DEVICE_SM_LIMIT_63 names device 63, but the process sees "
+		"1 device (CUDA_DEVICE_SM_LIMIT_0)\n");
+	cr_assert_eq(vgpu__options_check_devices(envp, 2, false, out,
+						 sizeof(out)), 1, "%s", out);
+	cr_assert_str_eq(out,
+		"VGPU_COMPUTE_LIMIT_2 names device 2, but the process sees 2 "
+		"devices (VGPU_COMPUTE_LIMIT_0 to VGPU_COMPUTE_LIMIT_1)\n");
+	cr_assert_eq(vgpu__options_check_devices(envp, 2, true, out,
+						 sizeof(out)), 1, "%s", out);
+	cr_assert_str_eq(out,
+		"CUDA_DEVICE_SM_LIMIT_63 names device 63, but the process sees "
+		"2 devices (CUDA_DEVICE_SM_LIMIT_0 to "
+		"CUDA_DEVICE_SM_LIMIT_1)\n");
+	for (int h = 0; h < 2; h++) {
+		cr_assert_eq(vgpu__options_check_devices(envp, 64, h, out,
+							 sizeof(out)), 0,
+			     "%s", out);
+		cr_assert_str_eq(out, "");
+	}
+	cr_assert_eq(vgpu__options_check_devices(envp, 0, false, NULL, 0), 3);
+	cr_assert_eq(vgpu__options_check_devices(envp, 0, true, NULL, 0), 2);
+	cr_assert_eq(vgpu__options_check_devices(NULL, 0, false, out,
+						 sizeof(out)), 0);
+}
+
+Test(check_devices, quotes_cuda_visible_devices_and_no_device)
+{
+	static const char *const envp[] = {
+		"CUDA_VISIBLE_DEVICES=GPU-1\x1b,3",
+		"VGPU_COMPUTE_LIMIT_3=50",
+		NULL,
+	};
+	char out[512], small[24];
+
+	cr_assert_eq(vgpu__options_check_devices(envp, 2, false, out,
+						 sizeof(out)), 1);
+	cr_assert_str_eq(out, "VGPU_COMPUTE_LIMIT_3 names device 3, but the "
+			 "process sees 2 devices under CUDA_VISIBLE_DEVICES="
+			 "\"GPU-1?,3\" (VGPU_COMPUTE_LIMIT_0 to "
+			 "VGPU_COMPUTE_LIMIT_1)\n");
+	cr_assert_eq(vgpu__options_check_devices(envp, 0, false, out,
+						 sizeof(out)), 1);
+	cr_assert_str_eq(out, "VGPU_COMPUTE_LIMIT_3 names device 3, but the "
+			 "process sees no device under CUDA_VISIBLE_DEVICES="
+			 "\"GPU-1?,3\"\n");
+	cr_assert_eq(vgpu__options_check_devices(envp, 0, false, small,
+						 sizeof(small)), 1);
+	cr_assert_str_eq(small + sizeof(small) - 4, "...");
+}
+
+/* ---- HAMi's names misspelt ------------------------------------------ */
+
+static const char *hami_one(const char *entry, int *n)
+{
+	static char out[1024];
+	const char *envp[] = { entry, NULL };
+
+	*n = vgpu__options_check_hami_names(envp, out, sizeof(out));
+	return out;
+}
+
+Test(check_hami_names, near_misses_get_the_hami_name)
+{
+	static const struct name_case c[] = {
+		{ "CUDA_DEVICE_MEMORY_LIMT=1g", "CUDA_DEVICE_MEMORY_LIMT is not "
+		  "a HAMi variable; did you mean CUDA_DEVICE_MEMORY_LIMIT? "
+		  "(ignored)\n" },
+		{ "CUDA_DEVICE_MEMORY_LIMITS=1g", "CUDA_DEVICE_MEMORY_LIMITS is "
+		  "not a HAMi variable; did you mean CUDA_DEVICE_MEMORY_LIMIT? "
+		  "(ignored)\n" },
+		{ "cuda_device_memory_limit=1g", "cuda_device_memory_limit is "
+		  "not a HAMi variable; did you mean CUDA_DEVICE_MEMORY_LIMIT? "
+		  "(ignored)\n" },
+		{ "CUDA_DEVICE_MEMROY_LIMIT_1=1g", "CUDA_DEVICE_MEMROY_LIMIT_1 "
+		  "is not a HAMi variable; did you mean "
+		  "CUDA_DEVICE_MEMORY_LIMIT_1? (ignored)\n" },
+		{ "CUDA_DEVICE_SM_LIMT=10", "CUDA_DEVICE_SM_LIMT is not a HAMi "
+		  "variable; did you mean CUDA_DEVICE_SM_LIMIT? (ignored)\n" },
+		{ "CUDA_OVERSUBSCRIB=true", "CUDA_OVERSUBSCRIB is not a HAMi "
+		  "variable; did you mean CUDA_OVERSUBSCRIBE? (ignored)\n" },
+		{ "GPU_CORE_UTILISATION_POLICY=force", "GPU_CORE_UTILISATION_"
+		  "POLICY is not a HAMi variable; did you mean "
+		  "GPU_CORE_UTILIZATION_POLICY? (ignored)\n" },
+		{ "LIBCUDA_LOG_LEVLE=1", "LIBCUDA_LOG_LEVLE is not a HAMi "
+		  "variable; did you mean LIBCUDA_LOG_LEVEL? (ignored)\n" },
+		{ "CUDA_DISABLE_CONTRL=1", "CUDA_DISABLE_CONTRL is not a HAMi "
+		  "variable; did you mean CUDA_DISABLE_CONTROL? (ignored)\n" },
+		/* Not near misses: HAMi's own names, names farther off, and
+		 * what check_names refuses (VGPU_, an alias extended). */
+		{ "CUDA_DEVICE_MEMORY_LIMIT=1g", NULL },
+		{ "CUDA_DEVICE_MEMORY_LIMIT_3=1g", NULL },
+		{ "CUDA_DEVICE_MEMORY_SHARED_CACHE=/x/y", NULL },
+		{ "CUDA_DEVICE_MEMORY_LIMIT_64=1g", NULL },
+		{ "CUDA_DEVICE_MEMORY_LIMIT_x=1g", NULL },
+		{ "VGPU_MEMORY_LIMT=1g", NULL },
+		{ "CUDA_DEVICE_MEMORY=1", NULL },
+		{ "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL },
+		{ "CUDA_DEVICE_MAX_CONNECTIONS=1", NULL },
+		{ "CUDA_VISIBLE_DEVICES=0", NULL },
+		{ "CUDA_LAUNCH_BLOCKING=1", NULL },
+		{ "CUDA_MODULE_LOADING=LAZY", NULL },
+		{ "CUDA_CACHE_DISABLE=1", NULL },
+		{ "PATH=/usr/bin", NULL },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		int n;
+		const char *out = hami_one(c[i].entry, &n);
+
+		cr_assert_eq(n, c[i].says ? 1 : 0, "%s: %s", c[i].entry, out);
+		cr_assert_str_eq(out, c[i].says ? c[i].says : "", "%s",
+				 c[i].entry);
+	}
+}
+
+/* They are warnings: the loader neither counts nor reports them. */
+Test(check_hami_names, load_does_not_count_them)
+{
+	struct vgpu_options o;
+
+	env_clear();
+	env_set("CUDA_DEVICE_MEMORY_LIMT", "1g");
+	cr_assert_eq(load(&o), 0, "%s", err);
+	cr_assert_str_eq(err, "");
+	cr_assert_eq(o.memory_limit, VGPU_UNLIMITED);
 }
 
 /* ---- the verbose dump ------------------------------------------------ */

@@ -33,7 +33,7 @@ Test(parse_size, accepts_binary_units_in_any_case)
 		{ "1T", TiB },		{ "1TiB", TiB },
 		{ "007", 7 },		{ "4 GiB", 4 * GiB },
 		{ "4   k", 4 * KiB },	{ "16777215TiB", 16777215 * TiB },
-		{ "18446744073709551615", UINT64_MAX },
+		{ "18446744073709551614", UINT64_MAX - 1 },
 	};
 	size_t i;
 
@@ -79,6 +79,11 @@ Test(parse_size, rejects_bad_sizes_with_the_reason)
 		{ "4x", VGPU_PARSE_UNIT },
 		{ "0x10", VGPU_PARSE_UNIT },
 		{ "4 bytes", VGPU_PARSE_UNIT },
+		/* 2^64 - 1 is "no limit" (VGPU_UNLIMITED, the ledger's
+		 * VGPU_LEDGER_UNLIMITED): no size, however written. */
+		{ "18446744073709551615", VGPU_PARSE_OVERFLOW },
+		{ "18446744073709551615B", VGPU_PARSE_OVERFLOW },
+		{ "018446744073709551615", VGPU_PARSE_OVERFLOW },
 		{ "18446744073709551616", VGPU_PARSE_OVERFLOW },
 		{ "99999999999999999999999", VGPU_PARSE_OVERFLOW },
 		{ "16777216TiB", VGPU_PARSE_OVERFLOW },
