@@ -511,9 +511,9 @@ static struct vgpu_measure_ctx *state(struct vgpu_measure_thread *t)
 static bool take_events(struct vgpu_measure_ctx *c,
 			struct vgpu_prim_event **a, struct vgpu_prim_event **b)
 {
-	/* New events while fewer than DEPTH launches are in flight (the
-	 * caller waits for the oldest at DEPTH): a few in all, then reused
-	 * from the free list. */
+	/* New events while fewer launches are in flight than ever before
+	 * (the caller waits for the oldest at DEPTH, or lent_room's bound):
+	 * a few in all, then reused from the free list. */
 	for (int i = 0; c->nfree < 2 && i < 2; i++) {
 		struct vgpu_prim_event *e = P.event_create();
 
@@ -524,6 +524,24 @@ static bool take_events(struct vgpu_measure_ctx *c,
 	*b = c->free_ev[--c->nfree];
 	*a = c->free_ev[--c->nfree];
 	return true;
+}
+
+/* Whether one more launch of estimate est may join c's launches in flight
+ * past VGPU_MEASURE_DEPTH: only while the tenant is lent the GPU (elastic
+ * and alone), the ring has room, and the estimates in flight add up to at
+ * most VGPU_MEASURE_LENT_QUEUE_NS. */
+static bool lent_room(const struct vgpu_measure_ctx *c,
+		      const struct vgpu_measure_gpu *g, uint64_t est,
+		      uint64_t now)
+{
+	uint64_t sum = est;
+
+	if (!g->slot || !est || c->count + 1 >= RING)
+		return false;
+	for (unsigned i = 0; i < c->count; i++)
+		sum += c->ring[(c->head + i) % RING].estimate;
+	return sum <= VGPU_MEASURE_LENT_QUEUE_NS &&
+	       vgpu_throttle_lent(g->slot, now);
 }
 
 /* With no estimate anywhere, the launch goes alone: after this thread's
@@ -543,7 +561,8 @@ static void estimate_or_probe(struct vgpu_measure_ctx *c,
 		settle_oldest(c, true);
 		*est = estimate(c, g, kind, key);
 	}
-	while (c->count >= VGPU_MEASURE_DEPTH) {
+	while (c->count >= VGPU_MEASURE_DEPTH &&
+	       !lent_room(c, g, *est, *now)) {
 		settle_oldest(c, true);
 		*est = estimate(c, g, kind, key);
 	}

@@ -45,6 +45,12 @@ struct vgpu_slot;
  * 16, 15 launches of 100 ms after 40 of 20 us took a 1-second window to
  * 100% under a 30% cap, 40% with 4, 30% with 2 (escape-mixed-30pct). */
 #define VGPU_MEASURE_DEPTH	2
+/* An elastic tenant alone on its GPU has no share to escape: its launches
+ * are lent the GPU. It may keep more launches in flight (up to the ring),
+ * while their estimates add up to at most this much, so that a host
+ * thread late to wake (a loaded machine) does not leave the GPU idle; when
+ * a competitor arrives, what it has queued is at most one burst. */
+#define VGPU_MEASURE_LENT_QUEUE_NS	VGPU_THROTTLE_BURST_NS
 #define VGPU_MEASURE_CTXS	4	/* contexts a thread keeps state for */
 /* Context teardowns are counted per handle, in this many buckets. */
 #define VGPU_MEASURE_EPOCHS	256

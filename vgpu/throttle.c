@@ -257,6 +257,15 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	return 0;
 }
 
+bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns)
+{
+	struct vgpu_ledger_compute *c = &s->ten->compute;
+
+	return capped_share(c) &&
+	       vgpu__ld32(&c->policy) == VGPU_POLICY_ELASTIC &&
+	       !others_active(s, now_ns);
+}
+
 void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
 			   uint64_t now_ns)
 {

@@ -29,6 +29,7 @@
 #ifndef VGPU_THROTTLE_H
 #define VGPU_THROTTLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct vgpu_slot;
@@ -114,6 +115,12 @@ void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
  * the bucket past the burst. Settle it later with now_ns as its estimate. */
 void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
 			   uint64_t now_ns);
+
+/* Whether s's tenant is elastic and no other tenant of the GPU has been
+ * active lately: its launches are lent the GPU rather than admitted
+ * against its share. Reads the other tenants' records (at most
+ * VGPU_LEDGER_MAX_TENANTS) only for an elastic tenant. */
+bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns);
 
 /* Accounts one launch that was told to wait, and the wall time it waited
  * in all: the tenant's compute.wait_ns, the slot's launch_wait_ns and

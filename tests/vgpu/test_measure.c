@@ -876,6 +876,64 @@ Test(measure, a_full_ring_waits_for_its_oldest)
 	cr_expect_leq(made, 2 * VGPU_MEASURE_DEPTH + 1, "%u events made", made);
 }
 
+/* An elastic tenant alone is lent the GPU: more than DEPTH launches in
+ * flight, while their estimates add up to one burst at most (and the ring
+ * has room), so that a host thread late to wake does not leave the GPU
+ * idle. Once another tenant is active, back to DEPTH. */
+Test(measure, an_elastic_tenant_alone_queues_up_to_a_burst)
+{
+	start(30);
+	cr_assert_eq(vgpu_throttle_configure(slot, 30, VGPU_POLICY_ELASTIC,
+					     T0), 0);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct vgpu_slot *other;
+	unsigned lent = VGPU_MEASURE_LENT_QUEUE_NS / (1 * MS);
+	uint64_t t1;
+
+	if (lent > VGPU_MEASURE_RING - 1)
+		lent = VGPU_MEASURE_RING - 1;
+	cr_assert_gt(lent, VGPU_MEASURE_DEPTH);
+	run_and_read(a, F1, 1 * MS);
+	t1 = fake.now;
+	fake.syncs = 0;
+	for (unsigned i = 0; i < lent; i++) {
+		launch(a, F1, 1 * MS);
+		cr_expect_eq(fake.launched_at, t1, "launch %u went at +%llu ns",
+			     i, (unsigned long long)(fake.launched_at - t1));
+	}
+	cr_expect_eq(fake.syncs, 0, "nothing waited within the burst");
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, lent);
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.syncs, 1, "past the burst or the ring: the oldest");
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, lent);
+
+	/* Launches of 8 ms: two fit in 20 ms of estimates, so the oldest
+	 * 1 ms ones are waited for until the sum fits. */
+	sync_as(a);
+	run_and_read(a, F2, 8 * MS);
+	fake.syncs = 0;
+	launch(a, F2, 8 * MS);
+	launch(a, F2, 8 * MS);
+	cr_expect_eq(fake.syncs, 0);
+	launch(a, F2, 8 * MS);
+	cr_expect_eq(fake.syncs, 1, "24 ms of estimates > one burst");
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 2);
+
+	/* A competitor arrives: DEPTH again. */
+	sync_as(a);
+	other = ledger_join_ok(ledger, "other", VGPU_LEDGER_UNLIMITED);
+	cr_assert_eq(vgpu_throttle_configure(other, 70, VGPU_POLICY_HARD,
+					     fake.now), 0);
+	cr_assert_eq(vgpu_throttle_admit(other, fake.now, 0), 0);
+	vgpu_throttle_settle(other, 0, 0);
+	fake.syncs = 0;
+	for (int i = 0; i < 6; i++)
+		launch(a, F1, 100 * US);
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_DEPTH);
+	cr_expect_geq(fake.syncs, 6 - VGPU_MEASURE_DEPTH, "%u syncs",
+		      fake.syncs);
+}
+
 /* ---- admission -------------------------------------------------------------------- */
 
 /* Told to wait, a launch sleeps (2 ms at most at a time), reads what ended
