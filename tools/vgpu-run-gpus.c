@@ -12,10 +12,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -281,6 +281,41 @@ static void add_reservations(int fd, const unsigned char *base,
 						      : g->reserved_pct + pct;
 }
 
+/* Why the ledger at path cannot be read (errno e): a link (never
+ * followed), or a file (or directory) this user may not read, with its
+ * owner and mode. */
+static void unreadable(const char *path, int e, char *err, size_t errlen)
+{
+	char dir[VRUN_PATH_MAX + 128], *slash;
+	struct passwd *pw;
+	struct stat st;
+	const char *what = "the ledger";
+
+	if (e == ELOOP) {
+		snprintf(err, errlen, "skipped the ledger %s: a symbolic link, "
+			 "never followed", path);
+		return;
+	}
+	if (e != EACCES || lstat(path, &st) != 0) {
+		snprintf(dir, sizeof(dir), "%s", path);
+		slash = strrchr(dir, '/');
+		if (slash && slash > dir)
+			*slash = '\0';
+		if (e != EACCES || stat(dir, &st) != 0) {
+			snprintf(err, errlen, "skipped the ledger %s: %s",
+				 path, strerror(e));
+			return;
+		}
+		what = "its directory";
+	}
+	pw = getpwuid(st.st_uid);
+	snprintf(err, errlen, "skipped the ledger %s: permission denied (%s "
+		 "is owned by %s%suid %u%s, mode %04o): this user's jobs could "
+		 "not use it either; see VGPU_LEDGER_GROUP", path, what,
+		 pw ? pw->pw_name : "", pw ? " (" : "", (unsigned)st.st_uid,
+		 pw ? ")" : "", (unsigned)(st.st_mode & 07777));
+}
+
 int vrun_scan_ledger(const char *dir, const char *tenant,
 		     struct vrun_gpu *g, char *err, size_t errlen)
 {
@@ -296,8 +331,7 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 	if (fd < 0 && errno == ENOENT)
 		return 0;
 	if (fd < 0) {
-		snprintf(err, errlen, "cannot read the ledger %s: %s", path,
-			 strerror(errno));
+		unreadable(path, errno, err, errlen);
 		return -1;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
@@ -307,10 +341,15 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 		close(fd);
 		return -1;
 	}
-	base = mmap(NULL, VGPU_LEDGER_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-	if (base == MAP_FAILED) {
-		snprintf(err, errlen, "cannot map %s: %s", path,
-			 strerror(errno));
+	/* A copy, not a mapping: a file truncated meanwhile is then a short
+	 * read, not a SIGBUS (docs/ledger-abi.md). */
+	base = malloc(VGPU_LEDGER_FILE_SIZE);
+	if (!base || pread(fd, base, VGPU_LEDGER_FILE_SIZE, 0) !=
+			     (ssize_t)VGPU_LEDGER_FILE_SIZE) {
+		snprintf(err, errlen, "cannot read %s: %s", path,
+			 base ? "shorter than a ledger (truncated while read)"
+			      : "out of memory");
+		free(base);
 		close(fd);
 		return -1;
 	}
@@ -319,7 +358,7 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 			 VGPU_LEDGER_VERSION, why);
 	else
 		add_reservations(fd, base, tenant, g);
-	munmap(base, VGPU_LEDGER_FILE_SIZE);
+	free(base);
 	close(fd);
 	return why ? -1 : 0;
 }

@@ -78,15 +78,42 @@ static void apply_options(const struct vrun_args *a, const char *sim_lib)
 		set("VGPU_VERBOSE", "1");
 }
 
-/* The environment as libvgpu will read it: a bad variable that would
- * refuse the device stops vgpu-run now, with the library's own words. */
+/* The environment as libvgpu will read it: a bad value or a variable that
+ * names no option, which would refuse the device, stops vgpu-run now with
+ * the library's own words; where the library would only warn, so does
+ * vgpu-run, and goes on. */
 static int check_environment(struct vgpu_options *o)
 {
 	static char err[ERR_MAX];
-	int bad = vgpu__options_load(o, vgpu__options_env, err, sizeof(err));
+	int bad = vgpu__options_load(o, (const char *const *)environ, err,
+				     sizeof(err));
+	static char near[ERR_MAX];
 
-	if (bad && o->on_error == VGPU_ON_ERROR_REFUSE && !o->disable)
-		return fail(VRUN_EXIT_VALUE, err);
+	/* HAMi's names misspelt: warnings, as the library gives them. */
+	if (vgpu__options_check_hami_names((const char *const *)environ,
+					   near, sizeof(near)))
+		for (const char *l = near; *l;) {
+			size_t n = strcspn(l, "\n");
+
+			fprintf(stderr, "vgpu-run: warning: %.*s\n", (int)n, l);
+			l += n + (l[n] == '\n');
+		}
+
+	if (bad && o->on_error == VGPU_ON_ERROR_REFUSE && !o->disable) {
+		print_lines(err);
+		fprintf(stderr, "vgpu-run: fix the variable%s above, or set "
+			"VGPU_ON_ERROR=warn to run as if %s unset\n",
+			bad > 1 ? "s" : "", bad > 1 ? "they were" : "it was");
+		return VRUN_EXIT_VALUE;
+	}
+	if (bad) {
+		print_lines(err);
+		fprintf(stderr, "vgpu-run: warning: %s: going on as if the "
+			"variable%s above %s unset\n",
+			o->disable ? "limits are off (VGPU_DISABLE)" :
+			"VGPU_ON_ERROR=warn", bad > 1 ? "s" : "",
+			bad > 1 ? "were" : "was");
+	}
 	return 0;
 }
 
@@ -223,6 +250,7 @@ static int run(const struct vrun_args *a, const char *self, const char *lib)
 					err, sizeof(err)) != 0)
 		return fail(VRUN_EXIT_LIBRARY, err);
 	apply_options(a, a->sim ? sim_lib : NULL);
+	unsetenv("VGPU_LIBRARY");	/* vgpu-run's own, already read */
 	if ((rc = check_environment(&o)))
 		return rc;
 	if (a->gpu_mode != VRUN_GPU_NONE &&
@@ -233,7 +261,6 @@ static int run(const struct vrun_args *a, const char *self, const char *lib)
 			       sizeof(preload)) != 0)
 		return fail(VRUN_EXIT_VALUE, "LD_PRELOAD is too long");
 	set("LD_PRELOAD", preload);
-	unsetenv("VGPU_LIBRARY");	/* vgpu-run's own: libvgpu warns of it */
 	say("exec %s", a->command[0]);
 	execvp(a->command[0], a->command);
 	rc = errno == ENOENT || errno == ENOTDIR ? VRUN_EXIT_NOTFOUND

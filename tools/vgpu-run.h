@@ -129,7 +129,9 @@ int vrun_probe_main(const char *driver);
  * whose limit the job replaces), reserves its memory limit (unlimited: the
  * whole GPU) and its compute share; every live process is a task. A
  * missing file reserves nothing. Reads only; returns 0, or -1 with err
- * set for a file that is not a ledger of this version (g unchanged). */
+ * set for a file that is not a ledger of this version, or that this user
+ * may not read or is a link (err: "skipped the ledger <path>: ...", its
+ * owner and mode); g unchanged. */
 int vrun_scan_ledger(const char *dir, const char *tenant,
 		     struct vrun_gpu *g, char *err, size_t errlen);
 

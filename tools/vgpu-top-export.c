@@ -32,19 +32,12 @@ const char *top_policy_name(uint32_t policy)
 
 /* ---- JSON ------------------------------------------------------------------ */
 
+/* A string, escaped (top_escape): always valid JSON, never a control
+ * character in the output. */
 static void json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
+	top_put_escaped(f, s, TOP_ESC_JSON);
 	fputc('"', f);
 }
 
@@ -133,6 +126,8 @@ static void json_proc(FILE *f, const struct top_gpu *g,
 		      const struct top_proc *p)
 {
 	const char *in = "          ";
+	int32_t shown;
+	enum top_pidns ns = top_pid_view(p, &shown);
 
 	fprintf(f, "        {\n%s\"slot\": %" PRIu32 ",\n%s\"generation\": %"
 		PRIu32 ",\n%s\"pid\": %" PRId32 ",\n%s\"host_pid\": ", in,
@@ -141,6 +136,7 @@ static void json_proc(FILE *f, const struct top_gpu *g,
 		fprintf(f, "%" PRId32, p->host_pid);
 	else
 		fputs("null", f);
+	fprintf(f, ",\n%s\"pid_namespace\": \"%s\"", in, top_pidns_name(ns));
 	fprintf(f, ",\n%s\"tenant\": ", in);
 	json_str(f, tenant_name(g, p->tenant));
 	fprintf(f, ",\n%s\"tenant_index\": %" PRIu32, in, p->tenant);
@@ -391,9 +387,14 @@ static const struct prom_metric metrics[] = {
 	  p_start },
 };
 
-/* A label value, escaped. */
-static void prom_label(FILE *f, const char *name, const char *v, bool first)
+/* A label value: escaped for a terminal (top_escape), then as the format
+ * wants. */
+static void prom_label(FILE *f, const char *name, const char *value,
+		       bool first)
 {
+	char buf[4 * VGPU_LEDGER_UUID_MAX];
+	const char *v = top_escape(value, TOP_ESC_TEXT, buf, sizeof(buf));
+
 	fprintf(f, "%s%s=\"", first ? "" : ",", name);
 	for (; *v; v++) {
 		if (*v == '\\' || *v == '"')
@@ -425,6 +426,10 @@ static void prom_sample(FILE *f, const struct prom_metric *m,
 		prom_label(f, "tenant", tenant_name(g, p->tenant), false);
 		snprintf(num, sizeof(num), "%" PRId32, p->pid);
 		prom_label(f, "pid", num, false);
+		if (p->host_pid > 0 && p->host_pid != p->pid) {
+			snprintf(num, sizeof(num), "%" PRId32, p->host_pid);
+			prom_label(f, "host_pid", num, false);
+		}
 		snprintf(num, sizeof(num), "%" PRIu32, p->slot);
 		prom_label(f, "slot", num, false);
 	}

@@ -4,7 +4,9 @@
  * mapped) as the library checks it when attaching (docs/ledger-abi.md), then
  * mapped PROT_READ and copied field by field with plain aligned loads. A
  * slot's liveness is its owner's OFD lock on the slot's first byte, tested
- * with F_OFD_GETLK (which needs no write access to the file).
+ * with F_OFD_GETLK (which needs no write access to the file). A live slot's
+ * pid, which is its own pid namespace's, is confirmed to name the same
+ * process in vgpu-top's through /proc (pid_here).
  */
 #include "vgpu-top.h"
 
@@ -12,10 +14,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,11 +128,22 @@ int top_ledger_check(const void *base, size_t size, char *msg, size_t len)
 static int open_checked(const char *path, char *msg, size_t len)
 {
 	struct vgpu_ledger_header h;
+	struct passwd *pw;
 	struct stat st;
 	ssize_t got;
 	int fd;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && errno == EACCES && lstat(path, &st) == 0) {
+		pw = getpwuid(st.st_uid);
+		snprintf(msg, len, "cannot be opened for reading (permission "
+			 "denied: owned by %s%suid %u%s, mode %04o); ledgers "
+			 "are shared by a group named in VGPU_LEDGER_GROUP",
+			 pw ? pw->pw_name : "", pw ? " (" : "",
+			 (unsigned)st.st_uid, pw ? ")" : "",
+			 (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
 	if (fd < 0) {
 		snprintf(msg, len, "cannot be opened for reading (%s), "
 			 "expected a readable ledger file", strerror(errno));
@@ -175,6 +189,13 @@ static bool slot_locked(int fd, uint32_t i, bool *known)
 	return *known && fl.l_type != F_UNLCK;
 }
 
+/* Sums of counters stop at 2^64 - 1: a damaged counter never wraps a
+ * total round to a small, plausible number. */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
 static void read_tenant(struct top_tenant *t, uint32_t index,
 			const struct vgpu_ledger_tenant *r)
 {
@@ -209,12 +230,99 @@ static void read_slot(struct top_proc *p, uint32_t index,
 	for (int k = 0; k < VGPU_USAGE_COUNT; k++) {
 		p->usage[k] = ld64(&r->usage[k]);
 		if (VGPU_USAGE_IS_DEVICE(k))
-			p->used += p->usage[k];
+			p->used = add_sat(p->used, p->usage[k]);
 	}
 	p->launches = ld64(&r->launches);
 	p->launches_throttled = ld64(&r->launches_throttled);
 	p->wait_ns = ld64(&r->launch_wait_ns);
 	p->gpu_time_ns = ld64(&r->gpu_time_ns);
+}
+
+/* ---- pids --------------------------------------------------------------------- */
+
+/* Whether /proc/<pid>/status's NSpid ends in pid: the process that pid
+ * names here is pid in its own namespace too (no NSpid: an old kernel,
+ * no namespaces to tell apart). */
+static bool same_pid_inside(int32_t pid)
+{
+	char path[64], line[512], *last;
+	bool ok = true;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%" PRId32 "/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		last = strrchr(line, '\t');
+		last = last ? last + 1 : line + 6;
+		ok = strtol(last, NULL, 10) == pid;
+		break;
+	}
+	fclose(f);
+	return ok;
+}
+
+/* Whether /proc/<pid>/maps maps the file (dev, ino). */
+static bool maps_file(int32_t pid, dev_t dev, ino_t ino)
+{
+	unsigned maj, min;
+	unsigned long long in;
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%" PRId32 "/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && getline(&line, &cap, f) > 0)
+		found = sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min,
+			       &in) == 3 && in == (unsigned long long)ino &&
+			maj == major(dev) && min == minor(dev);
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* What pid_here found for a slot's owner: one owner, one answer. */
+struct pid_memo {
+	dev_t dev;
+	ino_t ino;
+	uint32_t slot, generation;
+	int32_t pid;
+	uint64_t start_ns;
+	bool here, valid;
+};
+
+#define PID_MEMOS 512
+
+/*
+ * Whether slot p of the ledger (dev, ino), alive, is the process that
+ * p->pid names in vgpu-top's pid namespace: that process maps the ledger
+ * and is p->pid in its own namespace too. A process of another namespace
+ * whose pid happens to name some process here is not (that one does not
+ * map the ledger). Not confirmed when /proc cannot tell (no such pid, or
+ * its maps not readable: another user's process, without privilege).
+ */
+static bool pid_here(const struct top_proc *p, dev_t dev, ino_t ino)
+{
+	static struct pid_memo memo[PID_MEMOS];
+	struct pid_memo *m = &memo[((uint64_t)ino * 31 + p->slot) % PID_MEMOS];
+
+	if (m->valid && m->dev == dev && m->ino == ino && m->slot == p->slot &&
+	    m->generation == p->generation && m->pid == p->pid &&
+	    m->start_ns == p->start_ns)
+		return m->here;
+	*m = (struct pid_memo){ dev, ino, p->slot, p->generation, p->pid,
+				p->start_ns, false, true };
+	m->here = p->pid > 0 && maps_file(p->pid, dev, ino) &&
+		  same_pid_inside(p->pid);
+	return m->here;
 }
 
 static struct top_tenant *find_tenant(struct top_gpu *g, uint32_t index)
@@ -225,7 +333,8 @@ static struct top_tenant *find_tenant(struct top_gpu *g, uint32_t index)
 	return NULL;
 }
 
-static void read_slots(struct top_gpu *g, const unsigned char *base, int fd)
+static void read_slots(struct top_gpu *g, const unsigned char *base, int fd,
+		       const struct stat *st)
 {
 	const struct vgpu_ledger_slot *slots =
 		(const void *)(base + VGPU_LEDGER_SLOTS_OFFSET);
@@ -242,17 +351,20 @@ static void read_slots(struct top_gpu *g, const unsigned char *base, int fd)
 			   TOP_ALIVE : TOP_EXITED;
 		if (ld32(&slots[i].state) != VGPU_SLOT_ACTIVE)
 			continue;	/* left while we looked */
+		if (p->state == TOP_ALIVE && p->host_pid == 0)
+			p->pid_here = pid_here(p, st->st_dev, st->st_ino);
 		t = find_tenant(g, p->tenant);
 		if (t) {
 			t->procs++;
 			t->alive += p->state == TOP_ALIVE;
-			t->launches += p->launches;
+			t->launches = add_sat(t->launches, p->launches);
 		}
 		g->nprocs++;
 	}
 }
 
-static void read_gpu(struct top_gpu *g, const unsigned char *base, int fd)
+static void read_gpu(struct top_gpu *g, const unsigned char *base, int fd,
+		     const struct stat *st)
 {
 	const struct vgpu_ledger_header *h = (const void *)base;
 	const struct vgpu_ledger_tenant *tens =
@@ -272,13 +384,47 @@ static void read_gpu(struct top_gpu *g, const unsigned char *base, int fd)
 		if (t->mem_limit == VGPU_LEDGER_UNLIMITED)
 			g->unlimited_tenants++;
 		else
-			g->slices_bytes += t->mem_limit;
-		g->used += t->used;
-		g->spilled += t->usage[VGPU_USAGE_SPILLED];
-		g->gpu_time_ns += t->gpu_time_ns;
+			g->slices_bytes = add_sat(g->slices_bytes,
+						  t->mem_limit);
+		g->used = add_sat(g->used, t->used);
+		g->spilled = add_sat(g->spilled,
+				     t->usage[VGPU_USAGE_SPILLED]);
+		g->gpu_time_ns = add_sat(g->gpu_time_ns, t->gpu_time_ns);
 		g->ntenants++;
 	}
-	read_slots(g, base, fd);
+	read_slots(g, base, fd, st);
+}
+
+/* The whole file, read into memory: NULL with msg set when it cannot be
+ * read or is shorter than a ledger (truncated while read). */
+static void *read_copy(int fd, char *msg, size_t len)
+{
+	unsigned char *buf = malloc(VGPU_LEDGER_FILE_SIZE);
+	size_t have = 0;
+	ssize_t n;
+
+	if (!buf) {
+		snprintf(msg, len, "out of memory reading it");
+		return NULL;
+	}
+	while (have < VGPU_LEDGER_FILE_SIZE) {
+		n = pread(fd, buf + have, VGPU_LEDGER_FILE_SIZE - have,
+			  (off_t)have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	if (have == VGPU_LEDGER_FILE_SIZE)
+		return buf;
+	if (n < 0)
+		snprintf(msg, len, "cannot be read (%s)", strerror(errno));
+	else
+		snprintf(msg, len, "is %zu bytes, shorter than a ledger "
+			 "(truncated while read)", have);
+	free(buf);
+	return NULL;
 }
 
 /* Gives back the room of records not in use (snapshots are kept). */
@@ -312,14 +458,21 @@ static int check_name(const struct top_gpu *g, const char *name, char *msg,
 static int read_file(struct top_gpu *g, const char *path, char *msg,
 		     size_t len)
 {
+	struct stat st;
 	void *base;
 	int fd = open_checked(path, msg, len);
 
 	if (fd < 0)
 		return -1;
-	base = mmap(NULL, VGPU_LEDGER_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-	if (base == MAP_FAILED) {
-		snprintf(msg, len, "cannot be mapped (%s)", strerror(errno));
+	if (fstat(fd, &st) != 0) {
+		snprintf(msg, len, "cannot be examined (%s)", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	/* A copy, not a mapping: a file truncated meanwhile is then a short
+	 * read, not a SIGBUS (docs/ledger-abi.md). */
+	base = read_copy(fd, msg, len);
+	if (!base) {
 		close(fd);
 		return -1;
 	}
@@ -327,13 +480,13 @@ static int read_file(struct top_gpu *g, const char *path, char *msg,
 	g->procs = calloc(VGPU_LEDGER_MAX_SLOTS, sizeof(*g->procs));
 	if (!g->tenants || !g->procs) {
 		snprintf(msg, len, "out of memory reading it");
-		munmap(base, VGPU_LEDGER_FILE_SIZE);
+		free(base);
 		close(fd);
 		return -1;
 	}
 	snprintf(g->path, sizeof(g->path), "%s", path);
-	read_gpu(g, base, fd);
-	munmap(base, VGPU_LEDGER_FILE_SIZE);
+	read_gpu(g, base, fd, &st);
+	free(base);
 	close(fd);
 	shrink(g);
 	return 0;
@@ -376,8 +529,13 @@ static void skip(struct top_snap *s, const char *path, const char *why,
 	struct top_skip *n = realloc(s->skipped, (size_t)(s->nskipped + 1) *
 						 sizeof(*n));
 
-	if (problems)
-		fprintf(problems, "vgpu-top: skipping '%s': %s\n", path, why);
+	if (problems) {
+		fputs("vgpu-top: skipping '", problems);
+		top_put_escaped(problems, path, TOP_ESC_TEXT);
+		fputs("': ", problems);
+		top_put_escaped(problems, why, TOP_ESC_TEXT);
+		fputc('\n', problems);
+	}
 	if (!n)
 		return;
 	s->skipped = n;
@@ -449,9 +607,12 @@ int top_snap_read(struct top_snap *s, const char *dir, FILE *problems)
 	if (!d) {
 		if (errno == ENOENT)
 			return 0;
-		if (problems)
-			fprintf(problems, "vgpu-top: cannot list the ledger "
-				"directory '%s': %s\n", dir, strerror(errno));
+		if (problems) {
+			fputs("vgpu-top: cannot list the ledger directory '",
+			      problems);
+			top_put_escaped(problems, dir, TOP_ESC_TEXT);
+			fprintf(problems, "': %s\n", strerror(errno));
+		}
 		return -1;
 	}
 	while ((e = readdir(d))) {

@@ -30,6 +30,10 @@ static void emit(struct out *o, const char *attr, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	/* Cut at the width, not inside a UTF-8 character. */
+	if ((size_t)w < strlen(line))
+		while (w > 0 && ((unsigned char)line[w] & 0xc0) == 0x80)
+			w--;
 	line[w] = '\0';
 	if (o->v->color && attr)
 		fprintf(o->f, "%s%s\033[0m\033[K\n", attr, line);
@@ -40,17 +44,14 @@ static void emit(struct out *o, const char *attr, const char *fmt, ...)
 	o->lines++;
 }
 
-const char *top_bytes(uint64_t b, char *buf, size_t len)
+/* b in the largest binary unit, one decimal. */
+static void size_text(uint64_t b, char *buf, size_t len)
 {
 	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB",
 					     "PiB", "EiB" };
 	double v = (double)b;
 	int u = 0;
 
-	if (b == VGPU_LEDGER_UNLIMITED) {
-		snprintf(buf, len, "unlimited");
-		return buf;
-	}
 	while (v >= 1024 && u < 6) {
 		v /= 1024;
 		u++;
@@ -59,7 +60,137 @@ const char *top_bytes(uint64_t b, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64 " B", b);
 	else
 		snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+const char *top_bytes(uint64_t b, char *buf, size_t len)
+{
+	size_t n;
+
+	size_text(b, buf, len);
+	n = strlen(buf);
+	if (b >= TOP_DAMAGED_BYTES && n + 1 < len) {
+		buf[n] = '!';
+		buf[n + 1] = '\0';
+	}
 	return buf;
+}
+
+const char *top_limit(uint64_t b, char *buf, size_t len)
+{
+	if (b == VGPU_LEDGER_UNLIMITED)
+		snprintf(buf, len, "unlimited");
+	else
+		size_text(b, buf, len);
+	return buf;
+}
+
+/* ---- escaping what was read from a file --------------------------------------- */
+
+/* The length of the valid UTF-8 character at s that is no control (U+00A0
+ * and up), or 0. */
+static size_t utf8_printable(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	size_t n, i;
+
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	for (i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if ((c == 0xc2 && s[1] < 0xa0) ||	/* C1 controls */
+	    (c == 0xe0 && s[1] < 0xa0) ||	/* overlong */
+	    (c == 0xed && s[1] > 0x9f) ||	/* surrogates */
+	    (c == 0xf0 && s[1] < 0x90) ||	/* overlong */
+	    (c == 0xf4 && s[1] > 0x8f))		/* past U+10FFFF */
+		return 0;
+	return n;
+}
+
+/* The escaped form of the unit at s into out (NUL-terminated); returns
+ * the bytes of s it stands for. */
+static size_t escape_unit(const unsigned char *s, enum top_esc how,
+			  char out[8])
+{
+	size_t n = utf8_printable(s);
+
+	if (n) {
+		memcpy(out, s, n);
+		out[n] = '\0';
+		return n;
+	}
+	if (s[0] >= 0x20 && s[0] < 0x7f) {
+		bool esc = s[0] == '\\' || (how == TOP_ESC_JSON && s[0] == '"');
+
+		snprintf(out, 8, esc ? "\\%c" : "%c", s[0]);
+		return 1;
+	}
+	if (how == TOP_ESC_TEXT) {
+		snprintf(out, 8, "\\x%02x", s[0]);
+		return 1;
+	}
+	/* JSON: a C1 control as its code point, any other byte as U+00NN. */
+	if (s[0] == 0xc2 && s[1] >= 0x80 && s[1] < 0xa0) {
+		snprintf(out, 8, "\\u%04x", s[1]);
+		return 2;
+	}
+	snprintf(out, 8, "\\u%04x", s[0]);
+	return 1;
+}
+
+const char *top_escape(const char *s, enum top_esc how, char *buf,
+		       size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t used = 0, n;
+	char unit[8];
+
+	while (*p) {
+		n = escape_unit(p, how, unit);
+		if (used + strlen(unit) >= len)
+			break;
+		memcpy(buf + used, unit, strlen(unit));
+		used += strlen(unit);
+		p += n;
+	}
+	buf[used] = '\0';
+	return buf;
+}
+
+void top_put_escaped(FILE *f, const char *s, enum top_esc how)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	char unit[8];
+
+	while (*p) {
+		p += escape_unit(p, how, unit);
+		fputs(unit, f);
+	}
+}
+
+/* ---- pids and namespaces ------------------------------------------------------ */
+
+enum top_pidns top_pid_view(const struct top_proc *p, int32_t *shown)
+{
+	if (p->host_pid > 0 && p->host_pid != p->pid) {
+		*shown = p->host_pid;
+		return TOP_PIDNS_OTHER;
+	}
+	*shown = p->pid_here || p->host_pid == p->pid ? p->pid : 0;
+	return *shown ? TOP_PIDNS_SAME : TOP_PIDNS_UNKNOWN;
+}
+
+const char *top_pidns_name(enum top_pidns ns)
+{
+	static const char *const names[] = { "same", "other", "unknown" };
+
+	return names[ns];
 }
 
 static const char *pct(const struct top_rates *r, double v, char *buf,
@@ -104,6 +235,15 @@ static int cmp_dbl_desc(double a, double b)
 	return a < b ? 1 : a > b ? -1 : 0;
 }
 
+/* The pid shown first, or the namespace's where none can be. */
+static int32_t pid_key(const struct top_proc *p)
+{
+	int32_t shown;
+
+	top_pid_view(p, &shown);
+	return shown ? shown : p->pid;
+}
+
 static int cmp_proc(const void *pa, const void *pb)
 {
 	const struct top_proc *a = *(const struct top_proc *const *)pa;
@@ -127,7 +267,7 @@ static int cmp_proc(const void *pa, const void *pb)
 	case TOP_SORT_PID:
 		break;
 	}
-	return c ? c : (a->pid > b->pid) - (a->pid < b->pid);
+	return c ? c : (pid_key(a) > pid_key(b)) - (pid_key(a) < pid_key(b));
 }
 
 static int cmp_tenant(const void *pa, const void *pb)
@@ -147,12 +287,14 @@ static int cmp_tenant(const void *pa, const void *pb)
 static bool proc_matches(const struct top_gpu *g, const struct top_proc *p,
 			 const char *filter)
 {
-	char pid[16];
+	char pid[16], host[16];
 
 	if (!filter || !*filter)
 		return true;
 	snprintf(pid, sizeof(pid), "%" PRId32, p->pid);
-	return strstr(pid, filter) || strstr(name_of(g, p->tenant), filter);
+	snprintf(host, sizeof(host), "%" PRId32, p->host_pid);
+	return strstr(pid, filter) || (p->host_pid && strstr(host, filter)) ||
+	       strstr(name_of(g, p->tenant), filter);
 }
 
 static bool tenant_matches(const struct top_gpu *g, const struct top_tenant *t,
@@ -171,14 +313,16 @@ static bool tenant_matches(const struct top_gpu *g, const struct top_tenant *t,
 
 static void print_gpu_line(struct out *o, const struct top_gpu *g)
 {
-	char phys[32], sl[32], used[32], sp[32], u1[16], u10[16], extra[48];
+	char phys[32], sl[32], used[32], sp[32], u1[16], u10[16], extra[48],
+	     uuid[4 * VGPU_LEDGER_UUID_MAX];
 
 	extra[0] = '\0';
 	if (g->unlimited_tenants)
 		snprintf(extra, sizeof(extra), " + %d unlimited",
 			 g->unlimited_tenants);
 	emit(o, "\033[1m", "GPU %s  memory %s  slices %s (%.0f%%)%s  used %s  "
-	     "spilled %s  util %s (10s %s)", g->uuid,
+	     "spilled %s  util %s (10s %s)",
+	     top_escape(g->uuid, TOP_ESC_TEXT, uuid, sizeof(uuid)),
 	     top_bytes(g->physical_bytes, phys, sizeof(phys)),
 	     top_bytes(g->slices_bytes, sl, sizeof(sl)),
 	     g->physical_bytes ? 100.0 * (double)g->slices_bytes /
@@ -192,29 +336,51 @@ static void print_gpu_line(struct out *o, const struct top_gpu *g)
 static void print_tenant(struct out *o, const struct top_tenant *t)
 {
 	char used[32], lim[32], um[72], sp[32], tgt[16], a1[16], a10[16],
-	     lr[24], w[16];
+	     lr[24], w[16], name[17];
 
 	snprintf(um, sizeof(um), "%s / %s", top_bytes(t->used, used, 32),
-		 top_bytes(t->mem_limit, lim, 32));
+		 top_limit(t->mem_limit, lim, 32));
 	if (t->share_pct == 0 || t->share_pct >= 100)
 		snprintf(tgt, sizeof(tgt), "-");
 	else
 		snprintf(tgt, sizeof(tgt), "%" PRIu32 "%%", t->share_pct);
 	emit(o, NULL, "  %-16.16s %-25s %-10s %6s %7s %7s %9s %7s %3d/%d",
-	     t->name, um, top_bytes(t->usage[VGPU_USAGE_SPILLED], sp, 32), tgt,
+	     top_escape(t->name, TOP_ESC_TEXT, name, sizeof(name)), um,
+	     top_bytes(t->usage[VGPU_USAGE_SPILLED], sp, 32), tgt,
 	     pct(&t->r1, t->r1.share_pct, a1, 16),
 	     pct(&t->r10, t->r10.share_pct, a10, 16), rate(&t->r1, lr, 24),
 	     pct(&t->r1, t->r1.wait_pct, w, 16), t->alive, t->procs);
 }
 
+/* PID: the pid that names the process from here, "?" if none can;
+ * NS PID: its own namespace's, where that is another. */
+static void pid_columns(const struct top_proc *p, char *pid, char *ns,
+			size_t len)
+{
+	int32_t shown;
+	enum top_pidns where = top_pid_view(p, &shown);
+
+	if (shown)
+		snprintf(pid, len, "%" PRId32, shown);
+	else
+		snprintf(pid, len, "?");
+	if (where == TOP_PIDNS_SAME)
+		snprintf(ns, len, "-");
+	else
+		snprintf(ns, len, "%" PRId32, p->pid);
+}
+
 static void print_proc(struct out *o, const struct top_gpu *g,
 		       const struct top_proc *p)
 {
-	char used[32], sp[32], a1[16], a10[16], lr[24], w[16];
+	char used[32], sp[32], a1[16], a10[16], lr[24], w[16], name[17],
+	     pid[16], ns[16];
 
+	pid_columns(p, pid, ns, sizeof(pid));
 	emit(o, p->state == TOP_ALIVE ? NULL : "\033[2m",
-	     "  %-8" PRId32 " %-16.16s %-8s %-11s %-10s %7s %7s %9s %7s %5"
-	     PRIu32, p->pid, name_of(g, p->tenant), top_state_name(p->state),
+	     "  %-8s %-8s %-16.16s %-8s %-11s %-10s %7s %7s %9s %7s %5" PRIu32,
+	     pid, ns, top_escape(name_of(g, p->tenant), TOP_ESC_TEXT, name,
+				 sizeof(name)), top_state_name(p->state),
 	     top_bytes(p->used, used, 32),
 	     top_bytes(p->usage[VGPU_USAGE_SPILLED], sp, 32),
 	     pct(&p->r1, p->r1.share_pct, a1, 16),
@@ -248,9 +414,9 @@ static void print_gpu(struct out *o, const struct top_gpu *g)
 	     "GPU 10s", "LAUNCH/s", "WAIT", "ALIVE");
 	for (int i = 0; i < nt; i++)
 		print_tenant(o, ts[i]);
-	emit(o, "\033[7m", "  %-8s %-16s %-8s %-11s %-10s %7s %7s %9s %7s %5s",
-	     "PID", "TENANT", "STATE", "USED", "SPILLED", "GPU 1s", "GPU 10s",
-	     "LAUNCH/s", "WAIT", "SLOT");
+	emit(o, "\033[7m", "  %-8s %-8s %-16s %-8s %-11s %-10s %7s %7s %9s %7s "
+	     "%5s", "PID", "NS PID", "TENANT", "STATE", "USED", "SPILLED",
+	     "GPU 1s", "GPU 10s", "LAUNCH/s", "WAIT", "SLOT");
 	for (int i = 0; i < np; i++)
 		print_proc(o, g, ps[i]);
 out:
@@ -270,7 +436,7 @@ void top_print_text(FILE *f, const struct top_snap *s,
 		    const struct top_view *v)
 {
 	struct out o = { f, v, 0 };
-	char when[32];
+	char when[32], filter[4 * 128], path[4 * 256];
 	time_t now = (time_t)(s->realtime_ns / 1000000000u);
 	struct tm tm;
 
@@ -278,11 +444,14 @@ void top_print_text(FILE *f, const struct top_snap *s,
 	strftime(when, sizeof(when), "%H:%M:%S", &tm);
 	emit(&o, "\033[1m", "vgpu-top %s  %s  %d GPU%s  sort: %s  filter: %s",
 	     VGPU_VERSION_STRING, when, s->ngpus, s->ngpus == 1 ? "" : "s",
-	     sort_name(v->sort), v->filter && *v->filter ? v->filter : "-");
+	     sort_name(v->sort), v->filter && *v->filter ?
+	     top_escape(v->filter, TOP_ESC_TEXT, filter, sizeof(filter)) : "-");
 	if (s->nskipped)
 		emit(&o, "\033[1m", "%d file%s skipped, not usable ledgers "
 		     "(vgpu-top --once lists them): %s", s->nskipped,
-		     s->nskipped == 1 ? "" : "s", s->skipped[0].path);
+		     s->nskipped == 1 ? "" : "s",
+		     top_escape(s->skipped[0].path, TOP_ESC_TEXT, path,
+				sizeof(path)));
 	for (int i = 0; i < s->ngpus; i++) {
 		emit(&o, NULL, "%s", "");
 		print_gpu(&o, &s->gpus[i]);

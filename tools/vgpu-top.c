@@ -174,10 +174,12 @@ static int hist_cap(double interval)
 
 static void say_empty(const struct top_snap *s, const char *dir)
 {
-	if (s->ngpus == 0)
-		fprintf(stderr, "vgpu-top: no usable ledger files in '%s' (no "
-			"process has used a GPU through libvgpu with this "
-			"ledger directory yet)\n", dir);
+	if (s->ngpus != 0)
+		return;
+	fputs("vgpu-top: no usable ledger files in '", stderr);
+	top_put_escaped(stderr, dir, TOP_ESC_TEXT);
+	fputs("' (no process has used a GPU through libvgpu with this ledger "
+	      "directory yet)\n", stderr);
 }
 
 /* --once, --json, --prometheus: one read (two, an interval apart, for

@@ -38,8 +38,10 @@ struct top_proc {
 	uint32_t slot;
 	uint32_t generation;
 	uint32_t tenant;	/* index of its tenant record */
-	int32_t pid;
-	int32_t host_pid;
+	int32_t pid;		/* getpid() in its own pid namespace */
+	int32_t host_pid;	/* its pid on the host; 0: not known */
+	bool pid_here;		/* pid confirmed to name it in vgpu-top's
+				 * pid namespace (top_snap_read) */
 	uint64_t start_ns;	/* CLOCK_REALTIME at join */
 	enum top_state state;
 	uint64_t usage[VGPU_USAGE_COUNT];
@@ -100,8 +102,10 @@ struct top_snap {
 
 /* Reads every <uuid>.v<N>.ledger in dir into s (sorted by UUID). Each file
  * that cannot be used is skipped: it goes into s->skipped and gets one line
- * on `problems` if not NULL (path, what was found, what was expected). Returns 0, or -1 (with a message)
- * when the directory cannot be listed; a missing directory is empty. */
+ * on `problems` if not NULL (path, what was found, what was expected;
+ * escaped). Returns 0, or -1 (with a message) when the directory cannot be
+ * listed; a missing directory is empty. A live slot whose host pid is not
+ * known has its pid checked in /proc (top_proc.pid_here). */
 int top_snap_read(struct top_snap *s, const char *dir, FILE *problems);
 void top_snap_free(struct top_snap *s);
 /* Checks one mapped file; 0, or -1 with why in msg. */
@@ -124,7 +128,7 @@ const struct top_snap *top_hist_push(struct top_hist *h, struct top_snap *s);
 /* Marks slots whose generation moved while the owner stayed the same
  * (a reclaimer holds them) as TOP_REAPING. Done by top_hist_push. */
 
-/* ---- vgpu-top-fmt.c ------------------------------------------------------- */
+/* ---- vgpu-top-text.c ------------------------------------------------------ */
 
 enum top_sort { TOP_SORT_MEMORY, TOP_SORT_COMPUTE, TOP_SORT_PID,
 		TOP_SORT_TENANT };
@@ -136,14 +140,52 @@ struct top_view {
 	int width, height;	/* 0: unlimited */
 };
 
-const char *top_state_name(enum top_state st);
-const char *top_policy_name(uint32_t policy);
 /* "1.5 GiB" and the like, into buf. */
+/* A usage, or a sum of them: never "unlimited", a word that belongs to
+ * limits. One of TOP_DAMAGED_BYTES or more, which no memory holds (a
+ * damaged or hand-edited ledger, or a sum that stopped at 2^64 - 1), is
+ * marked with a '!' after its unit. */
+#define TOP_DAMAGED_BYTES	(UINT64_C(1) << 63)
 const char *top_bytes(uint64_t b, char *buf, size_t len);
+/* A limit: "unlimited" for VGPU_LEDGER_UNLIMITED. */
+const char *top_limit(uint64_t b, char *buf, size_t len);
+
+/* How a string read from a file (a tenant name, a GPU UUID, a path) is
+ * written out: never a control character. TEXT (terminal, Prometheus
+ * labels): \xNN, and a backslash as \\. JSON (a string's inside): \u00NN,
+ * and \" and \\. Escaped: bytes below 0x20, 0x7f, the C1 controls
+ * (U+0080 to U+009F, as UTF-8) and every byte that is not part of valid
+ * UTF-8; other UTF-8 characters are kept. */
+enum top_esc { TOP_ESC_TEXT, TOP_ESC_JSON };
+
+/* s escaped into buf (len > 0): as much as fits, never an escape or a
+ * character cut in two. Returns buf. */
+const char *top_escape(const char *s, enum top_esc how, char *buf,
+		       size_t len);
+/* s escaped, written to f. */
+void top_put_escaped(FILE *f, const char *s, enum top_esc how);
+
+/* Where a process's pid belongs. */
+enum top_pidns {
+	TOP_PIDNS_SAME,		/* vgpu-top's namespace: pid names it here */
+	TOP_PIDNS_OTHER,	/* another; its host pid is known */
+	TOP_PIDNS_UNKNOWN,	/* pid is its own namespace's, not confirmed
+				 * here, and no host pid is known */
+};
+
+/* p's namespace, and in *shown the pid to show for it: pid (SAME), the
+ * host pid (OTHER), or 0 (UNKNOWN). */
+enum top_pidns top_pid_view(const struct top_proc *p, int32_t *shown);
+const char *top_pidns_name(enum top_pidns ns);
 
 /* One frame of text: the GPUs, their tenants and processes. */
 void top_print_text(FILE *f, const struct top_snap *s,
 		    const struct top_view *v);
+
+/* ---- vgpu-top-export.c ---------------------------------------------------- */
+
+const char *top_state_name(enum top_state st);
+const char *top_policy_name(uint32_t policy);
 void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 		    double interval_s);
 void top_print_prometheus(FILE *f, const struct top_snap *s);

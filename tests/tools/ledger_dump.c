@@ -8,12 +8,21 @@
  *        GPU_TIME_NS USAGE[0..COUNT-1]
  *
  * Only active tenants and slots. Exits 1 if the file is not a ledger.
+ *
+ *   tools-ledger-dump --layout
+ *
+ * prints where the fields the tests rewrite lie, in bytes:
+ *
+ *   layout UUID TENANTS TENANT_SIZE NAME SLOTS SLOT_SIZE PID HOST_PID
+ *          TENANT_USED TENANT_USAGE SLOT_USAGE
  */
 #include "vgpu.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -24,11 +33,30 @@ static void usage_line(const uint64_t *u)
 	printf("\n");
 }
 
+static int layout(void)
+{
+	printf("layout %zu %d %d %zu %d %d %zu %zu %zu %zu %zu\n",
+	       offsetof(struct vgpu_ledger_header, gpu_uuid),
+	       VGPU_LEDGER_TENANTS_OFFSET, VGPU_LEDGER_TENANT_SIZE,
+	       offsetof(struct vgpu_ledger_tenant, name),
+	       VGPU_LEDGER_SLOTS_OFFSET, VGPU_LEDGER_SLOT_SIZE,
+	       offsetof(struct vgpu_ledger_slot, pid),
+	       offsetof(struct vgpu_ledger_slot, host_pid),
+	       offsetof(struct vgpu_ledger_tenant, used),
+	       offsetof(struct vgpu_ledger_tenant, usage),
+	       offsetof(struct vgpu_ledger_slot, usage));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const unsigned char *base;
 	const struct vgpu_ledger_header *h;
-	int fd = argc > 1 ? open(argv[1], O_RDONLY) : -1;
+	int fd;
+
+	if (argc > 1 && strcmp(argv[1], "--layout") == 0)
+		return layout();
+	fd = argc > 1 ? open(argv[1], O_RDONLY) : -1;
 
 	if (fd < 0)
 		return 1;

@@ -224,7 +224,7 @@ const unsigned char *runtest_ledger(const char *ldir, const char *uuid)
 	} else {
 		DIR *d = opendir(ldir);
 		while (d && (de = readdir(d)) != NULL)
-			if (strstr(de->d_name, ".v2.ledger") &&
+			if (strstr(de->d_name, ".v3.ledger") &&
 			    de->d_name[0] != '.')
 				snprintf(path, sizeof(path), "%s/%s", ldir,
 					 de->d_name);

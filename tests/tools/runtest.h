@@ -52,7 +52,7 @@ void runtest_hold(struct holder *h, char *const argv[]);
 /* Stops it; asserts it exits 0. */
 void runtest_release(struct holder *h);
 
-/* Maps <dir>/<uuid>.v2.ledger read-only, or the only ledger in dir if uuid
+/* Maps <dir>/<uuid>.v3.ledger read-only, or the only ledger in dir if uuid
  * is NULL; NULL if there is none. runtest_unmap undoes it. */
 const unsigned char *runtest_ledger(const char *dir, const char *uuid);
 void runtest_unmap(const unsigned char *base);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""vgpu-top, end to end: real processes under the shim on the simulated GPU.
+r"""vgpu-top, end to end: real processes under the shim on the simulated GPU.
 
 usage: test_top.py CASE      (the environment comes from meson.build)
 
@@ -24,6 +24,20 @@ args        bad options: exit 2 and a message; the live view off a terminal
 live        the live view in tmux: a frame, sort keys, the filter, 'q',
             Ctrl-Z and fg, SIGTERM, the terminal restored (skipped
             without tmux)
+escape      a hand-edited ledger whose tenant name and GPU UUID hold
+            terminal escapes (ESC ] ... BEL, a C1 CSI, invalid UTF-8), and
+            a skipped file so named: no control byte reaches stdout or
+            stderr in --once, --json or --prometheus; each shows them
+            escaped (\xNN; \u00NN in valid JSON)
+damaged     a hand-edited copy of a ledger whose counters read 2^64 - 1
+            and 2^63 (one tenant, one process each), and whose sums
+            would wrap: USED is a number marked '!', never the word
+            "unlimited"; the sums stop at 2^64 - 1; --json and
+            --prometheus give the same numbers, a limit still null/+Inf
+pidns       live slots rewritten as processes of other pid namespaces:
+            pid 1 with host pid 4242 shows 4242 and "1" as its own
+            namespace's; pid 1 with no host pid, which vgpu-top cannot
+            confirm here, shows "?"; an untouched one shows its pid
 Exit 77 is a skip for meson.
 """
 import json
@@ -74,6 +88,8 @@ class World:
                  VGPU_SIM_MEMORY="1GiB", VGPU_CONTEXT_OVERHEAD="0")
         if limit:
             e["VGPU_MEMORY_LIMIT"] = limit
+        for k in ("VGPU_SHIM", "VGPU_TOP"):     # the test's own, no options
+            e.pop(k, None)
         e.update(extra)
         return e
 
@@ -148,6 +164,15 @@ def limit_json(v):
     return None if v == (1 << 64) - 1 else v
 
 
+def layout():
+    """Where the fields the tests rewrite lie (tools-ledger-dump --layout)."""
+    f = subprocess.run([DUMP, "--layout"], capture_output=True, text=True,
+                       check=True).stdout.split()
+    names = ["uuid", "tenants", "tenant_size", "name", "slots", "slot_size",
+             "pid", "host_pid", "tenant_used", "tenant_usage", "slot_usage"]
+    return dict(zip(names, (int(x) for x in f[1:])))
+
+
 # ---- the cases ----------------------------------------------------------------
 
 
@@ -211,6 +236,8 @@ def case_json(w):
         p, s = procs[pid], d["slots"][pid]
         check(p["tenant"] == tenant and p["state"] == "alive",
               "pid %d: tenant %s, alive" % (pid, tenant))
+        check(p["pid_namespace"] == "same" and p["host_pid"] is None,
+              "pid %d: confirmed in vgpu-top's pid namespace" % pid)
         check(p["memory_used_bytes"] == size and
               p["usage_bytes"]["buffer"] == size,
               "pid %d: holds %d MiB" % (pid, size // MIB))
@@ -419,30 +446,30 @@ def case_bad_files(w):
     data = open(good, "rb").read()
     d = w.ledger
     bad = {
-        "GPU-trunc.v2.ledger": (data[:100000], "expected 397312 (truncated)"),
-        "GPU-short.v2.ledger": (data[:100], "too short for a ledger header"),
-        "GPU-foreign.v2.ledger": (b"not a ledger at all" * 20000,
+        "GPU-trunc.v3.ledger": (data[:100000], "expected 397312 (truncated)"),
+        "GPU-short.v3.ledger": (data[:100], "too short for a ledger header"),
+        "GPU-foreign.v3.ledger": (b"not a ledger at all" * 20000,
                                   "not a libvgpu ledger"),
-        "GPU-v7.v2.ledger": (data[:8] + (7).to_bytes(4, "little") +
-                             data[12:], "layout version 7, expected 2"),
-        "GPU-empty.v2.ledger": (b"", "an empty file"),
-        "GPU-other.v3.ledger": (data, "its name has layout version 3"),
-        "GPU-renamed.v2.ledger": (data, "expected the UUID of its name"),
-        "GPU-padded.v2.ledger": (data + b"\0" * 4096, "(padded)"),
+        "GPU-v7.v3.ledger": (data[:8] + (7).to_bytes(4, "little") +
+                             data[12:], "layout version 7, expected 3"),
+        "GPU-empty.v3.ledger": (b"", "an empty file"),
+        "GPU-other.v2.ledger": (data, "its name has layout version 2"),
+        "GPU-renamed.v3.ledger": (data, "expected the UUID of its name"),
+        "GPU-padded.v3.ledger": (data + b"\0" * 4096, "(padded)"),
     }
     for name, (content, _) in bad.items():
         with open(os.path.join(d, name), "wb") as f:
             f.write(content)
-    os.mkdir(os.path.join(d, "GPU-dir.v2.ledger"))
-    bad["GPU-dir.v2.ledger"] = (None, "a directory, expected a regular file")
-    os.mkfifo(os.path.join(d, "GPU-fifo.v2.ledger"))
-    bad["GPU-fifo.v2.ledger"] = (None, "not a regular file")
+    os.mkdir(os.path.join(d, "GPU-dir.v3.ledger"))
+    bad["GPU-dir.v3.ledger"] = (None, "a directory, expected a regular file")
+    os.mkfifo(os.path.join(d, "GPU-fifo.v3.ledger"))
+    bad["GPU-fifo.v3.ledger"] = (None, "not a regular file")
     if os.geteuid() != 0:
-        p = os.path.join(d, "GPU-secret.v2.ledger")
+        p = os.path.join(d, "GPU-secret.v3.ledger")
         with open(p, "wb") as f:
             f.write(data)
         os.chmod(p, 0)
-        bad["GPU-secret.v2.ledger"] = (None, "cannot be opened for reading")
+        bad["GPU-secret.v3.ledger"] = (None, "cannot be opened for reading")
     open(os.path.join(d, "notes.txt"), "w").close()   # not a ledger name
     for mode in ("--json", "--once", "--prometheus"):
         r = w.top(mode, "--interval", "0")
@@ -604,10 +631,244 @@ def case_live(w):
         tm.kill()
 
 
+# ---- names and pids from a hand-edited ledger ---------------------------------
+
+HOSTILE_NAME = b"ev\x1b]0;pwned\x07il\x9b\xc2\x9bz\xe2\x82\xac\\"
+HOSTILE_UUID = b"GPU-\x1b[31mred\x07"
+HOSTILE_FILE = b"GPU-\x1b]0;x\x07.v3.ledger"
+
+
+def assert_clean(out, what):
+    """Valid UTF-8 with no control character but newlines: nothing that a
+    terminal would act on (C0, DEL, C1 as UTF-8; a raw 0x9b is invalid)."""
+    try:
+        text = out.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Fail("%s: not valid UTF-8: %s" % (what, e))
+    bad = [c for c in text if (ord(c) < 0x20 and c != "\n") or
+           0x7f <= ord(c) <= 0x9f]
+    check(not bad, "%s: no control character (%d bytes)" % (what, len(out)))
+
+
+def text_escaped(b):
+    """What vgpu-top's text escape makes of bytes b (top_escape)."""
+    out, i = "", 0
+    while i < len(b):
+        for n in (4, 3, 2, 1):
+            try:
+                ch = b[i:i + n].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if len(ch) == 1 and (ord(ch) >= 0xa0 or 0x20 <= ord(ch) < 0x7f):
+                out += "\\\\" if ch == "\\" else ch
+                i += n
+                break
+        else:
+            out += "\\x%02x" % b[i]
+            i += 1
+    return out
+
+
+def run_bytes(args):
+    r = subprocess.run([TOP] + args, capture_output=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise Fail("vgpu-top %s exited %d: %r" % (args, r.returncode,
+                                                   r.stderr))
+    return r
+
+
+def case_escape(w):
+    w.hold("evil", [8 * MIB], "64MiB")
+    good = w.ledgers()[0]
+    d, lay = dump(good), layout()
+    data = bytearray(open(good, "rb").read())
+    t = lay["tenants"] + d["tenants"]["evil"]["index"] * lay["tenant_size"]
+    data[t + lay["name"]:t + lay["name"] + len(HOSTILE_NAME) + 1] = \
+        HOSTILE_NAME + b"\0"
+    data[lay["uuid"]:lay["uuid"] + len(HOSTILE_UUID) + 1] = \
+        HOSTILE_UUID + b"\0"
+    hostile = os.path.join(w.root, "hostile")
+    os.mkdir(hostile)
+    name = HOSTILE_UUID + os.path.basename(good)[len(d["uuid"]):].encode()
+    with open(os.path.join(hostile.encode(), name), "wb") as f:
+        f.write(data)
+    with open(os.path.join(hostile.encode(), HOSTILE_FILE), "wb") as f:
+        f.write(b"not a ledger")
+    outs = {}
+    for mode in ("--once", "--json", "--prometheus"):
+        r = run_bytes(["--dir", hostile, mode, "--interval", "0"])
+        assert_clean(r.stdout, mode + " stdout")
+        assert_clean(r.stderr, mode + " stderr")
+        outs[mode] = r
+    name_t, uuid_t = text_escaped(HOSTILE_NAME), text_escaped(HOSTILE_UUID)
+    check(name_t == "ev\\x1b]0;pwned\\x07il\\x9b\\xc2\\x9bz\u20ac\\\\",
+          "the text escape of the name: %s" % name_t)
+    skip_t = "skipping '%s/%s': " % (hostile, text_escaped(HOSTILE_FILE))
+    for mode, r in outs.items():
+        check(r.stderr.decode().count(skip_t) == 1,
+              "%s: the skipped file named, escaped" % mode)
+    text = outs["--once"].stdout.decode()
+    check("GPU %s  memory" % uuid_t in text, "--once: the UUID escaped")
+    check("  ev\\x1b]0;pwned  " in text,
+          "--once: the name escaped, cut at 16 columns between escapes")
+    check(text.count("ev\\x1b]0;pwned") == 2, "--once: tenant and process")
+    check("1 file skipped" in text and text_escaped(HOSTILE_FILE) in text,
+          "--once: the skipped file's name escaped")
+    doc = json.loads(outs["--json"].stdout.decode())
+    g = doc["gpus"][0]
+    want = "ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\"
+    check(g["uuid"] == HOSTILE_UUID.decode(), "JSON: the UUID, \\u escaped")
+    check(g["tenants"][0]["name"] == want and
+          g["processes"][0]["tenant"] == want,
+          "JSON: the name (C1 and stray bytes as U+0080..U+009F)")
+    check(doc["skipped_files"][0]["path"].endswith(
+        HOSTILE_FILE.decode("latin-1")), "JSON: the skipped path")
+    check(b"\\u001b" in outs["--json"].stdout and
+          b"\\u009b" in outs["--json"].stdout, "JSON: \\u00NN escapes")
+    s = parse_prom(outs["--prometheus"].stdout.decode())
+    label = name_t.replace("\\", "\\\\")
+    check(prom_get(s, "vgpu_memory_used_bytes", tenant=label,
+                   gpu=uuid_t.replace("\\", "\\\\")) == 8 * MIB,
+          "prometheus: tenant and gpu labels escaped as text")
+
+
+def case_pidns(w):
+    held = [w.hold("ns", [4 * MIB], "64MiB") for _ in range(3)]
+    (_, apid), (_, bpid), (_, cpid) = held
+    path, lay = w.ledgers()[0], layout()
+    slots = dump(path)["slots"]
+    fd = os.open(path, os.O_RDWR)
+
+    def put(pid, field, value):
+        off = (lay["slots"] + slots[pid]["index"] * lay["slot_size"] +
+               lay[field])
+        os.pwrite(fd, value.to_bytes(4, "little", signed=True), off)
+
+    try:
+        put(apid, "pid", 1)
+        put(apid, "host_pid", 4242)
+        put(bpid, "pid", 1)
+        put(bpid, "host_pid", 0)
+        doc = json.loads(w.top("--json", "--interval", "0").stdout)
+        procs = {p["slot"]: p for p in doc["gpus"][0]["processes"]}
+        a, b, c = (procs[slots[p]["index"]] for p in (apid, bpid, cpid))
+        check(a["pid"] == 1 and a["host_pid"] == 4242 and
+              a["pid_namespace"] == "other" and a["state"] == "alive",
+              "JSON: pid 1 with host pid 4242: another namespace")
+        check(b["pid"] == 1 and b["host_pid"] is None and
+              b["pid_namespace"] == "unknown" and b["state"] == "alive",
+              "JSON: pid 1 with no host pid, not ours: unknown")
+        check(c["pid"] == cpid and c["pid_namespace"] == "same",
+              "JSON: the untouched one: vgpu-top's namespace")
+        text = w.top("--once", "--interval", "0").stdout
+        check(re.search(r"^  4242\s+1\s+ns\s+alive", text, re.M),
+              "--once: PID 4242, NS PID 1")
+        check(re.search(r"^  \?\s+1\s+ns\s+alive", text, re.M),
+              "--once: PID ?, NS PID 1")
+        check(re.search(r"^  %d\s+-\s+ns\s+alive" % cpid, text, re.M),
+              "--once: PID %d, NS PID -" % cpid)
+        text = w.top("--once", "--interval", "0", "--filter", "4242").stdout
+        check(len(re.findall(r"\salive\s", text)) == 1 and "4242" in text,
+              "--filter matches the host pid")
+        s = parse_prom(w.top("--prometheus").stdout)
+        check(prom_get(s, "vgpu_process_alive", pid="1", host_pid="4242")
+              == 1, "prometheus: host_pid label where known")
+        bare = [k for k in s if k[0] == "vgpu_process_alive" and
+                ("pid", "1") in k[1] and
+                not any(n == "host_pid" for n, _ in k[1])]
+        check(len(bare) == 1, "prometheus: no host_pid label where unknown")
+    finally:
+        put(apid, "pid", apid)
+        put(apid, "host_pid", 0)
+        put(bpid, "pid", bpid)
+        os.close(fd)
+    for p, _ in held:
+        w.stop(p)
+
+
+def case_damaged(w):
+    a, apid = w.hold("dmg-a", [4 * MIB], "64MiB")
+    b, bpid = w.hold("dmg-b", [4 * MIB])
+    good = w.ledgers()[0]
+    d, lay = dump(good), layout()
+    data = bytearray(open(good, "rb").read())
+    top, half = (1 << 64) - 1, 1 << 63
+
+    def put(off, v):
+        data[off:off + 8] = v.to_bytes(8, "little")
+
+    def tenant(name):
+        return lay["tenants"] + d["tenants"][name]["index"] * \
+            lay["tenant_size"]
+
+    def slot(pid):
+        return lay["slots"] + d["slots"][pid]["index"] * lay["slot_size"]
+
+    put(tenant("dmg-a") + lay["tenant_used"], top)
+    put(tenant("dmg-b") + lay["tenant_used"], half)
+    # Process a's kinds sum to 2^64 - 1 exactly; b's past it.
+    put(slot(apid) + lay["slot_usage"], half)
+    put(slot(apid) + lay["slot_usage"] + 8, half - 1)
+    put(slot(bpid) + lay["slot_usage"], half)
+    put(slot(bpid) + lay["slot_usage"] + 6 * 8, half)
+    bad = os.path.join(w.root, "damaged")
+    os.mkdir(bad)
+    with open(os.path.join(bad, os.path.basename(good)), "wb") as f:
+        f.write(data)
+    text = w.top("--once", "--interval", "0", dir=bad).stdout
+    check("unlimited" in text.split("TENANT", 1)[0],
+          "--once: dmg-b's limit is still 'unlimited' (the GPU line)")
+    rows = {l.split()[0]: l for l in text.splitlines()
+            if l.startswith("  dmg-")}
+    check(re.search(r"16\.0 EiB! / 64\.0 MiB", rows["dmg-a"]),
+          "--once: used 2^64 - 1 is a number, marked: %s" % rows["dmg-a"])
+    check(re.search(r"8\.0 EiB! / unlimited", rows["dmg-b"]),
+          "--once: used 2^63 is a number, marked: %s" % rows["dmg-b"])
+    procs = [l for l in text.splitlines()
+             if re.match(r"  (\d+|\?)\s+\d+\s+dmg-", l)]
+    check(len(procs) == 2 and
+          all(re.search(r"\s16\.0 EiB!\s", l) and "unlimited" not in l
+              for l in procs),
+          "--once: each process's sum stops at 2^64 - 1, marked: %s" % procs)
+    check(re.search(r"used 16\.0 EiB!", text),
+          "--once: the GPU's sum stops at 2^64 - 1, marked")
+    doc = json.loads(w.top("--json", "--interval", "0", dir=bad).stdout)
+    g = doc["gpus"][0]
+    ts = {t["name"]: t for t in g["tenants"]}
+    check(ts["dmg-a"]["memory_used_bytes"] == top and
+          ts["dmg-b"]["memory_used_bytes"] == half,
+          "JSON: the tenants' used bytes as numbers")
+    check(ts["dmg-a"]["memory_limit_bytes"] == 64 * MIB and
+          ts["dmg-b"]["memory_limit_bytes"] is None,
+          "JSON: limits as before (null: none)")
+    check(g["memory_used_bytes"] == top and
+          all(p["memory_used_bytes"] == top for p in g["processes"]),
+          "JSON: the sums stop at 2^64 - 1")
+    raw = w.top("--prometheus", dir=bad).stdout
+    s = parse_prom(raw)
+    gpu = g["uuid"]
+    for name in ("dmg-a", "dmg-b"):
+        check(prom_get(s, "vgpu_memory_used_bytes", gpu=gpu, tenant=name)
+              == float(ts[name]["memory_used_bytes"]),
+              "prometheus: %s's used bytes as JSON has them" % name)
+    check(re.search(r'^vgpu_memory_used_bytes\{[^}]*dmg-a"\} '
+                    r'18446744073709551615$', raw, re.M) and
+          re.search(r'^vgpu_gpu_memory_used_bytes\{[^}]*\} '
+                    r'18446744073709551615$', raw, re.M),
+          "prometheus: the exact numbers, never +Inf for a usage")
+    check(re.search(r'^vgpu_memory_limit_bytes\{[^}]*dmg-b"\} \+Inf$',
+                    raw, re.M), "prometheus: an absent limit is still +Inf")
+    w.stop(a)
+    w.stop(b)
+
+
 CASES = {"json": case_json, "prometheus": case_prometheus,
          "states": case_states, "compute": case_compute,
          "spilled": case_spilled, "gpus": case_gpus, "empty": case_empty,
-         "bad-files": case_bad_files, "args": case_args, "live": case_live}
+         "bad-files": case_bad_files, "args": case_args, "live": case_live,
+         "escape": case_escape, "pidns": case_pidns,
+         "damaged": case_damaged}
 
 
 def main():

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -600,7 +602,7 @@ Test(run_ledger, bad_files_refused, .init = make_tmpdir,
 	struct vrun_gpu g = ledger_gpu();
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s.v2.ledger", tmpdir, UUID);
+	snprintf(path, sizeof(path), "%s/%s.v3.ledger", tmpdir, UUID);
 	write_text(path, "short");
 	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
 	cr_assert(strstr(err, "wrong size"), "%s", err);
@@ -611,4 +613,68 @@ Test(run_ledger, bad_files_refused, .init = make_tmpdir,
 	cr_assert(strstr(err, "magic"), "%s", err);
 	cr_assert(strstr(err, path), "%s", err);
 	cr_assert_eq(g.reserved + g.tasks, 0, "g unchanged");
+}
+
+/* Scans as OTHER_UID in a child when root (else as itself, the file's
+ * mode taken away): -1, and a message naming the file, who owns it and
+ * its mode. */
+Test(run_ledger, an_unreadable_ledger_is_skipped_by_name,
+     .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	struct result { int rc; char err[1024]; struct vrun_gpu g; } *r;
+	struct vgpu_ledger *l;
+	struct vrun_gpu g = ledger_gpu();
+	char path[400];
+	int status;
+	pid_t pid;
+
+	cr_assert_eq(vgpu_ledger_open(tmpdir, UUID, 16 * GIB, &l, err,
+				      sizeof(err)), 0, "%s", err);
+	join(l, "a", 4 * GIB, 30);
+	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
+		 VGPU_LEDGER_VERSION);
+	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(r, MAP_FAILED);
+	cr_assert_eq(chmod(tmpdir, 0755), 0);
+	if (geteuid() != 0)
+		cr_assert_eq(chmod(path, 0), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (geteuid() == 0 && (setgroups(0, NULL) != 0 ||
+				       setresgid(65534, 65534, 65534) != 0 ||
+				       setresuid(65534, 65534, 65534) != 0))
+			_exit(1);
+		r->g = g;
+		r->rc = vrun_scan_ledger(tmpdir, "me", &r->g, r->err,
+					 sizeof(r->err));
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	cr_expect_eq(r->rc, -1);
+	cr_expect(strstr(r->err, "skipped the ledger"), "%s", r->err);
+	cr_expect(strstr(r->err, path), "%s", r->err);
+	cr_expect(strstr(r->err, "permission denied"), "%s", r->err);
+	cr_expect(strstr(r->err, geteuid() ? "mode 0000" : "mode 0600"), "%s",
+		  r->err);
+	cr_expect(strstr(r->err, "VGPU_LEDGER_GROUP"), "%s", r->err);
+	cr_expect_eq(r->g.reserved + r->g.tasks, 0, "g unchanged");
+	munmap(r, sizeof(*r));
+	vgpu_ledger_close(l);
+}
+
+Test(run_ledger, a_symlink_is_skipped, .init = make_tmpdir,
+     .fini = remove_tmpdir)
+{
+	struct vrun_gpu g = ledger_gpu();
+	char path[400];
+
+	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
+		 VGPU_LEDGER_VERSION);
+	cr_assert_eq(symlink("/etc/passwd", path), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_expect(strstr(err, "a symbolic link, never followed"), "%s", err);
+	cr_expect(strstr(err, path), "%s", err);
 }

@@ -168,6 +168,93 @@ Test(run_exec, bad_values_run_nothing)
 	cr_assert_eq(access(flag, F_OK), 0);
 }
 
+/* A variable that names no option counts as a bad one: refused by name
+ * with the closest option (exit 65, nothing run), or under
+ * VGPU_ON_ERROR=warn a warning and the command runs. */
+Test(run_exec, unknown_names_run_nothing)
+{
+	static const char *const names[][2] = {
+		{ "VGPU_MEMROY_LIMIT", "vgpu-run: VGPU_MEMROY_LIMIT is not a "
+		  "known option; did you mean VGPU_MEMORY_LIMIT?\n" },
+		{ "VGPU_MEMORY_LIMIT_64", "vgpu-run: VGPU_MEMORY_LIMIT_64 is "
+		  "not a known option: device 64 is out of range "
+		  "(VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n" },
+		{ "VGPU_MEMORY_LIMIT_x", "vgpu-run: VGPU_MEMORY_LIMIT_x is not "
+		  "a known option: \"x\" is not a device index "
+		  "(VGPU_MEMORY_LIMIT_0 to VGPU_MEMORY_LIMIT_63)\n" },
+	};
+	char *flag = runtest_path("ran");
+
+	for (size_t i = 0; i < 3; i++) {
+		setenv(names[i][0], "1GiB", 1);
+		RUN(&r, VRUN, "--", "/usr/bin/touch", flag);
+		cr_assert(runtest_exited(&r, 65), "%s: status %#x: %s",
+			  names[i][0], r.status, r.err);
+		cr_assert(strstr(r.err, names[i][1]), "%s", r.err);
+		cr_assert(strstr(r.err, "vgpu-run: fix the variable above, or "
+				 "set VGPU_ON_ERROR=warn to run as if it "
+				 "was unset\n"), "%s", r.err);
+		cr_assert_neq(access(flag, F_OK), 0, "the command did not run");
+		unsetenv(names[i][0]);
+	}
+
+	setenv("VGPU_MEMROY_LIMIT", "1GiB", 1);
+	setenv("VGPU_MEMORY_LIMIT_64", "1GiB", 1);
+	setenv("VGPU_ON_ERROR", "warn", 1);
+	RUN(&r, VRUN, "--", "/usr/bin/touch", flag);
+	cr_assert(runtest_exited(&r, 0), "status %#x: %s", r.status, r.err);
+	cr_assert(strstr(r.err, names[0][1]), "%s", r.err);
+	cr_assert(strstr(r.err, names[1][1]), "%s", r.err);
+	cr_assert(strstr(r.err, "vgpu-run: warning: VGPU_ON_ERROR=warn: going "
+			 "on as if the variables above were unset\n"), "%s",
+		  r.err);
+	cr_assert_eq(access(flag, F_OK), 0, "the command ran");
+}
+
+/* A HAMi name misspelt is outside the VGPU_ namespace: a warning naming
+ * the HAMi variable meant, as the library gives it, and the command runs.
+ * VGPU_ alone is a name cut short: refused. */
+Test(run_exec, misspelt_hami_names_warn_prefix_alone_refused)
+{
+	char *flag = runtest_path("ran");
+
+	setenv("CUDA_DEVICE_MEMORY_LIMT", "1g", 1);
+	RUN(&r, VRUN, "--", "/usr/bin/touch", flag);
+	cr_assert(runtest_exited(&r, 0), "status %#x: %s", r.status, r.err);
+	cr_assert_str_eq(r.err, "vgpu-run: warning: CUDA_DEVICE_MEMORY_LIMT "
+			 "is not a HAMi variable; did you mean "
+			 "CUDA_DEVICE_MEMORY_LIMIT? (ignored)\n");
+	cr_assert_eq(access(flag, F_OK), 0, "the command ran");
+	unsetenv("CUDA_DEVICE_MEMORY_LIMT");
+	unlink(flag);
+	setenv("VGPU_", "1", 1);
+	RUN(&r, VRUN, "--", "/usr/bin/touch", flag);
+	cr_assert(runtest_exited(&r, 65), "status %#x: %s", r.status, r.err);
+	cr_assert(strstr(r.err, "vgpu-run: VGPU_ is not a known option: "
+			 "nothing follows the prefix\n"), "%s", r.err);
+	cr_assert_neq(access(flag, F_OK), 0, "the command did not run");
+}
+
+/* A size of 2^64 - 1 bytes is too large, not "unlimited". */
+Test(run_exec, overflowing_sizes_run_nothing)
+{
+	char *flag = runtest_path("ran");
+
+	setenv("VGPU_MEMORY_LIMIT", "18446744073709551615", 1);
+	RUN(&r, VRUN, "--", "/usr/bin/touch", flag);
+	cr_assert(runtest_exited(&r, 65), "status %#x: %s", r.status, r.err);
+	cr_assert(strstr(r.err, "vgpu-run: VGPU_MEMORY_LIMIT=\""
+			 "18446744073709551615\" is too large; expected "),
+		  "%s", r.err);
+	cr_assert_neq(access(flag, F_OK), 0, "the command did not run");
+	unsetenv("VGPU_MEMORY_LIMIT");
+	RUN(&r, VRUN, "--memory", "18446744073709551615", "--",
+	    "/usr/bin/touch", flag);
+	cr_assert(runtest_exited(&r, 65), "status %#x: %s", r.status, r.err);
+	cr_assert(strstr(r.err, "is too large"), "%s", r.err);
+	cr_assert_neq(access(flag, F_OK), 0, "the command did not run");
+}
+
 Test(run_exec, usage_errors)
 {
 	RUN(&r, VRUN, "--memory", "1GiB");
