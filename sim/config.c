@@ -8,6 +8,10 @@
  * VGPU_SIM_KERNEL_NS duration of a kernel with no host form (default 10000)
  * VGPU_SIM_FAIL      fault injection, e.g. "alloc:3", "launch:5-", "alloc:%4"
  * VGPU_SIM_GREEN_CONTEXTS  green contexts on (1, the default) or off (0)
+ * VGPU_SIM_HOST_LATE_NS    a loaded host, for tests: every wait of a host
+ *                          thread for a kernel's time, and every wake-up of
+ *                          an idle stream worker, comes this much late
+ *                          (0..1 s, default 0)
  * VGPU_SIM_BUS_BANDWIDTH   bytes per second of kernels' accesses to host
  *                    memory, a size with an optional "/s" (default 16GiB/s;
  *                    0: no cost)
@@ -246,6 +250,12 @@ int vsim_config_parse_var(struct vsim_config *cfg, const char *var,
 			cfg->kernel_ns = v;
 			rc = 0;
 		}
+	} else if (strcmp(var, "VGPU_SIM_HOST_LATE_NS") == 0) {
+		expected = "nanoseconds from 0 to 1000000000";
+		if (parse_range(value, 0, 1000000000ull, &v) == 0) {
+			cfg->host_late_ns = v;
+			rc = 0;
+		}
 	} else if (strcmp(var, "VGPU_SIM_FAIL") == 0) {
 		expected = "comma-separated rules KIND:N, KIND:N-, KIND:N-M, KIND:%K "
 			   "or KIND:* with KIND alloc or launch";
@@ -254,6 +264,14 @@ int vsim_config_parse_var(struct vsim_config *cfg, const char *var,
 		expected = "1, true, yes or on (green contexts), or 0, false, "
 			   "no or off (their entry points are not supported)";
 		rc = parse_bool(value, &cfg->green_contexts);
+	} else if (strcmp(var, "VGPU_SIM_UNKNOWN_KERNEL") == 0) {
+		expected = "wait (a kernel with no host form waits out "
+			   "VGPU_SIM_KERNEL_NS) or fail (its launch returns "
+			   "CUDA_ERROR_NOT_SUPPORTED)";
+		if (strcmp(value, "wait") == 0 || strcmp(value, "fail") == 0) {
+			cfg->unknown_kernel_fail = value[0] == 'f';
+			rc = 0;
+		}
 	} else if (strcmp(var, "VGPU_SIM_BUS_BANDWIDTH") == 0) {
 		expected = "a size per second such as 16GiB, 16GiB/s or "
 			   "500MiB/s, or 0 for no bus cost";
@@ -277,7 +295,8 @@ int vsim_config_from_env(struct vsim_config *cfg, char *err, size_t errlen)
 		"VGPU_SIM_DEVICES", "VGPU_SIM_MEMORY", "VGPU_SIM_SM_COUNT",
 		"VGPU_SIM_NAME", "VGPU_SIM_STATE_DIR", "VGPU_SIM_KERNEL_NS",
 		"VGPU_SIM_FAIL", "VGPU_SIM_GREEN_CONTEXTS",
-		"VGPU_SIM_BUS_BANDWIDTH",
+		"VGPU_SIM_BUS_BANDWIDTH", "VGPU_SIM_HOST_LATE_NS",
+		"VGPU_SIM_UNKNOWN_KERNEL",
 	};
 
 	vsim_config_defaults(cfg);

@@ -86,6 +86,18 @@ void vsim_busy_until(uint64_t deadline_ns)
 	}
 	while (vsim_now_ns() < deadline_ns)
 		;
+	vsim_host_late();
+}
+
+void vsim_host_late(void)
+{
+	uint64_t late = vsim_g.cfg.host_late_ns;
+	struct timespec ts = { (time_t)(late / 1000000000ull),
+			       (long)(late % 1000000000ull) };
+
+	if (late)
+		while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+			;
 }
 
 bool vsim_fail_now(enum vsim_fail_kind kind)

@@ -95,6 +95,56 @@ struct launch_args {
 	void **params, **extra;
 };
 
+/* Kernel names already reported as having no host form (hashes; 0 free).
+ * Once it is full, further names go unreported: a message per launch would
+ * flood stderr. */
+#define UNKNOWN_SEEN 256
+static uint64_t unknown_seen[UNKNOWN_SEEN];
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h ? h : 1;
+}
+
+/* True the first time `name` is seen (while the table has room). */
+static bool unknown_first(const char *name)
+{
+	uint64_t h = name_hash(name);
+
+	for (unsigned i = 0; i < UNKNOWN_SEEN; i++) {
+		uint64_t was = 0;
+
+		if (__atomic_compare_exchange_n(&unknown_seen[i], &was, h,
+						false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return true;
+		if (was == h)
+			return false;
+	}
+	return false;
+}
+
+/* Says once per kernel name that it has no host form: what it does here
+ * is not what it does on a GPU (it computes nothing). */
+static void unknown_kernel(const char *name)
+{
+	if (!unknown_first(name))
+		return;
+	if (vsim_g.cfg.unknown_kernel_fail)
+		vsim_log("kernel %s has no host form in the simulator: its "
+			 "launches return CUDA_ERROR_NOT_SUPPORTED "
+			 "(VGPU_SIM_UNKNOWN_KERNEL=fail)", name);
+	else
+		vsim_log("kernel %s has no host form in the simulator: it "
+			 "computes nothing and waits out VGPU_SIM_KERNEL_NS "
+			 "(%llu ns) (VGPU_SIM_UNKNOWN_KERNEL=fail refuses it)",
+			 name, (unsigned long long)vsim_g.cfg.kernel_ns);
+}
+
 CUresult vsim_launch_prepare(CUfunction fh, struct CUctx_st *ctx,
 			     const unsigned grid[3], const unsigned block[3],
 			     unsigned shared, void **params, void **extra,
@@ -111,6 +161,11 @@ CUresult vsim_launch_prepare(CUfunction fh, struct CUctx_st *ctx,
 	rc = check_dims(f, grid, block, shared);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (!f->impl) {
+		unknown_kernel(f->desc->name);
+		if (vsim_g.cfg.unknown_kernel_fail)
+			return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	l = calloc(1, sizeof(*l) + f->desc->param_bytes);
 	if (!l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -165,7 +220,26 @@ static _Thread_local struct {
 	uint64_t phase;           /* when its host form began computing */
 	uint64_t computed;        /* real time computed before its waits */
 	uint64_t deadline;        /* its last wait's end; 0: none yet */
+	uint64_t lag;             /* CLOCK_MONOTONIC - the device's clock */
 } cur;
+
+/* The device's clock, as the kernel running on this thread sees it: the
+ * host clock less how late this thread is (docs/simulator.md, "The
+ * device's clock"). */
+static uint64_t device_now(void)
+{
+	return vsim_now_ns() - cur.lag;
+}
+
+/* After a wait until deadline_ns (on either clock: the device's is never
+ * ahead), the device's clock reads the deadline, and the thread's lateness
+ * is what it overslept. */
+static void caught_up(uint64_t deadline_ns)
+{
+	uint64_t now = vsim_now_ns();
+
+	cur.lag = now > deadline_ns ? now - deadline_ns : 0;
+}
 
 static uint64_t slowed(uint64_t ns)
 {
@@ -183,12 +257,13 @@ static void held_wait(uint64_t now, uint64_t deadline_ns)
 	cur.computed += now - cur.phase;
 	cur.deadline = deadline_ns;
 	vsim_engine_until(cur.hold, deadline_ns);
-	cur.phase = vsim_now_ns();
+	caught_up(deadline_ns);
+	cur.phase = device_now();
 }
 
 static void held_busy_until(uint64_t deadline_ns)
 {
-	uint64_t now = vsim_now_ns();
+	uint64_t now = device_now();
 
 	if (deadline_ns > now)
 		held_wait(now, deadline_ns);
@@ -196,7 +271,7 @@ static void held_busy_until(uint64_t deadline_ns)
 
 static void slowed_busy_until(uint64_t deadline_ns)
 {
-	uint64_t now = vsim_now_ns();
+	uint64_t now = device_now();
 
 	if (deadline_ns > now)
 		held_wait(now, now + slowed(deadline_ns - now));
@@ -215,18 +290,20 @@ static void run_body(const struct vsim_launch *l, struct vsim_hold *h,
 		.shared_bytes = l->shared_bytes,
 		.params = l->params,
 		.params_size = l->params_size,
-		.now_ns = vsim_now_ns,
+		.now_ns = device_now,
 		.busy_until = slowed_down ? slowed_busy_until : held_busy_until,
 		.touched = vsim_g.cfg.bus_bandwidth ? vsim_bus_touched : NULL,
 	};
-	uint64_t end, bus;
+	uint64_t end, bus, start;
 
 	cur.hold = h;
+	cur.lag = 0;
 	if (!impl) {
 		uint64_t nominal = slowed(vsim_g.cfg.kernel_ns);
 
-		vsim_engine_start(h, nominal);
-		vsim_engine_until(h, h->start_ns + nominal);
+		start = vsim_engine_start(h, vsim_stream_clock, nominal);
+		vsim_engine_until(h, start + nominal);
+		caught_up(start + nominal);
 		return;
 	}
 	memcpy(kl.grid, l->grid, sizeof(kl.grid));
@@ -234,20 +311,23 @@ static void run_body(const struct vsim_launch *l, struct vsim_hold *h,
 	cur.computed = 0;
 	cur.deadline = 0;
 	vsim_bus_begin();
-	vsim_engine_start(h, 0);
-	cur.phase = h->start_ns;
+	start = vsim_engine_start(h, vsim_stream_clock, 0);
+	cur.lag = vsim_now_ns() - start;
+	cur.phase = start;
 	impl->fn(&kl);
 	bus = vsim_bus_end();
 	if (cur.deadline) {
 		end = cur.deadline;
 	} else {
-		end = vsim_now_ns();
+		end = device_now();
 		cur.computed += end - cur.phase;
 	}
 	if (slowed_down)
 		end += slowed(cur.computed) - cur.computed;
-	if (end + bus > (cur.deadline ? cur.deadline : vsim_now_ns()))
+	if (end + bus > (cur.deadline ? cur.deadline : device_now())) {
 		vsim_engine_until(h, end + bus);
+		caught_up(end + bus);
+	}
 }
 
 void vsim_launch_run(int device, const struct vsim_launch *l)
@@ -263,14 +343,14 @@ void vsim_launch_run(int device, const struct vsim_launch *l)
 	if (!want) {
 		vsim_engine_acquire(device, 0, ctx_id, &h);
 		run_body(l, &h, false);
-		vsim_engine_release(&h);
+		vsim_stream_clock = vsim_engine_release(&h, cur.lag);
 		return;
 	}
 	/* The kernels of one green context share its SMs. */
 	pthread_mutex_lock(&ctx->exec_lock);
 	vsim_engine_acquire(device, want, ctx_id, &h);
 	run_body(l, &h, true);
-	vsim_engine_release(&h);
+	vsim_stream_clock = vsim_engine_release(&h, cur.lag);
 	pthread_mutex_unlock(&ctx->exec_lock);
 }
 

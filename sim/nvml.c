@@ -13,11 +13,20 @@
 #include "vgpu_nvml_types.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "vgpu_sim_record.h"
 
 /* The driver of CUDA 13.0 (VSIM_DRIVER_VERSION). */
 #define NVML_SIM_DRIVER_VERSION "580.65.06"
 #define DEVICE_MAGIC 0x4e564d31u
+/* Processes listed at most (a device's process slots). */
+#define VSIM_NVML_PROCS 256
+/* The sample period of the utilisation queries (NVML's is 1/6 s to 1 s,
+ * depending on the product). */
+#define VSIM_NVML_SAMPLE_NS 1000000000ull
 
 struct nvmlDevice_st {
 	uint32_t magic;
@@ -305,5 +314,190 @@ VSIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 	memory->reserved = 0;
 	memory->used = used;
 	memory->free = total - used;
+	return NVML_SUCCESS;
+}
+
+/* ---- unversioned names ------------------------------------------------------ */
+
+/* The real library still exports the first versions, which older programs
+ * (and HAMi-core) call by name; they behave as the current ones here. */
+VSIM_EXPORT nvmlReturn_t nvmlInit(void)
+{
+	return nvmlInitWithFlags(0);
+}
+
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count)
+{
+	return nvmlDeviceGetCount_v2(count);
+}
+
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index,
+						     nvmlDevice_t *device)
+{
+	return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+/* The CUDA version of the (simulated) driver, as cuDriverGetVersion says. */
+VSIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version)
+{
+	if (!initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (!version)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*version = VSIM_DRIVER_VERSION;
+	return NVML_SUCCESS;
+}
+
+VSIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version)
+{
+	return nvmlSystemGetCudaDriverVersion(version);
+}
+
+/* ---- processes ------------------------------------------------------------ */
+
+/* The processes with a context on d, from its state file: each is a
+ * compute process; a simulated device runs no graphics. NVML's contract:
+ * *count in is the room in infos; out, the entries written, or with
+ * NVML_ERROR_INSUFFICIENT_SIZE the room needed (infos may be NULL to ask). */
+static nvmlReturn_t processes(nvmlDevice_t device, unsigned *count,
+			      void *infos, size_t each, bool graphics)
+{
+	struct vsim_proc_use p[VSIM_NVML_PROCS];
+	const struct nvmlDevice_st *d;
+	nvmlReturn_t rc = check_device(device, count, &d);
+	long n;
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	n = graphics ? 0 : vsim_state_procs(cfg.state_dir, (int)d->index, p,
+					    VSIM_NVML_PROCS);
+	if (n < 0)
+		return NVML_ERROR_UNKNOWN;
+	if (n > VSIM_NVML_PROCS)
+		n = VSIM_NVML_PROCS;
+	if ((unsigned long)n > *count || (n && !infos)) {
+		*count = (unsigned)n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	for (long i = 0; i < n; i++) {
+		char *at = (char *)infos + (size_t)i * each;
+
+		if (each == sizeof(nvmlProcessInfo_v1_t)) {
+			*(nvmlProcessInfo_v1_t *)at = (nvmlProcessInfo_v1_t){
+				(unsigned)p[i].pid, p[i].used };
+		} else {
+			*(nvmlProcessInfo_v2_t *)at = (nvmlProcessInfo_v2_t){
+				(unsigned)p[i].pid, p[i].used, ~0u, ~0u };
+		}
+	}
+	*count = (unsigned)n;
+	return NVML_SUCCESS;
+}
+
+#define PROCESS_QUERIES(kind, graphics)					\
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses(		\
+	nvmlDevice_t device, unsigned int *count,			\
+	nvmlProcessInfo_v1_t *infos)					\
+{									\
+	return processes(device, count, infos, sizeof(*infos), graphics); \
+}									\
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses_v2(	\
+	nvmlDevice_t device, unsigned int *count,			\
+	nvmlProcessInfo_v2_t *infos)					\
+{									\
+	return processes(device, count, infos, sizeof(*infos), graphics); \
+}									\
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses_v3(	\
+	nvmlDevice_t device, unsigned int *count,			\
+	nvmlProcessInfo_v2_t *infos)					\
+{									\
+	return processes(device, count, infos, sizeof(*infos), graphics); \
+}
+
+PROCESS_QUERIES(Compute, false)
+PROCESS_QUERIES(Graphics, true)
+
+/* ---- utilisation ---------------------------------------------------------- */
+
+/* The device's record over the last VSIM_NVML_SAMPLE_NS: each kernel's
+ * SM-weighted time inside the window, summed per pid (pid 0: all), in
+ * percent of the window (at most 100). Memory traffic is not simulated. */
+static nvmlReturn_t busy_percent(const struct nvmlDevice_st *d, int32_t pid,
+				 uint64_t now, unsigned *pct)
+{
+	const size_t max = 16384;
+	struct vsim_interval *iv = malloc(max * sizeof(*iv));
+	struct vsim_record_info info;
+	uint64_t from = now - VSIM_NVML_SAMPLE_NS;
+	double busy = 0;
+	long n;
+
+	if (!iv)
+		return NVML_ERROR_MEMORY;
+	n = vsim_record_read(cfg.state_dir, (int)d->index, iv, max, &info);
+	for (long i = 0; i < n && info.sm_total; i++) {
+		uint64_t s = iv[i].start_ns > from ? iv[i].start_ns : from;
+		uint64_t e = iv[i].end_ns < now ? iv[i].end_ns : now;
+
+		if (e > s && (!pid || iv[i].pid == pid))
+			busy += (double)(e - s) * iv[i].sms / info.sm_total;
+	}
+	free(iv);
+	busy = busy * 100 / (double)VSIM_NVML_SAMPLE_NS;
+	*pct = busy >= 100 ? 100 : (unsigned)(busy + 0.5);
+	return NVML_SUCCESS;
+}
+
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(
+	nvmlDevice_t device, nvmlUtilization_t *util)
+{
+	const struct nvmlDevice_st *d;
+	nvmlReturn_t rc = check_device(device, util, &d);
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	util->memory = 0;
+	return busy_percent(d, 0, vsim_now_ns(), &util->gpu);
+}
+
+/* One sample per process with a context, over the last sample period, if
+ * lastSeen (CPU microseconds) is older than now; none: NVML_ERROR_NOT_FOUND,
+ * as the real library answers when it has no samples since lastSeen. */
+VSIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(
+	nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
+	unsigned int *count, unsigned long long lastSeen)
+{
+	struct vsim_proc_use p[VSIM_NVML_PROCS];
+	const struct nvmlDevice_st *d;
+	nvmlReturn_t rc = check_device(device, count, &d);
+	uint64_t now = vsim_now_ns();
+	struct timespec ts;
+	unsigned long long stamp;
+	long n;
+
+	if (rc != NVML_SUCCESS)
+		return rc;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	stamp = (unsigned long long)ts.tv_sec * 1000000ull +
+		(unsigned long long)ts.tv_nsec / 1000;
+	n = vsim_state_procs(cfg.state_dir, (int)d->index, p, VSIM_NVML_PROCS);
+	if (n < 0)
+		return NVML_ERROR_UNKNOWN;
+	if (n > VSIM_NVML_PROCS)
+		n = VSIM_NVML_PROCS;
+	if (n == 0 || lastSeen >= stamp)
+		return NVML_ERROR_NOT_FOUND;
+	if (!samples || *count < (unsigned)n) {
+		*count = (unsigned)n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	for (long i = 0; i < n; i++) {
+		samples[i] = (nvmlProcessUtilizationSample_t){
+			.pid = (unsigned)p[i].pid, .timeStamp = stamp };
+		rc = busy_percent(d, p[i].pid, now, &samples[i].smUtil);
+		if (rc != NVML_SUCCESS)
+			return rc;
+	}
+	*count = (unsigned)n;
 	return NVML_SUCCESS;
 }

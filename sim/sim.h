@@ -59,6 +59,10 @@ struct vsim_config {
 	uint64_t kernel_ns;       /* duration of a kernel with no host form */
 	bool green_contexts;      /* false: their entry points are not supported */
 	uint64_t bus_bandwidth;   /* bytes/s of kernels' host-memory accesses; 0: free */
+	uint64_t host_late_ns;    /* added to host waits and worker wake-ups */
+	bool unknown_kernel_fail; /* a kernel with no host form: refused
+				   * (VGPU_SIM_UNKNOWN_KERNEL=fail), not a
+				   * fixed wait */
 	struct vsim_fail_rule fail[VSIM_FAIL_KINDS];
 };
 
@@ -90,6 +94,16 @@ uint64_t vsim_state_capacity(int ordinal);
  * without attaching (NVML); `fallback` capacity when nobody set it up. */
 CUresult vsim_state_peek(const char *dir, int ordinal, uint64_t fallback,
 			 uint64_t *capacity, uint64_t *used);
+/* The live processes with a context on a device and the memory each
+ * holds, read without claiming a slot (NVML's process lists): how many
+ * there are (only the first max written to out), or -1 when the device's
+ * state cannot be read. */
+struct vsim_proc_use {
+	int32_t pid;
+	uint64_t used;
+};
+long vsim_state_procs(const char *dir, int ordinal, struct vsim_proc_use *out,
+		      size_t max);
 /* The execution engine, shared by all processes: a kernel takes `sms` of
  * the device's multiprocessors (0 or more than the device has: all of them)
  * for as long as it runs; kernels are admitted first come first served while
@@ -109,17 +123,28 @@ struct vsim_hold {
 };
 void vsim_engine_acquire(int ordinal, unsigned sms, unsigned long long ctx_id,
 			 struct vsim_hold *out);
-/* The kernel starts running now: its interval starts here, not at its
- * admission (the engine's hand-off and the host thread's way to the kernel
- * are not the kernel's time). */
-void vsim_engine_start(struct vsim_hold *h, uint64_t nominal_ns);
+/* The kernel starts: its interval starts here, not at its admission (the
+ * engine's hand-off and the host thread's way to the kernel are not the
+ * kernel's time), on the device's clock: when its stream reached it
+ * (not_before; 0: now) and the SMs were free, however late this thread is
+ * (docs/simulator.md, "The device's clock"). Returns the start, also in
+ * h->start_ns; never later than now. */
+uint64_t vsim_engine_start(struct vsim_hold *h, uint64_t not_before,
+			   uint64_t nominal_ns);
 /* Holds until deadline_ns (longer than a previous wait's, if the hold was
  * not ended meanwhile), and waits till then (vsim_busy_until). */
 void vsim_engine_until(const struct vsim_hold *h, uint64_t deadline_ns);
 /* The kernel is done: its SMs go back (unless its time was up and another
  * process ended the hold already), its time into the record and the
- * process's total. */
-void vsim_engine_release(const struct vsim_hold *h);
+ * process's total. lag_ns: how far the device's clock is behind
+ * CLOCK_MONOTONIC for this thread. Returns the end on the device's
+ * clock. */
+uint64_t vsim_engine_release(const struct vsim_hold *h, uint64_t lag_ns);
+
+/* The device's clock of the stream whose worker is this thread: when its
+ * last op ended there (stream.c sets it before each op; a kernel moves it
+ * to its end). 0 off a worker. */
+extern _Thread_local uint64_t vsim_stream_clock;
 
 /* Shared objects: device memory that several processes may hold (legacy
  * IPC, ipc.c; exported VMM handles, vmm.c). Its bytes count once on the
@@ -212,6 +237,8 @@ void vsim_device_uuid_make(const char *name, int ordinal, CUuuid *out);
 void vsim_device_uuid_string(int dev, char *out, size_t len);
 /* Waits until CLOCK_MONOTONIC reaches deadline_ns, precisely (sleep, then spin). */
 void vsim_busy_until(uint64_t deadline_ns);
+/* VGPU_SIM_HOST_LATE_NS: sleeps that long (a loaded host's lateness). */
+void vsim_host_late(void);
 /* Keeps a destroyed handle's memory for the life of the process, reachable,
  * so that a stale handle is refused (its magic is VSIM_MAGIC_DEAD) instead of
  * reading freed memory. */
@@ -416,6 +443,7 @@ struct vsim_op {
 	uint64_t seq;
 	struct vsim_dep *deps;
 	unsigned ndeps;
+	uint64_t queued_ns;    /* when it was submitted (CLOCK_MONOTONIC) */
 	union {
 		struct { void *dst; const void *src; size_t len; } copy;
 		struct { void *dst; const void *src; size_t dpitch, spitch;
@@ -442,6 +470,7 @@ struct CUstream_st {
 	struct vsim_op *head, *tail;
 	uint64_t submitted;    /* seq of the last op queued */
 	uint64_t completed;    /* seq of the last op finished */
+	uint64_t clock_done;   /* when it finished, on the device's clock */
 	bool worker_running;
 	bool stop;
 	pthread_t worker;

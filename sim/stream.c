@@ -57,12 +57,20 @@ static void fill(void *dst, uint32_t value, unsigned elem, size_t count)
 	}
 }
 
+_Thread_local uint64_t vsim_stream_clock;
+
+/* Runs op on s's worker. The device's clock (docs/simulator.md, "The
+ * device's clock") is at vsim_stream_clock when the op starts there; a
+ * kernel moves it to its end, an event is stamped with it, a copy or a
+ * host function adds the time it took. */
 static void op_run(struct CUstream_st *s, struct vsim_op *op)
 {
+	uint64_t began = vsim_now_ns(), clock = vsim_stream_clock;
+
 	switch (op->kind) {
 	case VSIM_OP_KERNEL:
 		vsim_launch_run(s->ctx->device, op->u.kernel.launch);
-		break;
+		return;
 	case VSIM_OP_COPY:
 		memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.len);
 		break;
@@ -79,14 +87,36 @@ static void op_run(struct CUstream_st *s, struct vsim_op *op)
 			     op->u.set.value, op->u.set.elem, op->u.set.count);
 		break;
 	case VSIM_OP_EVENT:
-		vsim_event_complete(op->u.event.event, op->seq, vsim_now_ns());
-		break;
+		vsim_event_complete(op->u.event.event, op->seq, clock);
+		return;
 	case VSIM_OP_HOST_FN:
 		op->u.host.fn(op->u.host.data);
+		if (vsim_stream_clock != clock)
+			return;		/* a graph's kernels moved it */
 		break;
 	case VSIM_OP_WAIT:
-		break;
+		return;
 	}
+	vsim_stream_clock = clock + (vsim_now_ns() - began);
+}
+
+/* Where s's device clock stands when op starts: after the op before it,
+ * after what it waits for (the clock of the stream it waited on, when
+ * that finished: no earlier than the op waited for), and not before op
+ * was submitted. Read after the waits, on the worker. */
+static uint64_t clock_at_start(struct CUstream_st *s, const struct vsim_op *op)
+{
+	uint64_t clock = s->clock_done;
+
+	for (unsigned i = 0; i < op->ndeps; i++) {
+		struct CUstream_st *t = op->deps[i].stream;
+
+		pthread_mutex_lock(&t->lock);
+		if (t->clock_done > clock)
+			clock = t->clock_done;
+		pthread_mutex_unlock(&t->lock);
+	}
+	return op->queued_ns > clock ? op->queued_ns : clock;
 }
 
 /* How long an idle stream worker polls its queue before sleeping. */
@@ -112,8 +142,12 @@ static void *worker_main(void *arg)
 			       vsim_now_ns() < until)
 				;
 			pthread_mutex_lock(&s->lock);
-			if (!s->head && !s->stop && s->submitted == seen)
+			if (!s->head && !s->stop && s->submitted == seen) {
 				pthread_cond_wait(&s->cond, &s->lock);
+				pthread_mutex_unlock(&s->lock);
+				vsim_host_late();
+				pthread_mutex_lock(&s->lock);
+			}
 		}
 		if (!s->head)
 			break;
@@ -121,12 +155,14 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		for (unsigned i = 0; i < op->ndeps; i++)
 			vsim_stream_wait_seq(op->deps[i].stream, op->deps[i].seq);
+		vsim_stream_clock = clock_at_start(s, op);
 		op_run(s, op);
 		pthread_mutex_lock(&s->lock);
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
 		s->completed = op->seq;
+		s->clock_done = vsim_stream_clock;
 		pthread_cond_broadcast(&s->cond);
 		pthread_mutex_unlock(&s->lock);
 		op_free(op);
@@ -281,6 +317,7 @@ CUresult vsim_stream_submit(struct CUstream_st *s, struct vsim_op *op,
 		s->worker_running = true;
 	}
 	op->seq = s->submitted + 1;
+	op->queued_ns = vsim_now_ns();
 	__atomic_store_n(&s->submitted, op->seq, __ATOMIC_RELEASE);
 	if (s->tail)
 		s->tail->next = op;
@@ -457,6 +494,115 @@ CUresult CUDAAPI cuStreamQuery_ptsz(CUstream h);
 VSIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h)
 {
 	return stream_query(h, true);
+}
+
+/* ---- capture -------------------------------------------------------------- */
+
+/* Stream capture is not simulated (cuStreamBeginCapture is not exported):
+ * no stream is ever capturing. The queries answer so for any valid stream,
+ * as cuda-core asks before every stream-ordered allocation. */
+static CUresult capture_info(CUstream h, bool ptds,
+			     CUstreamCaptureStatus *status, cuuint64_t *id,
+			     CUgraph *graph, const CUgraphNode **deps,
+			     const CUgraphEdgeData **edges, size_t *ndeps)
+{
+	struct CUstream_st *s;
+	CUresult rc = vsim_stream_resolve(h, ptds, &s);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!status)
+		return CUDA_ERROR_INVALID_VALUE;
+	*status = CU_STREAM_CAPTURE_STATUS_NONE;
+	/* The rest is left as it is when not capturing (the driver's
+	 * documentation: "only valid if the stream is capturing"), except
+	 * what a caller would read as a count. */
+	(void)id;
+	(void)graph;
+	(void)deps;
+	(void)edges;
+	if (ndeps)
+		*ndeps = 0;
+	return CUDA_SUCCESS;
+}
+
+#undef cuStreamIsCapturing
+#undef cuStreamGetCaptureInfo
+CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st);
+VSIM_EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st)
+{
+	return capture_info(h, false, st, NULL, NULL, NULL, NULL, NULL);
+}
+
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h,
+					  CUstreamCaptureStatus *st);
+VSIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream h,
+					      CUstreamCaptureStatus *st)
+{
+	return capture_info(h, true, st, NULL, NULL, NULL, NULL, NULL);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *st,
+					cuuint64_t *id);
+VSIM_EXPORT CUresult cuStreamGetCaptureInfo(CUstream h,
+					    CUstreamCaptureStatus *st,
+					    cuuint64_t *id)
+{
+	return capture_info(h, false, st, id, NULL, NULL, NULL, NULL);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream h,
+					     CUstreamCaptureStatus *st,
+					     cuuint64_t *id);
+VSIM_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream h,
+						 CUstreamCaptureStatus *st,
+						 cuuint64_t *id)
+{
+	return capture_info(h, true, st, id, NULL, NULL, NULL, NULL);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, size_t *ndeps);
+VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, size_t *ndeps)
+{
+	return capture_info(h, false, st, id, graph, deps, NULL, ndeps);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, size_t *ndeps);
+VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, size_t *ndeps)
+{
+	return capture_info(h, true, st, id, graph, deps, NULL, ndeps);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, const CUgraphEdgeData **edges,
+	size_t *ndeps);
+VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, const CUgraphEdgeData **edges,
+	size_t *ndeps)
+{
+	return capture_info(h, false, st, id, graph, deps, edges, ndeps);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, const CUgraphEdgeData **edges,
+	size_t *ndeps);
+VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h,
+	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+	const CUgraphNode **deps, const CUgraphEdgeData **edges,
+	size_t *ndeps)
+{
+	return capture_info(h, true, st, id, graph, deps, edges, ndeps);
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags,

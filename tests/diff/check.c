@@ -247,7 +247,7 @@ static bool ledger_open(void)
 	d = dir ? opendir(dir) : NULL;
 	while (d && fd < 0 && (de = readdir(d)) != NULL) {
 		size_t n = strlen(de->d_name);
-		if (n < 10 || strcmp(de->d_name + n - 10, ".v2.ledger") != 0)
+		if (n < 10 || strcmp(de->d_name + n - 10, ".v3.ledger") != 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -33,6 +33,8 @@ static bool same_settings(const struct vsim_config *a,
 	       a->sm_count == b->sm_count && a->kernel_ns == b->kernel_ns &&
 	       a->green_contexts == b->green_contexts &&
 	       a->bus_bandwidth == b->bus_bandwidth &&
+	       a->host_late_ns == b->host_late_ns &&
+	       a->unknown_kernel_fail == b->unknown_kernel_fail &&
 	       strcmp(a->name, b->name) == 0 &&
 	       strcmp(a->state_dir, b->state_dir) == 0;
 }
@@ -295,6 +297,34 @@ Test(config, kernel_ns)
 	refused("VGPU_SIM_KERNEL_NS", "2ms");    /* nanoseconds, no units */
 	refused("VGPU_SIM_KERNEL_NS", "1e6");
 	refused("VGPU_SIM_KERNEL_NS", "99999999999999999999");
+}
+
+Test(config, host_late_ns)
+{
+	accepted("VGPU_SIM_HOST_LATE_NS", "0");
+	cr_assert_eq(cfg.host_late_ns, 0);
+	accepted("VGPU_SIM_HOST_LATE_NS", "300000");
+	cr_assert_eq(cfg.host_late_ns, 300000);
+	accepted("VGPU_SIM_HOST_LATE_NS", "1000000000");
+	cr_assert_eq(cfg.host_late_ns, 1000000000ull);
+	refused("VGPU_SIM_HOST_LATE_NS", "");
+	refused("VGPU_SIM_HOST_LATE_NS", "1000000001");
+	refused("VGPU_SIM_HOST_LATE_NS", "-1");
+	refused("VGPU_SIM_HOST_LATE_NS", "300us");
+	refused("VGPU_SIM_HOST_LATE_NS", "99999999999999999999");
+}
+
+Test(config, unknown_kernel)
+{
+	cr_assert_eq(cfg.unknown_kernel_fail, false, "the default is wait");
+	accepted("VGPU_SIM_UNKNOWN_KERNEL", "fail");
+	cr_assert_eq(cfg.unknown_kernel_fail, true);
+	accepted("VGPU_SIM_UNKNOWN_KERNEL", "wait");
+	cr_assert_eq(cfg.unknown_kernel_fail, false);
+	refused("VGPU_SIM_UNKNOWN_KERNEL", "");
+	refused("VGPU_SIM_UNKNOWN_KERNEL", "FAIL");
+	refused("VGPU_SIM_UNKNOWN_KERNEL", "1");
+	refused("VGPU_SIM_UNKNOWN_KERNEL", "failure");
 }
 
 static void rule_is(enum vsim_fail_kind k, uint64_t first, uint64_t last,

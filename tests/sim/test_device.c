@@ -246,3 +246,14 @@ Test(device, no_peer_access)
 	CU_OK(cuDeviceCanAccessPeer(&can, 0, 1));
 	cr_assert_eq(can, 0);
 }
+
+/* Read by numba and cuda-core to pick FP64 paths: an H100/H200-class 2. */
+Test(device, single_to_double_ratio_is_set)
+{
+	int v = 0;
+
+	simtest_init();
+	CU_OK(cuDeviceGetAttribute(&v,
+		CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 0));
+	cr_assert_eq(v, 2);
+}

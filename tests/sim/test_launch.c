@@ -1,11 +1,14 @@
 /* test_launch.c - kernel launches in every form: the workload kernels' host
  * forms compute the right results; a kernel with no host form runs as a
- * no-op of VGPU_SIM_KERNEL_NS.
+ * no-op of VGPU_SIM_KERNEL_NS, or is refused (VGPU_SIM_UNKNOWN_KERNEL=fail),
+ * named on stderr once per name.
  */
 #include "simtest.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vgpu_kernels.h"
 
@@ -491,4 +494,146 @@ Test(launch, function_of_another_context)
 	CU_OK(cuStreamCreate(&st, 0));
 	CU_ASSERT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, st, s.params, NULL),
 		  CUDA_ERROR_INVALID_HANDLE);
+}
+
+/* VGPU_SIM_UNKNOWN_KERNEL=fail: a kernel with no host form is refused
+ * (CUDA_ERROR_NOT_SUPPORTED), every time; the memory it would have
+ * written is untouched; a kernel with one still runs. */
+Test(launch, unknown_kernel_fail_refuses_it)
+{
+	float h[64], out[64];
+	CUdeviceptr d;
+	float scale = 3.0f;
+	int n = 64;
+	void *params[] = { &d, &scale, &n };
+	unsigned long long ns = 1000, none = 0;
+	void *spin_params[] = { &ns, &none };
+	CUmodule m;
+	CUfunction f;
+
+	setenv("VGPU_SIM_UNKNOWN_KERNEL", "fail", 1);
+	simtest_init();
+	CU_OK(cuModuleLoad(&m, SIMTEST_OWN_CUBIN));
+	f = get(m, "user_scale");
+	for (int i = 0; i < 64; i++)
+		h[i] = (float)i;
+	CU_OK(cuMemAlloc(&d, sizeof(h)));
+	CU_OK(cuMemcpyHtoD(d, h, sizeof(h)));
+	for (int i = 0; i < 2; i++)
+		CU_ASSERT(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, NULL, params,
+					 NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CU_OK(cuCtxSynchronize());
+	CU_OK(cuMemcpyDtoH(out, d, sizeof(out)));
+	cr_assert_eq(memcmp(h, out, sizeof(h)), 0);
+	CU_OK(cuLaunchKernel(get(load_workload(), "vgpu_spin"), 1, 1, 1, 1, 1,
+			     1, 0, NULL, spin_params, NULL));
+	CU_OK(cuCtxSynchronize());
+}
+
+/* Two kernels of the user's own, from PTX text: no host form. */
+static const char unknown_ptx[] =
+	".version 8.0\n"
+	".target sm_80\n"
+	".address_size 64\n"
+	".visible .entry user_one(.param .u64 p)\n"
+	"{ ret; }\n"
+	".visible .entry user_two(.param .u64 p)\n"
+	"{ ret; }\n";
+
+/* Occurrences of `needle` in `hay`. */
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (const char *at = hay; (at = strstr(at, needle)); at++)
+		n++;
+	return n;
+}
+
+/* A kernel with no host form is named on stderr once per name and
+ * process (two modules with the same name count once), with the
+ * simulator's prefix; by default it still runs (as a wait); a kernel with
+ * a host form is never named. */
+Test(launch, unknown_kernel_named_once_per_name)
+{
+	unsigned long long ns = 1000, none = 0;
+	void *spin_params[] = { &ns, &none };
+	CUdeviceptr p = 0;
+	void *params[] = { &p };
+	char msg[4096], prefix[32];
+	CUmodule m1, m2;
+	CUfunction one, two, again, spin;
+
+	setenv("VGPU_SIM_KERNEL_NS", "1000", 1);
+	simtest_init();
+	CU_OK(cuModuleLoadData(&m1, unknown_ptx));
+	CU_OK(cuModuleLoadData(&m2, unknown_ptx));
+	one = get(m1, "user_one");
+	two = get(m1, "user_two");
+	again = get(m2, "user_one");
+	spin = get(load_workload(), "vgpu_spin");
+	simtest_stderr_begin();
+	for (int i = 0; i < 3; i++) {
+		CU_OK(cuLaunchKernel(one, 1, 1, 1, 32, 1, 1, 0, NULL, params,
+				     NULL));
+		CU_OK(cuLaunchKernel(two, 1, 1, 1, 32, 1, 1, 0, NULL, params,
+				     NULL));
+		CU_OK(cuLaunchKernel(again, 1, 1, 1, 32, 1, 1, 0, NULL, params,
+				     NULL));
+		CU_OK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL,
+				     spin_params, NULL));
+	}
+	CU_OK(cuCtxSynchronize());
+	simtest_stderr_end(msg, sizeof(msg));
+	snprintf(prefix, sizeof(prefix), "vgpu-sim[%d]: kernel ", (int)getpid());
+	cr_assert_eq(count_of(msg, "kernel user_one has no host form"), 1,
+		     "%s", msg);
+	cr_assert_eq(count_of(msg, "kernel user_two has no host form"), 1,
+		     "%s", msg);
+	cr_assert_eq(count_of(msg, prefix), 2, "%s", msg);
+	cr_assert_eq(count_of(msg, "\n"), 2, "%s", msg);
+	cr_assert_eq(count_of(msg, "vgpu_spin"), 0, "%s", msg);
+	cr_assert_eq(count_of(msg, "VGPU_SIM_UNKNOWN_KERNEL=fail refuses"), 2,
+		     "%s", msg);
+	CU_OK(cuModuleUnload(m1));
+	CU_OK(cuModuleUnload(m2));
+}
+
+/* VGPU_SIM_UNKNOWN_KERNEL=fail: the message says so, once; a graph's
+ * kernel node of such a kernel is refused when added, as its launch is. */
+Test(launch, unknown_kernel_fail_is_named_and_refused_in_graphs)
+{
+	CUdeviceptr p = 0;
+	void *params[] = { &p };
+	char msg[2048];
+	CUmodule m;
+	CUfunction f;
+	CUgraph g;
+	CUgraphNode node;
+	CUDA_KERNEL_NODE_PARAMS kp = {
+		.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+		.blockDimX = 32, .blockDimY = 1, .blockDimZ = 1,
+		.kernelParams = params,
+	};
+
+	setenv("VGPU_SIM_UNKNOWN_KERNEL", "fail", 1);
+	simtest_init();
+	CU_OK(cuModuleLoadData(&m, unknown_ptx));
+	f = get(m, "user_one");
+	kp.func = f;
+	CU_OK(cuGraphCreate(&g, 0));
+	simtest_stderr_begin();
+	CU_ASSERT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL),
+		  CUDA_ERROR_NOT_SUPPORTED);
+	CU_ASSERT(cuGraphAddKernelNode(&node, g, NULL, 0, &kp),
+		  CUDA_ERROR_NOT_SUPPORTED);
+	CU_ASSERT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL),
+		  CUDA_ERROR_NOT_SUPPORTED);
+	simtest_stderr_end(msg, sizeof(msg));
+	cr_assert_eq(count_of(msg, "kernel user_one has no host form"), 1,
+		     "%s", msg);
+	cr_assert_eq(count_of(msg, "return CUDA_ERROR_NOT_SUPPORTED "
+			      "(VGPU_SIM_UNKNOWN_KERNEL=fail)"), 1, "%s", msg);
+	CU_OK(cuGraphDestroy(g));
+	CU_OK(cuModuleUnload(m));
 }

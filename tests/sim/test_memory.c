@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 TestSuite(memory, .init = simtest_clean_env, .fini = simtest_remove_state);
 
@@ -442,5 +444,63 @@ Test(memory, concurrent_alloc_and_free)
 	cr_assert_eq(free_now(), 0);
 	CU_ASSERT(cuMemAlloc(&p, 1), CUDA_ERROR_OUT_OF_MEMORY);
 	run_all(a, free_many);
+	cr_assert_eq(free_now(), SIMTEST_MEMORY);
+}
+
+/* Processes racing to fill the device, 1 MiB at a time, each until its
+ * first refusal: together they get exactly the device (the reservations
+ * that race see each other's bytes, so none overcommits, and one refused
+ * only by another's being decided tries again). */
+#define FILLERS 4
+
+Test(memory, processes_fill_exactly, .timeout = 30)
+{
+	int go[2], out[2], fin[2];
+	pid_t pids[FILLERS];
+	uint64_t got, sum = 0;
+
+	simtest_init_shared();
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(out), 0);
+	cr_assert_eq(pipe(fin), 0);
+	for (int i = 0; i < FILLERS; i++) {
+		pids[i] = fork();
+		cr_assert_geq(pids[i], 0);
+		if (pids[i] == 0) {
+			CUdeviceptr p;
+			CUcontext c;
+			char ch;
+
+			got = 0;
+			if (cuInit(0) || cuDevicePrimaryCtxRetain(&c, 0) ||
+			    cuCtxSetCurrent(c) || read(go[0], &ch, 1) != 1)
+				_exit(1);
+			while (cuMemAlloc(&p, MIB) == CUDA_SUCCESS)
+				got += MIB;
+			if (write(out[1], &got, sizeof(got)) != sizeof(got))
+				_exit(1);
+			/* Holds it until the test has counted. */
+			close(fin[1]);
+			_exit(read(fin[0], &ch, 1) == 0 ? 0 : 1);
+		}
+	}
+	close(out[1]);
+	close(fin[0]);
+	cr_assert_eq(write(go[1], "gggggggg", FILLERS), FILLERS);
+	for (int i = 0; i < FILLERS; i++) {
+		cr_assert_eq(read(out[0], &got, sizeof(got)), sizeof(got),
+			     "a filler failed");
+		sum += got;
+	}
+	cr_assert_eq(sum, SIMTEST_MEMORY, "the fillers got %llu MiB",
+		     (unsigned long long)(sum / MIB));
+	cr_assert_eq(free_now(), 0);
+	close(fin[1]);
+	for (int i = 0; i < FILLERS; i++) {
+		int status;
+
+		cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
 	cr_assert_eq(free_now(), SIMTEST_MEMORY);
 }

@@ -1,14 +1,17 @@
 /* test_nvml.c - the simulated libnvidia-ml.so.1: initialisation, devices by
  * physical index and UUID, and memory that the simulated libcuda of this
- * and other processes uses.
+ * and other processes uses; the process lists, utilisation, and the names
+ * (unversioned and versioned) that dlopen-ing programs look up.
  */
 #include "simtest.h"
 #include "vgpu_nvml_types.h"
 
 #include <stdio.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 nvmlReturn_t nvmlInit_v2(void);
@@ -28,6 +31,29 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 					nvmlMemory_v2_t *memory);
+nvmlReturn_t nvmlInit(void);
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index,
+					nvmlDevice_t *device);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+	unsigned int *count, nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+	unsigned int *count, nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+	unsigned int *count, nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device,
+	unsigned int *count, nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
+	unsigned int *count, nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
+	unsigned int *count, nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+					   nvmlUtilization_t *util);
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+	nvmlProcessUtilizationSample_t *samples, unsigned int *count,
+	unsigned long long lastSeen);
 
 TestSuite(nvml, .init = simtest_clean_env, .fini = simtest_remove_state);
 
@@ -284,3 +310,237 @@ Test(nvml, memory_of_other_processes)
 	cr_assert_eq(memory(d).used, 0);
 	NVML_OK(nvmlShutdown());
 }
+
+/* The first versions' names, which older programs (and HAMi-core) call,
+ * answer as the current ones; the CUDA version is the driver's. */
+Test(nvml, unversioned_names_and_the_cuda_version)
+{
+	unsigned n1 = 0, n2 = 0;
+	nvmlDevice_t d = NULL;
+	int v1 = 0, v2 = 0;
+
+	simtest_env();
+	NVML_ASSERT(nvmlDeviceGetCount(&n1), NVML_ERROR_UNINITIALIZED);
+	NVML_ASSERT(nvmlSystemGetCudaDriverVersion(&v1),
+		    NVML_ERROR_UNINITIALIZED);
+	NVML_OK(nvmlInit());
+	NVML_OK(nvmlDeviceGetCount(&n1));
+	NVML_OK(nvmlDeviceGetCount_v2(&n2));
+	cr_assert_eq(n1, n2);
+	NVML_OK(nvmlDeviceGetHandleByIndex(0, &d));
+	cr_assert_eq(d, handle(0));
+	NVML_ASSERT(nvmlDeviceGetHandleByIndex(n1, &d),
+		    NVML_ERROR_INVALID_ARGUMENT);
+	NVML_OK(nvmlSystemGetCudaDriverVersion(&v1));
+	NVML_OK(nvmlSystemGetCudaDriverVersion_v2(&v2));
+	cr_assert_eq(v1, 13000);
+	cr_assert_eq(v2, 13000);
+	NVML_ASSERT(nvmlSystemGetCudaDriverVersion(NULL),
+		    NVML_ERROR_INVALID_ARGUMENT);
+	NVML_OK(nvmlShutdown());
+}
+
+/* The process list: every process with a context, with the memory it
+ * holds, by NVML's two-call protocol; gone when it exits. No graphics. */
+Test(nvml, processes_with_their_memory)
+{
+	int to_child[2], to_parent[2];
+	nvmlProcessInfo_v2_t p2[4];
+	nvmlProcessInfo_v1_t p1[4];
+	unsigned n;
+	char c = 0;
+	nvmlDevice_t d;
+	pid_t pid;
+
+	simtest_env();
+	cr_assert_eq(pipe(to_child), 0);
+	cr_assert_eq(pipe(to_parent), 0);
+	pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0) {
+		CUcontext ctx;
+		CUdeviceptr p;
+
+		if (cuInit(0) != CUDA_SUCCESS ||
+		    cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
+		    cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+		    cuMemAlloc(&p, 6 * MIB) != CUDA_SUCCESS)
+			_exit(1);
+		if (write(to_parent[1], "a", 1) != 1 ||
+		    read(to_child[0], &c, 1) != 1)
+			_exit(2);
+		_exit(0);
+	}
+	NVML_OK(nvmlInit_v2());
+	d = handle(0);
+	cr_assert_eq(read(to_parent[0], &c, 1), 1, "the child failed");
+	n = 0;
+	NVML_ASSERT(nvmlDeviceGetComputeRunningProcesses_v3(d, &n, NULL),
+		    NVML_ERROR_INSUFFICIENT_SIZE);
+	cr_assert_eq(n, 1);
+	n = 4;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses_v3(d, &n, p2));
+	cr_assert_eq(n, 1);
+	cr_assert_eq(p2[0].pid, (unsigned)pid);
+	cr_assert_eq(p2[0].usedGpuMemory, 6 * MIB);
+	cr_assert_eq(p2[0].gpuInstanceId, ~0u);
+	cr_assert_eq(p2[0].computeInstanceId, ~0u);
+	memset(p2, 0, sizeof(p2));
+	n = 4;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses_v2(d, &n, p2));
+	cr_assert(n == 1 && p2[0].pid == (unsigned)pid &&
+		  p2[0].usedGpuMemory == 6 * MIB);
+	n = 4;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses(d, &n, p1));
+	cr_assert(n == 1 && p1[0].pid == (unsigned)pid &&
+		  p1[0].usedGpuMemory == 6 * MIB);
+	n = 0;
+	NVML_ASSERT(nvmlDeviceGetComputeRunningProcesses(d, &n, p1),
+		    NVML_ERROR_INSUFFICIENT_SIZE);
+	cr_assert_eq(n, 1);
+	n = 4;
+	NVML_OK(nvmlDeviceGetGraphicsRunningProcesses_v3(d, &n, p2));
+	cr_assert_eq(n, 0);
+	NVML_ASSERT(nvmlDeviceGetComputeRunningProcesses_v3(d, NULL, p2),
+		    NVML_ERROR_INVALID_ARGUMENT);
+	cr_assert_eq(write(to_child[1], "b", 1), 1);
+	cr_assert_eq(waitpid(pid, NULL, 0), pid);
+	n = 4;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses_v3(d, &n, p2));
+	cr_assert_eq(n, 0, "a dead process is still listed");
+	NVML_OK(nvmlShutdown());
+}
+
+/* What programs that dlopen libnvidia-ml.so.1 (pynvml, HAMi-core) look up
+ * is there under NVIDIA's names, unversioned and versioned; what the
+ * simulator does not answer stays absent. */
+Test(nvml, names_found_by_dlsym)
+{
+	static const char *const names[] = {
+		"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags",
+		"nvmlDeviceGetCount", "nvmlDeviceGetCount_v2",
+		"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2",
+		"nvmlDeviceGetComputeRunningProcesses",
+		"nvmlDeviceGetComputeRunningProcesses_v2",
+		"nvmlDeviceGetComputeRunningProcesses_v3",
+		"nvmlDeviceGetGraphicsRunningProcesses",
+		"nvmlDeviceGetGraphicsRunningProcesses_v2",
+		"nvmlDeviceGetGraphicsRunningProcesses_v3",
+		"nvmlDeviceGetUtilizationRates",
+		"nvmlDeviceGetProcessUtilization",
+		"nvmlSystemGetCudaDriverVersion",
+		"nvmlSystemGetCudaDriverVersion_v2",
+	};
+	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	cr_assert_not_null(lib, "%s", dlerror());
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		cr_assert_not_null(dlsym(lib, names[i]), "%s is missing",
+				   names[i]);
+	cr_assert_null(dlsym(lib, "nvmlDeviceGetTemperature"));
+	cr_assert_null(dlsym(lib, "vsim_log"), "a simulator symbol leaked");
+	dlclose(lib);
+}
+
+/* A device no process holds a context on: no processes in any version
+ * (with no array, 0 and success), no samples (NVML_ERROR_NOT_FOUND, as the
+ * real library answers), 0% busy; graphics lists none in any version. */
+Test(nvml, no_processes_no_samples)
+{
+	nvmlProcessUtilizationSample_t smp[2];
+	nvmlProcessInfo_v2_t p2[2];
+	nvmlProcessInfo_v1_t p1[2];
+	nvmlUtilization_t u = { 7, 7 };
+	unsigned n;
+	nvmlDevice_t d;
+
+	simtest_env();
+	n = 0;
+	NVML_ASSERT(nvmlDeviceGetProcessUtilization(NULL, smp, &n, 0),
+		    NVML_ERROR_UNINITIALIZED);
+	NVML_OK(nvmlInit());
+	d = handle(0);
+	n = 0;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses_v3(d, &n, NULL));
+	cr_assert_eq(n, 0);
+	n = 2;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses_v2(d, &n, p2));
+	cr_assert_eq(n, 0);
+	n = 2;
+	NVML_OK(nvmlDeviceGetComputeRunningProcesses(d, &n, p1));
+	cr_assert_eq(n, 0);
+	n = 2;
+	NVML_OK(nvmlDeviceGetGraphicsRunningProcesses(d, &n, p1));
+	cr_assert_eq(n, 0);
+	n = 2;
+	NVML_OK(nvmlDeviceGetGraphicsRunningProcesses_v2(d, &n, p2));
+	cr_assert_eq(n, 0);
+	n = 0;
+	NVML_OK(nvmlDeviceGetGraphicsRunningProcesses_v3(d, &n, NULL));
+	cr_assert_eq(n, 0);
+	n = 2;
+	NVML_ASSERT(nvmlDeviceGetProcessUtilization(d, smp, &n, 0),
+		    NVML_ERROR_NOT_FOUND);
+	NVML_ASSERT(nvmlDeviceGetProcessUtilization(d, NULL, &n, 0),
+		    NVML_ERROR_NOT_FOUND);
+	NVML_ASSERT(nvmlDeviceGetProcessUtilization(d, smp, NULL, 0),
+		    NVML_ERROR_INVALID_ARGUMENT);
+	NVML_OK(nvmlDeviceGetUtilizationRates(d, &u));
+	cr_assert_eq(u.gpu, 0);
+	cr_assert_eq(u.memory, 0);
+	NVML_ASSERT(nvmlDeviceGetComputeRunningProcesses_v3(NULL, &n, p2),
+		    NVML_ERROR_INVALID_ARGUMENT);
+	NVML_OK(nvmlShutdown());
+}
+
+#ifdef SIMTEST_KERNELS
+#include "vgpu_kernels.h"
+
+/* Utilisation is the device's record over the last second: 300 ms of
+ * kernels on every SM read as 30% when asked within the second they ran
+ * in (and never more, whenever asked); this process's sample likewise. */
+Test(nvml, utilisation_from_the_record)
+{
+	unsigned long long ns = 100000000ull, none = 0;
+	void *params[] = { &ns, &none };
+	nvmlProcessUtilizationSample_t smp[4];
+	nvmlUtilization_t u = { 1000, 1000 };
+	struct timespec t0, t1;
+	unsigned n = 4;
+	CUmodule m;
+	CUfunction f;
+	nvmlDevice_t d;
+
+	simtest_init_shared();
+	NVML_OK(nvmlInit_v2());
+	d = handle(0);
+	NVML_OK(nvmlDeviceGetUtilizationRates(d, &u));
+	cr_assert_eq(u.gpu, 0);
+	cr_assert_eq(u.memory, 0);
+	NVML_ASSERT(nvmlDeviceGetUtilizationRates(d, NULL),
+		    NVML_ERROR_INVALID_ARGUMENT);
+	CU_OK(cuModuleLoadData(&m, vgpu_kernels_fatbin));
+	CU_OK(cuModuleGetFunction(&f, m, "vgpu_spin"));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 3; i++)
+		CU_OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params,
+				     NULL));
+	CU_OK(cuCtxSynchronize());
+	NVML_OK(nvmlDeviceGetUtilizationRates(d, &u));
+	NVML_OK(nvmlDeviceGetProcessUtilization(d, smp, &n, 0));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	cr_assert_leq(u.gpu, 30);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(smp[0].pid, (unsigned)getpid());
+	cr_assert_leq(smp[0].smUtil, 30);
+	if ((t1.tv_sec - t0.tv_sec) * 1000000000ll +
+	    (t1.tv_nsec - t0.tv_nsec) < 1000000000ll) {
+		cr_assert_eq(u.gpu, 30, "gpu %u%%", u.gpu);
+		cr_assert_eq(smp[0].smUtil, 30);
+	}
+	NVML_ASSERT(nvmlDeviceGetProcessUtilization(d, smp, &n, ~0ull),
+		    NVML_ERROR_NOT_FOUND);
+	CU_OK(cuModuleUnload(m));
+	NVML_OK(nvmlShutdown());
+}
+#endif

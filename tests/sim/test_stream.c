@@ -550,3 +550,70 @@ Test(stream, launch_kernel_ptsz)
 	CU_OK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
 }
 #endif
+
+/* Capture is not simulated: every valid stream (NULL, and the legacy and
+ * per-thread default streams, included) says it is not capturing, through
+ * every version of the queries and their per-thread forms; a destroyed
+ * stream is refused. cuda-core asks before each stream-ordered allocation. */
+Test(stream, capture_queries_say_not_capturing)
+{
+	PFN_cuStreamGetCaptureInfo_v10010 v1;
+	PFN_cuStreamGetCaptureInfo_v11030 v2;
+	PFN_cuStreamGetCaptureInfo_v12030 v3, v3_ptsz;
+	PFN_cuStreamIsCapturing_v10000 is, is_ptsz;
+	CUstream streams[4] = { NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD,
+				NULL }, dead;
+	CUstreamCaptureStatus st;
+	CUdriverProcAddressQueryResult q;
+	cuuint64_t id = 77;
+	size_t n = 5;
+
+	simtest_init();
+	CU_OK(cuStreamCreate(&streams[3], CU_STREAM_NON_BLOCKING));
+	CU_OK(cuGetProcAddress("cuStreamIsCapturing", (void **)&is, 10000, 0,
+			       &q));
+	CU_OK(cuGetProcAddress("cuStreamIsCapturing", (void **)&is_ptsz,
+			       10000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+			       &q));
+	CU_OK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v1, 10010,
+			       0, &q));
+	CU_OK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v2, 11030,
+			       0, &q));
+	CU_OK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v3, 12030,
+			       0, &q));
+	CU_OK(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&v3_ptsz,
+			       12030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+			       &q));
+	cr_assert(v1 != (void *)v2 && v2 != (void *)v3 && v3 != v3_ptsz);
+	for (int i = 0; i < 4; i++) {
+		st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		CU_OK(is(streams[i], &st));
+		cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		CU_OK(is_ptsz(streams[i], &st));
+		cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		CU_OK(v1(streams[i], &st, &id));
+		cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		n = 5;
+		CU_OK(v2(streams[i], &st, &id, NULL, NULL, &n));
+		cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		cr_assert_eq(n, 0);
+		st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		n = 5;
+		CU_OK(v3(streams[i], &st, NULL, NULL, NULL, NULL, &n));
+		cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		cr_assert_eq(n, 0);
+		st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		n = 5;
+		CU_OK(v3_ptsz(streams[i], &st, &id, NULL, NULL, NULL, &n));
+		cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		cr_assert_eq(n, 0);
+	}
+	CU_ASSERT(is(streams[3], NULL), CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuStreamCreate(&dead, 0));
+	CU_OK(cuStreamDestroy(dead));
+	cr_assert_neq(is(dead, &st), CUDA_SUCCESS);
+	CU_OK(cuStreamDestroy(streams[3]));
+}
