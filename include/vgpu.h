@@ -25,8 +25,9 @@
 /* ---- the ledger ---------------------------------------------------------- */
 
 /* The layout version: in the file name and the header. A layout change
- * bumps it, so a new version uses a new file and never meets an old one. */
-#define VGPU_LEDGER_VERSION	2
+ * bumps it, so a new version uses a new file and never meets an old one.
+ * 3: tenant records found and made lock-free by their key (no join lock). */
+#define VGPU_LEDGER_VERSION	3
 #define VGPU_LEDGER_MAGIC	UINT64_C(0x4744454C55504756)	/* "VGPULEDG" */
 #define VGPU_LEDGER_SUFFIX	".ledger"
 
@@ -77,7 +78,7 @@ enum vgpu_usage_kind {
 #define VGPU_USAGE_IS_DEVICE(kind) ((kind) != VGPU_USAGE_SPILLED)
 
 enum vgpu_ledger_tenant_state {
-	VGPU_TENANT_FREE = 0,		/* record unused */
+	VGPU_TENANT_FREE = 0,		/* record unused, or being made */
 	VGPU_TENANT_ACTIVE = 1,
 };
 
@@ -138,7 +139,11 @@ struct vgpu_ledger_tenant {
 	int32_t limit_set_pid;		/* pid (own namespace) that set it */
 	uint32_t limit_changes;		/* times a joiner changed the limit */
 	uint64_t turn_since_ns;		/* when compute.turn's holder began waiting */
-	uint64_t reserved0;
+	/* The record's key (docs/ledger-abi.md, "Joining"): 0 free; else the
+	 * name's hash (FNV-1a, 0 read as 1) in the low 32 bits and, in the
+	 * high 32, 0 once the record is ready or, while a process makes it,
+	 * that process's owner word (as in `lock`). Changed by CAS only. */
+	uint64_t key;
 	char name[VGPU_LEDGER_NAME_MAX];	/* NUL-terminated */
 	uint64_t usage[VGPU_LEDGER_KIND_SLOTS];	/* bytes per kind (lock) */
 	struct vgpu_ledger_compute compute;
@@ -270,7 +275,7 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_set_ns, 32, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_set_pid, 40, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, limit_changes, 44, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, turn_since_ns, 48, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 56, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, key, 56, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, name, 64, 64);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, usage, 128, 128);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, compute, 256, 64);

@@ -66,6 +66,33 @@ typedef struct nvmlMemory_v2_st {
 	unsigned long long used;
 } nvmlMemory_v2_t;
 
+/* nvmlDeviceGet{Compute,Graphics}RunningProcesses (unversioned) fill the
+ * first; _v2 and _v3 the second (the same layout). */
+typedef struct nvmlProcessInfo_v1_st {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct nvmlProcessInfo_v2_st {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId;     /* ~0u: not a MIG instance */
+	unsigned int computeInstanceId; /* ~0u likewise */
+} nvmlProcessInfo_v2_t;
+
+typedef struct nvmlUtilization_st {
+	unsigned int gpu;               /* percent of the sample period in
+					 * which a kernel ran */
+	unsigned int memory;            /* percent in which memory was read
+					 * or written */
+} nvmlUtilization_t;
+
+typedef struct nvmlProcessUtilizationSample_st {
+	unsigned int pid;
+	unsigned long long timeStamp;   /* CPU timestamp, microseconds */
+	unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
 #define NVML_STRUCT_VERSION(name, ver) \
 	(unsigned int)(sizeof(name##_v##ver##_t) | ((ver) << 24U))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(nvmlMemory, 2)

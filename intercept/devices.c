@@ -117,10 +117,11 @@ static int join(struct vgpu_dev *dv, const struct vgpu_options *o,
 		.share_pct = capped(share, o->compute_policy) ? share : 0,
 		.policy = (uint32_t)o->compute_policy,
 	};
+	struct vgpu_ledger_access access = { .group = o->ledger_group };
 	int r;
 
-	r = vgpu_ledger_open(o->ledger_dir, uuid, physical, &dv->ledger, err,
-			     errlen);
+	r = vgpu_ledger_open_with(o->ledger_dir, uuid, physical, &access,
+				  &dv->ledger, err, errlen);
 	if (r != 0)
 		return r;
 	r = vgpu_ledger_join_terms(dv->ledger, o->tenant, &want,
@@ -137,6 +138,25 @@ static int join(struct vgpu_dev *dv, const struct vgpu_options *o,
 	return r;
 }
 
+/* A slice larger than the device is accepted (the device's size is what
+ * the job can get, and what the views show), but said once: a limit of
+ * 64GiB on a 2 GiB GPU is more likely a mistake than a choice. */
+static void warn_oversize(const struct vgpu_options *o, int ordinal,
+			  const char *uuid, uint64_t physical)
+{
+	uint64_t limit = vgpu__options_memory_limit(o, (unsigned)ordinal);
+	char a[32], b[32];
+
+	if (limit == VGPU_LEDGER_UNLIMITED || limit <= physical)
+		return;
+	vgpu__format_size(a, sizeof(a), limit);
+	vgpu__format_size(b, sizeof(b), physical);
+	vgpu_log(VGPU_LOG_WARN, "device %d (%s): the memory limit, %s "
+		 "(VGPU_MEMORY_LIMIT or VGPU_MEMORY_LIMIT_%d), is larger than "
+		 "the device's %s; the device's size applies", ordinal, uuid,
+		 a, ordinal, b);
+}
+
 /* The device's ledger slot, joined now. Called with attach_lock held. */
 static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		   uint64_t physical)
@@ -148,6 +168,11 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 	dv->physical = physical;
 	snprintf(dv->uuid, sizeof(dv->uuid), "%s", uuid);
 	dv->ordinal = ordinal;
+	if (vgpu__refused()) {
+		/* cuInit refused the GPU once the driver was up. */
+		__atomic_store_n(&dv->state, VGPU_DEV_FAILED, __ATOMIC_RELEASE);
+		return;
+	}
 	if (o->disable) {
 		__atomic_store_n(&dv->state, VGPU_DEV_READY, __ATOMIC_RELEASE);
 		return;
@@ -173,6 +198,7 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		vgpu_log(VGPU_LOG_INFO, "device %d (%s): tenant %s, ledger %s",
 			 ordinal, uuid, o->tenant,
 			 vgpu_ledger_path(dv->ledger));
+		warn_oversize(o, ordinal, uuid, physical);
 		__atomic_store_n(&dv->state, VGPU_DEV_READY, __ATOMIC_RELEASE);
 		return;
 	}

@@ -62,6 +62,10 @@ extern const size_t vgpu__call_count;
  * Idempotent, thread-safe; returns false when no driver could be loaded. */
 bool vgpu__real_load(void);
 
+/* Every forwarder answers CUDA_ERROR_NOT_INITIALIZED from now on, as with
+ * no driver (a refusal found once the driver was up). */
+void vgpu__real_block(void);
+
 /* Where the real driver was loaded from ("" if it was not). */
 const char *vgpu__real_path(void);
 

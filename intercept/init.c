@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Marks this library, so that it never loads itself as "the driver". */
 VGPU_EXPORT const char vgpu_shim_version[] = VGPU_VERSION_STRING;
@@ -26,30 +27,53 @@ static bool refuses(void)
 	return opts.on_error == VGPU_ON_ERROR_REFUSE && !opts.disable;
 }
 
+/* The lines of err, then what the bad variables they name do: refuse the
+ * GPU, or go on as if unset. */
+static void report_bad(const char *err, int bad)
+{
+	vgpu_log_text(err);
+	if (refuses())
+		vgpu_log(VGPU_LOG_ERROR,
+			 "refusing the GPU: fix the variable%s above, "
+			 "or set VGPU_ON_ERROR=warn to run as if %s "
+			 "unset", bad > 1 ? "s" : "",
+			 bad > 1 ? "they were" : "it was");
+	else
+		vgpu_log(VGPU_LOG_WARN,
+			 "%s: going on as if the variable%s above "
+			 "%s unset",
+			 opts.disable ? "limits are off (VGPU_DISABLE)"
+				      : "VGPU_ON_ERROR=warn",
+			 bad > 1 ? "s" : "", bad > 1 ? "were" : "was");
+}
+
+/* Each line of text as a warning, with tail appended. */
+static void warn_lines(const char *text, const char *tail)
+{
+	for (const char *l = text; *l;) {
+		size_t n = strcspn(l, "\n");
+
+		vgpu_log(VGPU_LOG_WARN, "%.*s%s", (int)n, l, tail);
+		l += n + (l[n] == '\n');
+	}
+}
+
+/* Bad values and variables that name no option (VGPU_MEMROY_LIMIT) alike:
+ * both are counted in bad_options, so both refuse or warn by the rule.
+ * HAMi's names misspelt (CUDA_DEVICE_MEMORY_LIMT) are only warned about:
+ * they are outside the VGPU_ namespace. */
 static void load_options(void)
 {
 	char err[4096];
 
-	bad_options = vgpu__options_load(&opts, vgpu__options_env, err,
-					 sizeof(err));
+	bad_options = vgpu__options_load(&opts, (const char *const *)environ,
+					 err, sizeof(err));
 	vgpu_log_set_level(opts.log_level);
-	if (bad_options) {
-		vgpu_log_text(err);
-		if (refuses())
-			vgpu_log(VGPU_LOG_ERROR,
-				 "refusing the GPU: fix the variable%s above, "
-				 "or set VGPU_ON_ERROR=warn to run with the "
-				 "defaults in their place",
-				 bad_options > 1 ? "s" : "");
-		else
-			vgpu_log(VGPU_LOG_WARN,
-				 "%s: going on with the default%s in place "
-				 "of the value%s above",
-				 opts.disable ? "limits are off (VGPU_DISABLE)"
-					      : "VGPU_ON_ERROR=warn",
-				 bad_options > 1 ? "s" : "",
-				 bad_options > 1 ? "s" : "");
-	}
+	if (bad_options)
+		report_bad(err, bad_options);
+	if (vgpu__options_check_hami_names((const char *const *)environ, err,
+					   sizeof(err)))
+		warn_lines(err, "");
 	if (opts.verbose)
 		vgpu__options_dump(&opts, 2);
 	vgpu__lifetime_started();
@@ -67,10 +91,47 @@ const struct vgpu_options *vgpu__options(void)
 	return &opts;
 }
 
+/* Per-device variables that name a device the process does not have
+ * (VGPU_MEMORY_LIMIT_1 with one GPU): known once the driver is up, so
+ * checked by the first cuInit that succeeds, against the devices it
+ * shows (after CUDA_VISIBLE_DEVICES, the index space of every option). */
+static int absent_devices;
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+
+static void check_devices(void)
+{
+	char err[4096];
+	int count = 0, n;
+
+	if (!vgpu__real.cuDeviceGetCount ||
+	    vgpu__real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		return;
+	n = vgpu__options_check_devices((const char *const *)environ,
+					count > 0 ? (unsigned)count : 0, false,
+					err, sizeof(err));
+	if (n) {
+		report_bad(err, n);
+		__atomic_store_n(&absent_devices, n, __ATOMIC_RELEASE);
+	}
+	if (vgpu__options_check_devices((const char *const *)environ,
+					count > 0 ? (unsigned)count : 0, true,
+					err, sizeof(err)))
+		warn_lines(err, " (ignored, as HAMi-core does)");
+}
+
 bool vgpu__refused(void)
 {
 	vgpu__options();
-	return bad_options && refuses();
+	return (bad_options ||
+		__atomic_load_n(&absent_devices, __ATOMIC_ACQUIRE)) &&
+	       refuses();
+}
+
+bool vgpu__refused_late(void)
+{
+	vgpu__options();
+	return __atomic_load_n(&absent_devices, __ATOMIC_ACQUIRE) &&
+	       refuses();
 }
 
 bool vgpu__disabled(void)
@@ -80,11 +141,24 @@ bool vgpu__disabled(void)
 
 CUresult cuInit(unsigned int Flags)
 {
+	CUresult r;
+
 	if (vgpu__refused())
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!vgpu__real_load() || !vgpu__real.cuInit)
 		return CUDA_ERROR_NO_DEVICE;
-	return vgpu__real.cuInit(Flags);
+	r = vgpu__real.cuInit(Flags);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_once(&devices_once, check_devices);
+	if (vgpu__refused_late()) {
+		/* The driver is up: what a refused cuInit leaves failing must
+		 * fail now (forwarded calls; hooked ones see every device
+		 * refused, devices.c). */
+		vgpu__real_block();
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return r;
 }
 
 /* ---- the dlopen catch (the jump is in trampolines.S) ---- */

@@ -84,14 +84,40 @@ static void trace(const char *symbol, void **pfn, int version,
 		 (unsigned long long)flags, who);
 }
 
+/* No driver to ask (none found, or the GPU refused once it was up): the
+ * answer a driver gives before cuInit for the two functions every client
+ * looks up first, so that it calls cuInit and is told why (no device, or
+ * the refusal), instead of reporting "function cuInit is not found";
+ * every other name is not found. */
+static CUresult no_driver(const char *symbol, void **pfn, int version,
+			  CUdriverProcAddressQueryResult *status)
+{
+	void *fn = NULL;
+
+	if (!symbol || !pfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (strcmp(symbol, "cuInit") == 0)
+		fn = (void *)cuInit;
+	else if (strcmp(symbol, "cuGetProcAddress") == 0)
+		fn = version >= 12000 ? (void *)cuGetProcAddress_v2
+				      : (void *)cuGetProcAddress;
+	*pfn = fn;
+	if (status)
+		*status = fn ? CU_GET_PROC_ADDRESS_SUCCESS
+			     : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	trace(symbol, pfn, version, 0, fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND);
+	return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
 			     cuuint64_t flags,
 			     CUdriverProcAddressQueryResult *symbolStatus)
 {
 	CUresult r;
 
-	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress_v2)
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress_v2 ||
+	    vgpu__refused_late())
+		return no_driver(symbol, pfn, cudaVersion, symbolStatus);
 	r = vgpu__real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags,
 					   symbolStatus);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
@@ -105,8 +131,9 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 {
 	CUresult r;
 
-	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress)
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress ||
+	    vgpu__refused_late())
+		return no_driver(symbol, pfn, cudaVersion, NULL);
 	r = vgpu__real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
 		*pfn = hook_for(symbol, *pfn, cudaVersion, flags);

@@ -207,6 +207,13 @@ static void load(void)
 	loaded = h != NULL;
 }
 
+void vgpu__real_block(void)
+{
+	for (size_t i = 0; i < vgpu__fwd_count; i++)
+		__atomic_store_n(&vgpu__fwd_table[i], (void *)fwd_no_driver,
+				 __ATOMIC_RELEASE);
+}
+
 bool vgpu__real_load(void)
 {
 	pthread_once(&load_once, load);

@@ -19,12 +19,20 @@ const struct vgpu_options *vgpu__options(void);
  * options and reports what was wrong, once. */
 bool vgpu__refused(void);
 
+/* Whether the refusal came only once the driver was up: a per-device
+ * variable names a device the process does not have (cuInit checks). */
+bool vgpu__refused_late(void);
+
 /* Whether limits are off (VGPU_DISABLE / CUDA_DISABLE_CONTROL). */
 bool vgpu__disabled(void);
 
 /* The real dlopen, and a call of it that bypasses the shim's name mapping. */
 extern void *(*vgpu__real_dlopen)(const char *, int);
 void *vgpu__dlopen_real(const char *path, int flags);
+/* The dlsym catch (nvml.c, trampolines.S): NULL to go on to the real dlsym,
+ * else the hook to return; it resolves vgpu__real_dlsym first. */
+extern void *(*vgpu__real_dlsym)(void *, const char *);
+void *vgpu__dlsym_name(void *handle, const char *name);
 const char *vgpu__dlopen_name(const char *name);
 
 /* ---- lifetime.c (the order of the process's life is written there) ---- */

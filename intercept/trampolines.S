@@ -10,6 +10,11 @@
  * names to "libcuda.so.1", which is this library) and tail-jumps to the
  * real dlopen, so the real one sees the original caller's return address
  * (dlopen uses it for the caller's RUNPATH and namespace).
+ *
+ * dlsym: asks vgpu__dlsym_name (nvml.c) whether the lookup is one of the
+ * NVML functions this library hooks, in the real NVML's handle; if so it
+ * returns the hook, else tail-jumps to the real dlsym, so that RTLD_NEXT
+ * still means the next after the original caller.
  */
 	.text
 
@@ -71,5 +76,22 @@ dlopen:
 	movq	%rax, %rdi
 	jmp	*vgpu__real_dlopen(%rip)
 	.size	dlopen, .-dlopen
+
+	.globl	dlsym
+	.type	dlsym, @function
+	.p2align 4
+dlsym:
+	pushq	%rdi
+	pushq	%rsi
+	subq	$8, %rsp
+	call	vgpu__dlsym_name
+	addq	$8, %rsp
+	popq	%rsi
+	popq	%rdi
+	testq	%rax, %rax
+	jnz	1f
+	jmp	*vgpu__real_dlsym(%rip)
+1:	ret
+	.size	dlsym, .-dlsym
 
 	.section .note.GNU-stack,"",@progbits

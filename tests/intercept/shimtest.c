@@ -114,7 +114,7 @@ static bool find_only_ledger(const char *dir, char *path, size_t len)
 	while ((de = readdir(d)) != NULL) {
 		size_t n = strlen(de->d_name);
 		if (de->d_name[0] == '.' || n < 10 ||
-		    strcmp(de->d_name + n - 10, ".v2.ledger") != 0)
+		    strcmp(de->d_name + n - 10, ".v3.ledger") != 0)
 			continue;
 		snprintf(path, len, "%s/%s", dir, de->d_name);
 		found++;

@@ -56,8 +56,8 @@ struct ledger_view {
 	const struct vgpu_ledger_slot *slots;
 };
 
-/* Maps <dir>/<uuid>.v2.ledger read-only (uuid NULL: the only ledger file
- * in dir); false if there is none or it is not a version-1 ledger. */
+/* Maps <dir>/<uuid>.v3.ledger read-only (uuid NULL: the only ledger file
+ * in dir); false if there is none or it is not a ledger of this version. */
 bool ledger_view_open(struct ledger_view *v, const char *dir,
 		      const char *uuid);
 /* As ledger_view_open on shimtest_ledger_dir(), asserting success. */

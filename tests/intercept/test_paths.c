@@ -162,6 +162,10 @@ Test(paths, no_signal_handler_installed)
 	CU_OK(cuMemFree(a));
 	all_actions(after);
 	for (int s = 1; s < NSIG; s++) {
+		/* SIGBUS: the ledger mapping's guard, by design (the test
+		 * `vgpu-ledger-move` checks it chains every other fault). */
+		if (s == SIGBUS)
+			continue;
 		cr_assert_eq((void *)before[s].sa_handler,
 			     (void *)after[s].sa_handler,
 			     "signal %d's handler changed", s);
@@ -200,4 +204,59 @@ Test(paths, no_driver_without_cuda)
 	cr_assert(!driver_mapped(), "dlopen(libm) loaded the driver");
 	CU_OK(cuInit(0));
 	cr_assert(driver_mapped(), "cuInit loads it");
+}
+
+/* A driver that is not there: a client that looks everything up through
+ * cuGetProcAddress (cuda-bindings, numba, the CUDA runtime) gets cuInit,
+ * which says CUDA_ERROR_NO_DEVICE, and cuGetProcAddress itself; any other
+ * name is not found. The same by the v1 ABI and by dlsym in the handle. Never "function cuInit is not found". */
+typedef CUresult (*gpa_v1_fn)(const char *, void **, int, cuuint64_t);
+typedef CUresult (*init_fn)(unsigned);
+
+static int missing_driver_child(void *arg)
+{
+	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+	CUresult (*init)(unsigned) = NULL;
+	void *gpa = NULL, *alloc = (void *)1;
+	CUresult r;
+
+	(void)arg;
+	setenv("VGPU_REAL_LIBCUDA", "/nowhere/libcuda.so.1", 1);
+	r = cuGetProcAddress("cuInit", (void **)&init, 13000, 0, &st);
+	printf("init-lookup=%d status=%d\n", (int)r, (int)st);
+	if (!init)
+		return 1;
+	printf("init=%d\n", (int)init(0));
+	r = cuGetProcAddress("cuGetProcAddress", &gpa, 12000, 0, &st);
+	printf("gpa-lookup=%d same=%d\n", (int)r,
+	       gpa == (void *)cuGetProcAddress_v2);
+	r = cuGetProcAddress("cuMemAlloc", &alloc, 3020, 0, &st);
+	printf("alloc-lookup=%d null=%d status=%d\n", (int)r, alloc == NULL,
+	       (int)st);
+	/* The v1 ABI of cuGetProcAddress, and dlsym in the driver's handle. */
+	void *h = dlopen("libcuda.so.1", RTLD_NOW);
+	gpa_v1_fn gpa1 = h ? (gpa_v1_fn)dlsym(h, "cuGetProcAddress") : NULL;
+	init_fn init1 = NULL, init2 = h ? (init_fn)dlsym(h, "cuInit") : NULL;
+
+	r = gpa1 ? gpa1("cuInit", (void **)&init1, 13000, 0) : (CUresult)-1;
+	printf("v1-lookup=%d init=%d\n", (int)r, init1 ? (int)init1(0) : -1);
+	printf("dlsym-init=%d\n", init2 ? (int)init2(0) : -1);
+	return 0;
+}
+
+Test(paths, a_missing_driver_hands_out_cuinit_saying_no_device)
+{
+	char out[4096];
+
+	cr_assert_eq(shimtest_run_child(missing_driver_child, NULL, out,
+					sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "init-lookup=0 status=0\ninit=100\n"
+			 "gpa-lookup=0 same=1\nalloc-lookup=500 null=1 "
+			 "status=1\n"), "%s", out);
+	cr_assert(strstr(out, "v1-lookup=0 init=100\ndlsym-init=100\n"),
+		  "%s", out);
+	/* One line says why: where it looked, and what it found there. */
+	cr_assert(strstr(out, "VGPU_REAL_LIBCUDA=/nowhere/libcuda.so.1: "
+			 "cannot load a CUDA driver from it (missing or not a "
+			 "driver)"), "no message naming the driver: %s", out);
 }

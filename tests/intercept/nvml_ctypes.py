@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""NVML reached the way pynvml, nvitop and gpustat reach it: ctypes.
+
+usage: nvml_ctypes.py      (LD_PRELOAD, VGPU_REAL_LIBCUDA and LD_LIBRARY_PATH
+                            come from meson.build)
+
+The test runs itself as a child in a fresh simulated device and ledger, with
+a 512 MiB slice. The child allocates 96 MiB through the driver (ctypes over
+libcuda.so.1, which is the shim), then opens libnvidia-ml.so.1 with
+ctypes.CDLL, as pynvml does, and asserts: the memory info, v1 and v2, says
+total 512 MiB, used the tenant's charge (96 MiB), free the rest; the
+compute process lists (unversioned, _v2, _v3) name this process with 96
+MiB; the graphics list is empty; the utilisation of an idle tenant is 0; a
+function the shim does not hook (nvmlDeviceGetName) is NVML's own; after
+the free, the process is charged 0 and used is 0. Prints PASS/FAIL lines.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+
+MiB = 1 << 20
+SLICE = 512 * MiB
+ALLOC = 96 * MiB
+failed = False
+
+
+def check(name, ok, detail=""):
+    global failed
+    print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+    failed |= not ok
+
+
+class Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+
+
+class MemoryV2(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong),
+                ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class ProcV1(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class ProcV2(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
+class Util(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+def procs(nvml, fn, dev, kind):
+    """(rc, [(pid, bytes)]) from one of the process-list functions."""
+    arr = (kind * 8)()
+    n = ctypes.c_uint(8)
+    rc = getattr(nvml, fn)(dev, ctypes.byref(n), arr)
+    return rc, [(arr[i].pid, arr[i].usedGpuMemory) for i in range(n.value)]
+
+
+def child():
+    cuda = ctypes.CDLL("libcuda.so.1")
+    ctx, dev, ptr = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_ulonglong()
+    if (cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0) or
+            cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) or
+            cuda.cuCtxSetCurrent(ctx) or
+            cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(ALLOC))):
+        check("cuda", False, "could not allocate")
+        return 1
+
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    d = ctypes.c_void_p()
+    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
+            0, ctypes.byref(d)):
+        check("nvml", False, "init or handle failed")
+        return 1
+    me = os.getpid()
+
+    m = Memory()
+    rc = nvml.nvmlDeviceGetMemoryInfo(d, ctypes.byref(m))
+    check("memory-v1", rc == 0 and m.total == SLICE and m.used == ALLOC and
+          m.free == SLICE - ALLOC,
+          "rc %d total %d used %d free %d" % (rc, m.total, m.used, m.free))
+    m2 = MemoryV2(version=ctypes.sizeof(MemoryV2) | (2 << 24))
+    rc = nvml.nvmlDeviceGetMemoryInfo_v2(d, ctypes.byref(m2))
+    check("memory-v2", rc == 0 and m2.total == SLICE and m2.used == ALLOC and
+          m2.free + m2.used + m2.reserved <= SLICE,
+          "rc %d total %d used %d" % (rc, m2.total, m2.used))
+
+    for fn, kind in (("nvmlDeviceGetComputeRunningProcesses", ProcV1),
+                     ("nvmlDeviceGetComputeRunningProcesses_v2", ProcV2),
+                     ("nvmlDeviceGetComputeRunningProcesses_v3", ProcV2)):
+        rc, got = procs(nvml, fn, d, kind)
+        check(fn, rc == 0 and got == [(me, ALLOC)], "rc %d %r" % (rc, got))
+    rc, got = procs(nvml, "nvmlDeviceGetGraphicsRunningProcesses_v3", d,
+                    ProcV2)
+    check("graphics-v3", rc == 0 and got == [], "rc %d %r" % (rc, got))
+
+    u = Util(1000, 1000)
+    rc = nvml.nvmlDeviceGetUtilizationRates(d, ctypes.byref(u))
+    check("utilisation", rc == 0 and u.gpu == 0 and u.memory == 0,
+          "rc %d gpu %d memory %d" % (rc, u.gpu, u.memory))
+
+    name = ctypes.create_string_buffer(96)
+    rc = nvml.nvmlDeviceGetName(d, name, 96)
+    check("not-hooked", rc == 0 and b"simulated" in name.value,
+          "rc %d name %r" % (rc, name.value))
+
+    cuda.cuMemFree_v2(ptr)
+    rc = nvml.nvmlDeviceGetMemoryInfo(d, ctypes.byref(m))
+    check("memory-after-free", rc == 0 and m.total == SLICE and m.used == 0,
+          "rc %d total %d used %d" % (rc, m.total, m.used))
+    rc, got = procs(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", d,
+                    ProcV2)
+    check("procs-after-free", rc == 0 and got == [(me, 0)],
+          "rc %d %r" % (rc, got))
+    nvml.nvmlShutdown()
+    return 1 if failed else 0
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child()
+    for var in ("LD_PRELOAD", "VGPU_REAL_LIBCUDA", "LD_LIBRARY_PATH"):
+        if not os.environ.get(var):
+            print("FAIL setup: %s is not set (run by meson)" % var)
+            return 1
+    with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
+        env = dict(os.environ,
+                   VGPU_SIM_STATE_DIR=tmp,
+                   VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
+                   VGPU_MEMORY_LIMIT="512MiB",
+                   VGPU_CONTEXT_OVERHEAD="0")
+        r = subprocess.run([sys.executable, os.path.abspath(__file__),
+                            "--child"], env=env, timeout=60)
+        return r.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
