@@ -7,7 +7,7 @@
 # of the entry points the CUDA runtime asks the shim for. Prints one report
 # and exits non-zero when a check failed.
 #
-# Packages the GPU machine lacks (uthash, libelf) come from .deps/, made by
+# Packages the GPU machine lacks (libelf) come from .deps/, made by
 # tests/gpu/fetch-deps.sh on a machine with Debian's archive.
 set -u
 cd "$(dirname "$0")/../.."
