@@ -6,7 +6,8 @@
 # asan: a -Db_sanitize=address,undefined build (ASAN_BUILD_DIR, default
 #       build-san-asan) runs every suite but compute and soak (timing: its
 #       shares and the soak's one-second bound mean nothing at sanitizer
-#       speed), leaks checked against
+#       speed) and clients (Python from PyPI, whose own allocations the
+#       leak checker would report), leaks checked against
 #       tests/sanitize/lsan.supp.
 # tsan: a -Db_sanitize=thread build (TSAN_BUILD_DIR, default build-san-tsan)
 #       runs tests/tsan/, the concurrency checks written as plain programs
@@ -58,8 +59,9 @@ run_asan() {
 	ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1:halt_on_error=1:abort_on_error=1:fast_unwind_on_malloc=0 \
 	LSAN_OPTIONS=suppressions=$root/tests/sanitize/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
-		check "asan+ubsan (all suites but compute and soak)" "$asan_dir" \
-		--no-suite compute --no-suite soak --num-processes 2 \
+		check "asan+ubsan (all suites but compute, soak and clients)" \
+		"$asan_dir" --no-suite compute --no-suite soak \
+		--no-suite clients --num-processes 2 \
 		--timeout-multiplier 3
 }
 
