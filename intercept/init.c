@@ -176,20 +176,23 @@ static bool is_driver_name(const char *name)
 	       (base[10] == '\0' || base[10] == '.');
 }
 
+/* Found without a once (dlopen may be called with the loader's lock held,
+ * by a constructor, while another thread waits for that lock inside a
+ * once): two threads that both find it unset store the same address. */
 static void resolve_dlopen(void)
 {
-	void *f = dlsym(RTLD_NEXT, "dlopen");
+	void *f;
 
+	if (__atomic_load_n(&vgpu__real_dlopen, __ATOMIC_ACQUIRE))
+		return;
+	f = dlsym(RTLD_NEXT, "dlopen");
 	__atomic_store_n(&vgpu__real_dlopen, (void *(*)(const char *, int))f,
 			 __ATOMIC_RELEASE);
 }
 
-
 const char *vgpu__dlopen_name(const char *name)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-	pthread_once(&once, resolve_dlopen);
+	resolve_dlopen();
 	if (name && is_driver_name(name) && strcmp(name, "libcuda.so.1") != 0)
 		return "libcuda.so.1";
 	return name;

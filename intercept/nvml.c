@@ -23,7 +23,6 @@
 
 #include <dlfcn.h>
 #include <stddef.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,55 +32,83 @@
 #define VGPU_NVML_PROCS 256
 
 /* The real NVML's functions: hooks.def's VGPU_NVML rows. */
-static struct {
+struct nvml_fns {
 #define VGPU_HOOK(name, version, symbol, per_thread, ret, params)
 #define VGPU_CALL(field, symbol, ret, params)
 #define VGPU_NVML(field, symbol, ret, params) ret (*field) params;
 #include "hooks.def"
 #undef VGPU_NVML
-} nvml;
+};
 
 static const struct {
 	const char *symbol;
 	size_t offset;
 } nvml_rows[] = {
 #define VGPU_NVML(field, symbol, ret, params) \
-	{ #symbol, offsetof(__typeof__(nvml), field) },
+	{ #symbol, offsetof(struct nvml_fns, field) },
 #include "hooks.def"
 #undef VGPU_NVML
 #undef VGPU_CALL
 #undef VGPU_HOOK
 };
-static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 
-/* The real NVML's handle: what dlopen gives anyone who opens it. */
-static void *nvml_handle;
-/* This thread is loading it (NVML's constructors may look themselves up:
- * the dlsym catch must not wait for the load it is part of). */
-static __thread bool nvml_loading;
+/* Loading NVML never waits on another thread: a thread holding the
+ * loader's lock (a library's constructor) may call these hooks or dlsym
+ * while another thread is inside dlopen waiting for that lock, so no
+ * pthread_once (nor any lock) may be held around a loader call. Each
+ * thread that finds the table unpublished loads NVML itself (dlopen counts
+ * references) into its own copy; the first to finish publishes its copy
+ * (state EMPTY -> WRITING -> READY), the others use theirs for the call. */
+enum { NVML_EMPTY, NVML_WRITING, NVML_READY, NVML_MISSING };
+static struct nvml_fns nvml_pub;
+static int nvml_state;
 
-static void load_nvml(void)
+static const struct nvml_fns *nvml_get(struct nvml_fns *mine)
 {
+	int st = __atomic_load_n(&nvml_state, __ATOMIC_ACQUIRE);
+	void *(*real_dlsym)(void *, const char *);
 	void *h;
 
-	nvml_loading = true;
+	if (st == NVML_READY)
+		return &nvml_pub;
+	memset(mine, 0, sizeof(*mine));
+	if (st == NVML_MISSING)
+		return mine;
 	h = vgpu__dlopen_real("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-	nvml_loading = false;
 	if (!h) {
-		vgpu_log(VGPU_LOG_ERROR, "libnvidia-ml.so.1 not found: NVML "
-			 "memory queries fail with NVML_ERROR_LIBRARY_NOT_FOUND");
-		return;
+		st = NVML_EMPTY;
+		if (__atomic_compare_exchange_n(&nvml_state, &st, NVML_MISSING,
+						false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			vgpu_log(VGPU_LOG_ERROR,
+				 "libnvidia-ml.so.1 not found: NVML memory "
+				 "queries fail with "
+				 "NVML_ERROR_LIBRARY_NOT_FOUND");
+		return mine;
 	}
 	/* The real dlsym: ours would hand back these very hooks. */
-	vgpu__dlsym_name(NULL, NULL);
+	real_dlsym = vgpu__dlsym_real();
 	for (size_t i = 0; i < sizeof(nvml_rows) / sizeof(nvml_rows[0]); i++)
-		*(void **)((char *)&nvml + nvml_rows[i].offset) =
-			vgpu__real_dlsym(h, nvml_rows[i].symbol);
-	__atomic_store_n(&nvml_handle, h, __ATOMIC_RELEASE);
+		*(void **)((char *)mine + nvml_rows[i].offset) =
+			real_dlsym ? real_dlsym(h, nvml_rows[i].symbol) : NULL;
+	st = NVML_EMPTY;
+	if (__atomic_compare_exchange_n(&nvml_state, &st, NVML_WRITING, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* The published copy keeps this reference to NVML. */
+		nvml_pub = *mine;
+		__atomic_store_n(&nvml_state, NVML_READY, __ATOMIC_RELEASE);
+		return &nvml_pub;
+	}
+	/* Another thread published (or is publishing) the same library,
+	 * loaded for good: this thread's reference goes, its copy stays
+	 * valid. */
+	dlclose(h);
+	return mine;
 }
 
 /* The CUDA ordinal of NVML's device, or -1 if CUDA does not see it. */
-static int ordinal_of(nvmlDevice_t dev, const char *uuid)
+static int ordinal_of(const struct nvml_fns *nv, nvmlDevice_t dev,
+		      const char *uuid)
 {
 	const struct vgpu_dev *dv = vgpu__dev_by_uuid(uuid);
 	const char *v = getenv("CUDA_VISIBLE_DEVICES");
@@ -91,7 +118,7 @@ static int ordinal_of(nvmlDevice_t dev, const char *uuid)
 
 	if (dv)
 		return dv->ordinal;
-	have_idx = nvml.index && nvml.index(dev, &idx) == NVML_SUCCESS;
+	have_idx = nv->index && nv->index(dev, &idx) == NVML_SUCCESS;
 	if (!v)
 		return have_idx ? (int)idx : -1;
 	while (*v) {
@@ -115,52 +142,86 @@ static int ordinal_of(nvmlDevice_t dev, const char *uuid)
 	return -1;
 }
 
-/* Rewrites total/free/used for the slice, if dev is in one. */
-static void to_slice(nvmlDevice_t dev, unsigned long long *total,
-		     unsigned long long *free, unsigned long long *used,
-		     unsigned long long reserved)
+/* The slice this process's tenant has of NVML's device, if any. */
+struct slice {
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	uint64_t limit;		/* device bytes; VGPU_LEDGER_UNLIMITED: none */
+	uint64_t used;		/* the tenant's charge */
+};
+
+/* Whether dev is in a slice (a memory limit or a compute share on it), in
+ * the terms the ledger holds for the tenant when it has them (a later
+ * process runs under the tenant's terms, whatever its own options say),
+ * else in this process's options. Every view here asks this one
+ * question, so the memory view and the process lists always agree. */
+static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
+		     struct slice *s)
 {
 	const struct vgpu_options *o = vgpu__options();
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	const struct vgpu_ledger_tenant *t;
 	const struct vgpu_dev *dv;
-	uint64_t limit, u = 0, l = 0;
+	uint64_t u = 0, l = 0;
+	uint32_t share;
+	bool capped;
 	int ord;
 
-	if (o->disable || !nvml.uuid ||
-	    nvml.uuid(dev, uuid, sizeof(uuid)) != NVML_SUCCESS)
-		return;
-	ord = ordinal_of(dev, uuid);
+	if (o->disable || !nv->uuid ||
+	    nv->uuid(dev, s->uuid, sizeof(s->uuid)) != NVML_SUCCESS)
+		return false;
+	s->uuid[sizeof(s->uuid) - 1] = '\0';
+	ord = ordinal_of(nv, dev, s->uuid);
 	if (ord < 0)
-		return;
-	limit = vgpu__options_memory_limit(o, (unsigned)ord);
-	dv = vgpu__dev_by_uuid(uuid);
+		return false;
+	s->limit = vgpu__options_memory_limit(o, (unsigned)ord);
+	s->used = 0;
+	capped = vgpu__options_compute_limit(o, (unsigned)ord) < 100;
+	dv = vgpu__dev_by_uuid(s->uuid);
 	if (dv && dv->slot) {
-		u = vgpu_ledger_tenant_used(dv->slot);
-		limit = vgpu_ledger_tenant_limit(dv->slot);
-	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, uuid, o->tenant, &u,
-					   &l) == 0) {
-		limit = l < limit ? l : limit;
+		s->used = vgpu_ledger_tenant_used(dv->slot);
+		s->limit = vgpu_ledger_tenant_limit(dv->slot);
+		t = vgpu_ledger_tenant_record(dv->slot);
+		share = t ? __atomic_load_n(&t->compute.share_pct,
+					    __ATOMIC_RELAXED)
+			  : 0;
+		capped = share > 0 && share < 100;
+	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, s->uuid, o->tenant,
+					   &u, &l) == 0) {
+		s->used = u;
+		s->limit = l;
 	}
-	if (limit >= *total)
+	return s->limit != VGPU_LEDGER_UNLIMITED || capped;
+}
+
+/* Rewrites total/free/used for the slice, if dev is in one smaller than
+ * the device (a larger slice, or a compute share alone, leaves NVML's
+ * numbers: the device is what bounds the job). */
+static void to_slice(const struct nvml_fns *nv, nvmlDevice_t dev,
+		     unsigned long long *total, unsigned long long *free,
+		     unsigned long long *used, unsigned long long reserved)
+{
+	struct slice s;
+
+	if (!slice_of(nv, dev, &s) || s.limit >= *total)
 		return;
-	*total = limit;
-	*used = u < limit ? u : limit;
-	*free = limit - *used > reserved ? limit - *used - reserved : 0;
+	*total = s.limit;
+	*used = s.used < s.limit ? s.used : s.limit;
+	*free = s.limit - *used > reserved ? s.limit - *used - reserved : 0;
 }
 
 VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device,
 						 nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
+	struct nvml_fns mine;
+	const struct nvml_fns *nv = nvml_get(&mine);
 	nvmlReturn_t r;
 
-	pthread_once(&nvml_once, load_nvml);
-	if (!nvml.mem)
+	if (!nv->mem)
 		return NVML_ERROR_LIBRARY_NOT_FOUND;
-	r = nvml.mem(device, memory);
+	r = nv->mem(device, memory);
 	if (r == NVML_SUCCESS && memory)
-		to_slice(device, &memory->total, &memory->free, &memory->used,
-			 0);
+		to_slice(nv, device, &memory->total, &memory->free,
+			 &memory->used, 0);
 	return r;
 }
 
@@ -169,56 +230,40 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 					nvmlMemory_v2_t *memory)
 {
+	struct nvml_fns mine;
+	const struct nvml_fns *nv = nvml_get(&mine);
 	nvmlReturn_t r;
 
-	pthread_once(&nvml_once, load_nvml);
-	if (!nvml.mem_v2)
+	if (!nv->mem_v2)
 		return NVML_ERROR_LIBRARY_NOT_FOUND;
-	r = nvml.mem_v2(device, memory);
+	r = nv->mem_v2(device, memory);
 	if (r == NVML_SUCCESS && memory)
-		to_slice(device, &memory->total, &memory->free, &memory->used,
-			 memory->reserved);
+		to_slice(nv, device, &memory->total, &memory->free,
+			 &memory->used, memory->reserved);
 	return r;
 }
 
 /* ---- the process lists -------------------------------------------------- */
 
-/* Whether dev is in a slice of this process's tenant (a memory limit or a
- * compute share on it): *uuid its UUID. */
-static bool sliced(nvmlDevice_t dev, char *uuid, size_t len)
-{
-	const struct vgpu_options *o = vgpu__options();
-	int ord;
-
-	if (o->disable || !nvml.uuid ||
-	    nvml.uuid(dev, uuid, (unsigned)len) != NVML_SUCCESS)
-		return false;
-	ord = ordinal_of(dev, uuid);
-	return ord >= 0 &&
-	       (vgpu__options_memory_limit(o, (unsigned)ord) !=
-			VGPU_LEDGER_UNLIMITED ||
-		vgpu__options_compute_limit(o, (unsigned)ord) < 100);
-}
-
 /* In a slice, the processes are the tenant's, each with what the ledger
  * charges it (its own pid namespace's pid, as the job sees itself), by
  * NVML's two calls; elsewhere NVML's own list. */
-static nvmlReturn_t procs(nvmlDevice_t dev, unsigned *count, void *infos,
-			  size_t each, bool graphics,
+static nvmlReturn_t procs(const struct nvml_fns *nv, nvmlDevice_t dev,
+			  unsigned *count, void *infos, size_t each,
+			  bool graphics,
 			  nvmlReturn_t (*real)(nvmlDevice_t, unsigned *,
 					       void *))
 {
 	struct vgpu_ledger_proc p[VGPU_NVML_PROCS];
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	struct slice s;
 	unsigned n = 0;
 
-	pthread_once(&nvml_once, load_nvml);
 	if (!real)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
-	if (!count || !sliced(dev, uuid, sizeof(uuid)))
+	if (!count || !slice_of(nv, dev, &s))
 		return real(dev, count, infos);
 	if (!graphics &&
-	    vgpu_ledger_peek_procs(vgpu__options()->ledger_dir, uuid,
+	    vgpu_ledger_peek_procs(vgpu__options()->ledger_dir, s.uuid,
 				   vgpu__options()->tenant, p, VGPU_NVML_PROCS,
 				   &n) != 0)
 		n = 0;
@@ -248,10 +293,12 @@ VGPU_EXPORT nvmlReturn_t sym(nvmlDevice_t device, unsigned int *count,	\
 			     type *infos);				\
 nvmlReturn_t sym(nvmlDevice_t device, unsigned int *count, type *infos) \
 {									\
-	pthread_once(&nvml_once, load_nvml);				\
-	return procs(device, count, infos, sizeof(type), graphics,	\
+	struct nvml_fns mine;						\
+	const struct nvml_fns *nv = nvml_get(&mine);			\
+									\
+	return procs(nv, device, count, infos, sizeof(type), graphics,	\
 		     (nvmlReturn_t (*)(nvmlDevice_t, unsigned *,	\
-				       void *))nvml.field);		\
+				       void *))nv->field);		\
 }
 
 PROCS_HOOK(nvmlDeviceGetComputeRunningProcesses, compute,
@@ -309,18 +356,18 @@ static unsigned tenant_procs(const char *uuid, struct vgpu_ledger_proc *p)
 /* The tenant's share of the device over the last sample period: the sum
  * of NVML's own per-process samples (SM and memory) of the tenant's
  * processes, at most 100. No sample in the period: the tenant was idle. */
-static nvmlReturn_t tenant_util(nvmlDevice_t dev, const char *uuid,
-				nvmlUtilization_t *util)
+static nvmlReturn_t tenant_util(const struct nvml_fns *nv, nvmlDevice_t dev,
+				const char *uuid, nvmlUtilization_t *util)
 {
 	nvmlProcessUtilizationSample_t s[VGPU_NVML_PROCS];
 	struct vgpu_ledger_proc p[VGPU_NVML_PROCS];
 	unsigned ns = VGPU_NVML_PROCS, np, gpu = 0, mem = 0;
 	nvmlReturn_t r;
 
-	if (!nvml.proc_util)
+	if (!nv->proc_util)
 		return NVML_ERROR_NOT_SUPPORTED;
 	np = tenant_procs(uuid, p);
-	r = nvml.proc_util(dev, s, &ns, now_us() - VGPU_NVML_UTIL_PERIOD_US);
+	r = nv->proc_util(dev, s, &ns, now_us() - VGPU_NVML_UTIL_PERIOD_US);
 	if (r == NVML_ERROR_NOT_FOUND)
 		ns = 0;
 	else if (r != NVML_SUCCESS)
@@ -340,17 +387,18 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
 					   nvmlUtilization_t *utilization)
 {
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	struct nvml_fns mine;
+	const struct nvml_fns *nv = nvml_get(&mine);
+	struct slice s;
 	nvmlReturn_t r;
 
-	pthread_once(&nvml_once, load_nvml);
-	if (!nvml.util)
+	if (!nv->util)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	/* NVML checks the device and its support first. */
-	r = nvml.util(device, utilization);
-	if (r != NVML_SUCCESS || !sliced(device, uuid, sizeof(uuid)))
+	r = nv->util(device, utilization);
+	if (r != NVML_SUCCESS || !slice_of(nv, device, &s))
 		return r;
-	return tenant_util(device, uuid, utilization);
+	return tenant_util(nv, device, s.uuid, utilization);
 }
 
 /* In a slice, only the tenant's processes' samples (in NVML's order). */
@@ -361,19 +409,20 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(
 	nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
 	unsigned int *count, unsigned long long lastSeenTimeStamp)
 {
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 	struct vgpu_ledger_proc p[VGPU_NVML_PROCS];
+	struct nvml_fns mine;
+	const struct nvml_fns *nv = nvml_get(&mine);
 	unsigned kept = 0, np;
+	struct slice s;
 	nvmlReturn_t r;
 
-	pthread_once(&nvml_once, load_nvml);
-	if (!nvml.proc_util)
+	if (!nv->proc_util)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
-	r = nvml.proc_util(device, utilization, count, lastSeenTimeStamp);
+	r = nv->proc_util(device, utilization, count, lastSeenTimeStamp);
 	if (r != NVML_SUCCESS || !utilization || !count ||
-	    !sliced(device, uuid, sizeof(uuid)))
+	    !slice_of(nv, device, &s))
 		return r;
-	np = tenant_procs(uuid, p);
+	np = tenant_procs(s.uuid, p);
 	for (unsigned i = 0; i < *count; i++)
 		if (tenant_pid(p, np, utilization[i].pid))
 			utilization[kept++] = utilization[i];
@@ -387,48 +436,61 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(
  * its functions up in that handle (ctypes likewise), which finds NVML's
  * own, not the ones this library exports in front of them. dlsym is caught
  * here: a name of the NVML functions hooked here, looked up in the real
- * NVML's handle, gets the hook; everything else goes to the real dlsym
- * unchanged (by a tail jump, so RTLD_NEXT keeps meaning the caller's). */
+ * NVML's handle, gets the hook if that NVML has the function; everything
+ * else goes to the real dlsym unchanged (by a tail jump, so RTLD_NEXT keeps
+ * meaning the caller's). Nothing here waits on another thread: dlsym is
+ * called with the loader's lock held (constructors), so a wait here for a
+ * thread that waits for that lock would hang the program. */
 static const struct {
 	const char *name;
 	void *hook;
-	size_t real;	/* the offset of NVML's own in `nvml` */
 } nvml_hooks[] = {
-#define NVML_HOOK(sym, field) \
-	{ #sym, (void *)sym, offsetof(__typeof__(nvml), field) }
-	NVML_HOOK(nvmlDeviceGetMemoryInfo, mem),
-	NVML_HOOK(nvmlDeviceGetMemoryInfo_v2, mem_v2),
-	NVML_HOOK(nvmlDeviceGetComputeRunningProcesses, compute),
-	NVML_HOOK(nvmlDeviceGetComputeRunningProcesses_v2, compute_v2),
-	NVML_HOOK(nvmlDeviceGetComputeRunningProcesses_v3, compute_v3),
-	NVML_HOOK(nvmlDeviceGetGraphicsRunningProcesses, graphics),
-	NVML_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v2, graphics_v2),
-	NVML_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v3, graphics_v3),
-	NVML_HOOK(nvmlDeviceGetUtilizationRates, util),
-	NVML_HOOK(nvmlDeviceGetProcessUtilization, proc_util),
+#define NVML_HOOK(sym) { #sym, (void *)sym }
+	NVML_HOOK(nvmlDeviceGetMemoryInfo),
+	NVML_HOOK(nvmlDeviceGetMemoryInfo_v2),
+	NVML_HOOK(nvmlDeviceGetComputeRunningProcesses),
+	NVML_HOOK(nvmlDeviceGetComputeRunningProcesses_v2),
+	NVML_HOOK(nvmlDeviceGetComputeRunningProcesses_v3),
+	NVML_HOOK(nvmlDeviceGetGraphicsRunningProcesses),
+	NVML_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v2),
+	NVML_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v3),
+	NVML_HOOK(nvmlDeviceGetUtilizationRates),
+	NVML_HOOK(nvmlDeviceGetProcessUtilization),
 #undef NVML_HOOK
 };
 
 void *(*vgpu__real_dlsym)(void *, const char *);
 
-static void resolve_dlsym(void)
+/* Found without a once: two threads that both find it unset both look it
+ * up and store the same address. */
+void *(*vgpu__dlsym_real(void))(void *, const char *)
 {
-	void *f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	void *(*f)(void *, const char *) =
+		__atomic_load_n(&vgpu__real_dlsym, __ATOMIC_ACQUIRE);
+	void *g;
 
-	if (!f)
-		f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	__atomic_store_n(&vgpu__real_dlsym, (void *(*)(void *, const char *))f,
-			 __ATOMIC_RELEASE);
+	if (f)
+		return f;
+	g = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (!g)
+		g = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	f = (void *(*)(void *, const char *))g;
+	__atomic_store_n(&vgpu__real_dlsym, f, __ATOMIC_RELEASE);
+	return f;
 }
 
 void *vgpu__dlsym_name(void *handle, const char *name)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	void *(*real_dlsym)(void *, const char *) = vgpu__dlsym_real();
 	void *loaded;
+	size_t i, n = sizeof(nvml_hooks) / sizeof(nvml_hooks[0]);
 
-	pthread_once(&once, resolve_dlsym);
 	if (!name || name[0] != 'n' || strncmp(name, "nvml", 4) != 0 ||
-	    handle == RTLD_DEFAULT || handle == RTLD_NEXT || nvml_loading)
+	    handle == RTLD_DEFAULT || handle == RTLD_NEXT || !real_dlsym)
+		return NULL;
+	for (i = 0; i < n && strcmp(name, nvml_hooks[i].name) != 0; i++)
+		;
+	if (i == n)
 		return NULL;
 	/* Only an NVML already loaded can be the one asked: the catch never
 	 * loads it (nor says it is missing) for a lookup in another
@@ -440,14 +502,6 @@ void *vgpu__dlsym_name(void *handle, const char *name)
 	dlclose(loaded);
 	if (handle != loaded)
 		return NULL;
-	pthread_once(&nvml_once, load_nvml);
-	if (handle != __atomic_load_n(&nvml_handle, __ATOMIC_ACQUIRE))
-		return NULL;
 	/* A function this NVML lacks stays missing, as without the shim. */
-	for (size_t i = 0; i < sizeof(nvml_hooks) / sizeof(nvml_hooks[0]); i++)
-		if (strcmp(name, nvml_hooks[i].name) == 0)
-			return *(void **)((char *)&nvml + nvml_hooks[i].real)
-				       ? nvml_hooks[i].hook
-				       : NULL;
-	return NULL;
+	return real_dlsym(handle, name) ? nvml_hooks[i].hook : NULL;
 }

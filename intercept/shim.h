@@ -30,8 +30,10 @@ bool vgpu__disabled(void);
 extern void *(*vgpu__real_dlopen)(const char *, int);
 void *vgpu__dlopen_real(const char *path, int flags);
 /* The dlsym catch (nvml.c, trampolines.S): NULL to go on to the real dlsym,
- * else the hook to return; it resolves vgpu__real_dlsym first. */
+ * else the hook to return; it resolves vgpu__real_dlsym first (as
+ * vgpu__dlsym_real does, which returns it). Neither waits on a thread. */
 extern void *(*vgpu__real_dlsym)(void *, const char *);
+void *(*vgpu__dlsym_real(void))(void *, const char *);
 void *vgpu__dlsym_name(void *handle, const char *name);
 const char *vgpu__dlopen_name(const char *name);
 
