@@ -478,7 +478,9 @@ out:
 
 /* An open file: a regular file (else validate says what it is) owned by a
  * trusted user, with one name, not writable by every user (one of ours is
- * made not to be; with a group, given to it). */
+ * made not to be; with a group, given to it). 0 when it is, 1 when it has
+ * no name left (removed since it was opened: the caller opens the name
+ * again), else a VGPU_LEDGER_E* code. */
 static int check_file(int fd, const char *path, const struct trust *a,
 		      char *err, size_t errlen)
 {
@@ -499,6 +501,8 @@ static int check_file(int fd, const char *path, const struct trust *a,
 		if (fstat(fd, &st) != 0)
 			break;
 	}
+	if (st.st_nlink == 0)
+		return 1;	/* removed since it was opened: open again */
 	if (st.st_nlink != 1) {
 		owner_text(&st, own, sizeof(own));
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
@@ -571,12 +575,14 @@ static int open_file(int dfd, const char *dir, const char *name,
 {
 	int fd, rc, tries;
 
-	for (tries = 0; tries < 3; tries++) {
+	for (tries = 0; tries < 20; tries++) {
 		fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0) {
 			rc = check_file(fd, path, a, err, errlen);
 			if (rc)
 				close(fd);
+			if (rc == 1)
+				continue;	/* removed meanwhile */
 			return rc ? rc : fd;
 		}
 		if (errno != ENOENT)
@@ -588,7 +594,8 @@ static int open_file(int dfd, const char *dir, const char *name,
 			return rc;
 	}
 	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-		"ledger '%s' was removed as soon as made, 3 times", path);
+		"ledger '%s' was removed as soon as opened or made, %d times",
+		path, tries);
 }
 
 /* ---- attaching ------------------------------------------------------------ */
@@ -607,6 +614,7 @@ static int validate(int fd, const char *path, const char *uuid,
 {
 	struct vgpu_ledger_header h;
 	struct stat st;
+	ssize_t n;
 
 	if (fstat(fd, &st) != 0)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
@@ -622,9 +630,14 @@ static int validate(int fd, const char *path, const char *uuid,
 		return bad(err, errlen, path,
 			"is truncated: too short for a header:",
 			(uint64_t)st.st_size, VGPU_LEDGER_FILE_SIZE);
-	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+	n = pread(fd, &h, sizeof(h), 0);
+	if (n < 0)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 			"cannot read ledger '%s': %s", path, strerror(errno));
+	if (n != (ssize_t)sizeof(h))	/* truncated since the fstat */
+		return bad(err, errlen, path,
+			"is truncated: too short for a header:", (uint64_t)n,
+			VGPU_LEDGER_FILE_SIZE);
 	if (memcmp(&h.magic, "VGPULEDG", 8) != 0)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
 			"ledger '%s' is not a libvgpu ledger: magic "
@@ -696,6 +709,7 @@ static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 	uint64_t until = vgpu__now_ns(CLOCK_MONOTONIC) +
 			 VGPU_LEDGER_LOCK_TIMEOUT_NS;
 	struct stat mine, now;
+	bool locked = true;
 	struct flock fl;
 	int rc = 0;
 
@@ -704,14 +718,22 @@ static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 				     .l_start = REPLACE_BYTE, .l_len = 1 };
 		if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
 			break;
-		if ((errno != EAGAIN && errno != EACCES && errno != EINTR) ||
-		    vgpu__now_ns(CLOCK_MONOTONIC) >= until)
+		if (errno != EAGAIN && errno != EACCES && errno != EINTR)
 			return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 				"cannot replace the damaged ledger '%s': its "
-				"replacement lock: %s", path,
-				errno == EAGAIN || errno == EACCES ?
-				"held for over a second by another process" :
-				strerror(errno));
+				"replacement lock: %s", path, strerror(errno));
+		if (vgpu__now_ns(CLOCK_MONOTONIC) >= until) {
+			/* Its holder is stopped (or very slow): replace
+			 * without it rather than refuse the GPU. Should the
+			 * holder replace the file too, the processes in this
+			 * replacement follow the name to its (ledger_move.c):
+			 * two files for a moment, one in the end. */
+			vgpu_log(1, "ledger '%s': its replacement lock held "
+				 "for over a second by another process; "
+				 "replacing it without", path);
+			locked = false;
+			break;
+		}
 		nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
 	}
 	if (fstat(fd, &mine) == 0 &&
@@ -720,8 +742,10 @@ static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 		rc = create_file(dfd, dir, name, uuid, physical_bytes, a,
 				 true, err, errlen);
 	/* else: replaced (or removed) by another meanwhile: open that */
-	fl.l_type = F_UNLCK;
-	fcntl(fd, F_OFD_SETLK, &fl);
+	if (locked) {
+		fl.l_type = F_UNLCK;
+		fcntl(fd, F_OFD_SETLK, &fl);
+	}
 	return rc;
 }
 
