@@ -12,7 +12,13 @@ total 512 MiB, used the tenant's charge (96 MiB), free the rest; the
 compute process lists (unversioned, _v2, _v3) name this process with 96
 MiB; the graphics list is empty; the utilisation of an idle tenant is 0; a
 function the shim does not hook (nvmlDeviceGetName) is NVML's own; after
-the free, the process is charged 0 and used is 0. Prints PASS/FAIL lines.
+the free, the process is charged 0 and used is 0.
+
+Then one view for all: a process of the same tenant started without
+VGPU_MEMORY_LIMIT (the tenant's terms in the ledger are what binds it), while
+a process of the tenant and one of another tenant hold memory, sees the
+tenant's slice and only the tenant's processes, whether it never used CUDA
+(the ledger read without joining) or joined. Prints PASS/FAIL lines.
 """
 import ctypes
 import os
@@ -125,9 +131,93 @@ def child():
     return 1 if failed else 0
 
 
+def cuda_up(alloc):
+    """The driver up in a primary context, alloc bytes held: (cuda, ptr)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    ctx, dev, ptr = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_ulonglong()
+    if (cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0) or
+            cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) or
+            cuda.cuCtxSetCurrent(ctx) or
+            (alloc and cuda.cuMemAlloc_v2(ctypes.byref(ptr),
+                                          ctypes.c_size_t(alloc)))):
+        return None, None
+    return cuda, ptr
+
+
+def hold(alloc):
+    """Holds alloc bytes until stdin closes."""
+    cuda, _ = cuda_up(alloc)
+    print("READY" if cuda else "FAILED", flush=True)
+    sys.stdin.read()
+    return 0
+
+
+def late(joined, holder):
+    """The view of a process of the tenant with no limit of its own."""
+    if joined and cuda_up(0)[0] is None:
+        check("late-cuda", False, "could not start")
+        return 1
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    d = ctypes.c_void_p()
+    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
+            0, ctypes.byref(d)):
+        check("late-nvml", False, "init or handle failed")
+        return 1
+    tag = "joined" if joined else "not-joined"
+    m = Memory()
+    rc = nvml.nvmlDeviceGetMemoryInfo(d, ctypes.byref(m))
+    check("late-memory-" + tag, rc == 0 and m.total == SLICE and
+          m.used == ALLOC,
+          "rc %d total %d used %d" % (rc, m.total, m.used))
+    want = [(holder, ALLOC)] + ([(os.getpid(), 0)] if joined else [])
+    rc, got = procs(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", d,
+                    ProcV2)
+    check("late-procs-" + tag, rc == 0 and sorted(got) == sorted(want),
+          "rc %d %r, expected %r" % (rc, got, want))
+    nvml.nvmlShutdown()
+    return 1 if failed else 0
+
+
+def one_view(tmp):
+    """Holders of two tenants, then the late process of the first."""
+    base = dict(os.environ, VGPU_SIM_STATE_DIR=tmp,
+                VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
+                VGPU_CONTEXT_OVERHEAD="0")
+    me = [sys.executable, os.path.abspath(__file__)]
+    holders = []
+    try:
+        for tenant, limit, size in (("mine", "512MiB", ALLOC),
+                                    ("other", "256MiB", 32 * MiB)):
+            env = dict(base, VGPU_TENANT=tenant, VGPU_MEMORY_LIMIT=limit)
+            h = subprocess.Popen(me + ["--hold", str(size)], env=env,
+                                 stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+            holders.append(h)
+            if h.stdout.readline().strip() != "READY":
+                print("FAIL setup: holder of %s" % tenant)
+                return 1
+        env = dict(base, VGPU_TENANT="mine")
+        env.pop("VGPU_MEMORY_LIMIT", None)
+        rc = 0
+        for joined in ("0", "1"):
+            r = subprocess.run(me + ["--late", joined,
+                                     str(holders[0].pid)],
+                               env=env, timeout=60)
+            rc |= r.returncode
+        return rc
+    finally:
+        for h in holders:
+            h.stdin.close()
+            h.wait(timeout=60)
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child()
+    if len(sys.argv) > 2 and sys.argv[1] == "--hold":
+        return hold(int(sys.argv[2]))
+    if len(sys.argv) > 3 and sys.argv[1] == "--late":
+        return late(sys.argv[2] == "1", int(sys.argv[3]))
     for var in ("LD_PRELOAD", "VGPU_REAL_LIBCUDA", "LD_LIBRARY_PATH"):
         if not os.environ.get(var):
             print("FAIL setup: %s is not set (run by meson)" % var)
@@ -140,7 +230,8 @@ def main():
                    VGPU_CONTEXT_OVERHEAD="0")
         r = subprocess.run([sys.executable, os.path.abspath(__file__),
                             "--child"], env=env, timeout=60)
-        return r.returncode
+    with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
+        return r.returncode | one_view(tmp)
 
 
 if __name__ == "__main__":
