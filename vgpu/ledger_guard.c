@@ -67,28 +67,48 @@ static void chain(int sig, siginfo_t *si, void *uc)
 	/* A fault: returning runs the instruction again, now to its death. */
 }
 
-/* The fault is in guard g's mapping: replace it, once. */
-static void replace(struct guard *g, uintptr_t base)
+/* The fault is in guard g's mapping: map anonymous memory over it, unless
+ * another thread is doing so (then its mapping serves this fault too).
+ * Whatever the state says: a fault in the range is always this guard's.
+ * BROKEN does not mean the memory there is the anonymous one: the fault
+ * may have hit the file before another thread's replacement, or a move
+ * (ledger_move.c) may have grafted a new file there since, itself
+ * truncated before the move marked it mended; INTACT may be a move's
+ * mending that came after the fault. Mapping again costs at most one more
+ * move; handing the fault on would kill the job (the default action).
+ * Returns false only when mmap failed (the fault then kills, as without a
+ * guard). */
+static bool replace(struct guard *g, uintptr_t base)
 {
 	struct vgpu_ledger_tenant *ten;
-	uint32_t st = INTACT;
+	uint32_t st;
 
-	if (!__atomic_compare_exchange_n(&g->state, &st, MAPPING, false,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		while (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) == MAPPING)
-			;
-		return;		/* another thread replaced it */
+	for (;;) {
+		st = __atomic_load_n(&g->state, __ATOMIC_ACQUIRE);
+		if (st == MAPPING) {
+			while (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) ==
+			       MAPPING)
+				;
+			return true;	/* another thread replaced it */
+		}
+		if (__atomic_compare_exchange_n(&g->state, &st, MAPPING, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			break;
 	}
 	if (mmap((void *)base, VGPU_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
-		__atomic_store_n(&g->state, INTACT, __ATOMIC_RELEASE);
-		return;		/* the fault will kill, as without a guard */
+		__atomic_store_n(&g->state, st, __ATOMIC_RELEASE);
+		return false;
 	}
 	ten = (void *)(base + VGPU_LEDGER_TENANTS_OFFSET);
 	for (int t = 0; g->held && t < VGPU_LEDGER_MAX_TENANTS; t++)
 		ten[t].lock = __atomic_load_n(&g->held[t], __ATOMIC_ACQUIRE);
-	__atomic_fetch_add(&vgpu__guard_faults, 1, __ATOMIC_RELEASE);
+	/* Counted once per broken mapping: mended takes one back. */
+	if (st == INTACT)
+		__atomic_fetch_add(&vgpu__guard_faults, 1, __ATOMIC_RELEASE);
 	__atomic_store_n(&g->state, BROKEN, __ATOMIC_RELEASE);
+	return true;
 }
 
 static void on_bus(int sig, siginfo_t *si, void *uc)
@@ -103,9 +123,7 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
 			if (!base || a < base ||
 			    a - base >= VGPU_LEDGER_FILE_SIZE)
 				continue;
-			replace(&guards[i], base);
-			if (__atomic_load_n(&guards[i].state,
-					    __ATOMIC_ACQUIRE) != BROKEN)
+			if (!replace(&guards[i], base))
 				break;
 			errno = saved;
 			return;
