@@ -66,12 +66,91 @@ struct vsim_config {
 	struct vsim_fail_rule fail[VSIM_FAIL_KINDS];
 };
 
-/* Parses one variable's value into cfg; returns 0, or -1 with a message in
- * err naming the variable, the value and what was expected. Pure. */
+/* Why a value was refused; vsim_config_strerror() says it in words. */
+enum vsim_cfg_status {
+	VSIM_CFG_OK,
+	VSIM_CFG_EMPTY,
+	VSIM_CFG_NEGATIVE,
+	VSIM_CFG_NOT_NUMBER,
+	VSIM_CFG_TRAILING,
+	VSIM_CFG_UNIT,
+	VSIM_CFG_TOO_LARGE,      /* past 64 bits */
+	VSIM_CFG_RANGE,          /* outside the row's min..max */
+	VSIM_CFG_TOO_LONG,
+	VSIM_CFG_NOT_ABSOLUTE,
+	VSIM_CFG_UNKNOWN_WORD,
+	VSIM_CFG_FAIL_KIND,      /* a VGPU_SIM_FAIL rule of no known kind */
+	VSIM_CFG_FAIL_RULE,      /* a VGPU_SIM_FAIL rule of no known form */
+};
+
+/* The field of struct vsim_config a variable fills. */
+enum vsim_cfg_type {
+	VSIM_CFG_INT,            /* int */
+	VSIM_CFG_U64,            /* uint64_t */
+	VSIM_CFG_BOOL,           /* bool */
+	VSIM_CFG_STRING,         /* char[], NUL-terminated */
+	VSIM_CFG_RULES,          /* struct vsim_fail_rule[VSIM_FAIL_KINDS] */
+};
+
+/* A parsed value, before it is stored: num (INT, U64, BOOL), str and len
+ * (STRING, pointing into the value parsed), fail (RULES: the kinds given). */
+struct vsim_cfg_value {
+	uint64_t num;
+	const char *str;
+	size_t len;
+	struct vsim_fail_rule fail[VSIM_FAIL_KINDS];
+};
+
+struct vsim_cfg_var;
+/* Parses s (not NULL) for var; returns VSIM_CFG_OK or why it was refused.
+ * Pure: writes only *out. */
+typedef int vsim_cfg_parse_fn(const struct vsim_cfg_var *var, const char *s,
+			      struct vsim_cfg_value *out);
+
+/* One row of the table of VGPU_SIM_* variables (config.c), from which the
+ * defaults, the parsing, the messages and the check of docs/simulator.md
+ * (tests/sim/test_config.c) all come. */
+struct vsim_cfg_var {
+	const char *name;         /* VGPU_SIM_X */
+	const char *def;          /* the default, parsed as a value is; NULL:
+				   * computed by vsim_config_defaults() */
+	const char *expect;       /* the message's "expected ..." */
+	const char *const *words; /* the accepted words, NULL-terminated; the
+				   * value is the index */
+	uint64_t min, max;        /* numbers: the range; strings: the length */
+	enum vsim_cfg_type type;
+	size_t offset;            /* of the field in struct vsim_config */
+	vsim_cfg_parse_fn *parse;
+};
+
+/* Row i of the table (docs/simulator.md's order), or NULL past the end. */
+const struct vsim_cfg_var *vsim_config_var(size_t i);
+/* The row of a variable, or NULL. */
+const struct vsim_cfg_var *vsim_config_find(const char *name);
+const char *vsim_config_strerror(int status);
+/* Every variable at its default (the table's; the state directory's under
+ * /dev/shm, or /tmp without it). */
+void vsim_config_defaults(struct vsim_config *cfg);
+/* Parses one variable's value into cfg; returns 0, or -1 with one line in
+ * err (no newline) naming the variable, the value, what is wrong and what
+ * was expected, cfg unchanged. A name not in the table is refused the
+ * same way. Pure. */
 int vsim_config_parse_var(struct vsim_config *cfg, const char *var,
 			  const char *value, char *err, size_t errlen);
-void vsim_config_defaults(struct vsim_config *cfg);
-/* Reads every VGPU_SIM_* variable; on error writes a message to err. */
+/* Defaults, then every variable of the table set in envp (NAME=value
+ * strings, NULL-terminated; NULL for none), as getenv(3) would find it.
+ * Returns 0, or -1 with the first bad variable's message in err. Pure. */
+int vsim_config_load(struct vsim_config *cfg, const char *const *envp,
+		     char *err, size_t errlen);
+/* One line in out for each VGPU_SIM_* name in envp that is no variable of
+ * the table (nor another part's, such as vgpu-run's VGPU_SIM_LIBRARY), with
+ * the closest name when it is near:
+ *   VGPU_SIM_MEMROY is not a simulator variable; did you mean
+ *   VGPU_SIM_MEMORY? (ignored)
+ * Returns the count. Pure. */
+int vsim_config_check_names(const char *const *envp, char *out, size_t len);
+/* vsim_config_load() on the process's environment; each unknown name is
+ * warned about on stderr (vsim_log), and the simulator runs on. */
 int vsim_config_from_env(struct vsim_config *cfg, char *err, size_t errlen);
 int vsim_parse_size(const char *s, uint64_t *out);
 /* True when call number n (1-based) of this kind must fail. */
