@@ -265,10 +265,13 @@ VSIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
+/* Potentially unsafe while captures go on (capture.c's modes). */
 VSIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
 	CUresult rc = ctx_or_current(ctx, &ctx);
 
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_unsafe_call();
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	rc = vsim_ctx_drain(ctx);

@@ -288,6 +288,13 @@ static CUresult set(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned elem
 	if (width > SIZE_MAX / elem / 2 || (height > 1 && pitch > SIZE_MAX / height))
 		return CUDA_ERROR_INVALID_VALUE;
 	extent = (height - 1) * pitch + width * elem;
+	/* Captured: a memset node, which may also set the capture's own
+	 * graph memory. A synchronous memset is refused by the submission. */
+	if (!sync && vsim_capture_memset(s, &(CUDA_MEMSET_NODE_PARAMS){
+			.dst = dst, .pitch = pitch, .value = value,
+			.elementSize = elem, .width = width, .height = height },
+			&rc))
+		return rc;
 	if (vsim_mem_check_device(dst, extent) != CUDA_SUCCESS)
 		return CUDA_ERROR_INVALID_VALUE;
 	op = vsim_op_new(VSIM_OP_SET);

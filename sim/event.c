@@ -71,6 +71,7 @@ VSIM_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	vsim_capture_event_forget(e);
 	e->magic = VSIM_MAGIC_DEAD;
 	vsim_graveyard_add(e);
 	return CUDA_SUCCESS;
@@ -92,6 +93,9 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptds)
 		return rc;
 	if (!vsim_ctx_same_space(s->ctx, e->ctx))
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* Captured: the event keeps the stream's place in the capture. */
+	if (vsim_capture_record(s, e, &rc))
+		return rc;
 	op = vsim_op_new(VSIM_OP_EVENT);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -105,6 +109,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptds)
 		e->seq = seq;
 		e->recorded = true;
 		e->done = false;
+		vsim_capture_event_forget(e);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return rc;
@@ -135,12 +140,15 @@ VSIM_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h,
 	return event_record(e, h, flags, true);
 }
 
-/* An event never recorded counts as complete, as in the driver. */
+/* An event never recorded counts as complete, as in the driver; one
+ * recorded last in a capture stands for no work that runs. */
 VSIM_EXPORT CUresult cuEventQuery(CUevent e)
 {
 	bool pending;
 	CUresult rc = event_get(e);
 
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_event_check(e);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&e->lock);
@@ -155,6 +163,8 @@ VSIM_EXPORT CUresult cuEventSynchronize(CUevent e)
 	uint64_t seq;
 	CUresult rc = event_get(e);
 
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_event_check(e);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&e->lock);

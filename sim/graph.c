@@ -1,5 +1,6 @@
-/* graph.c - CUDA graphs: empty, kernel and memory nodes; instantiation;
- * launch; the device's graph memory pool.
+/* graph.c - CUDA graphs: empty, kernel, memset and memory nodes;
+ * instantiation; launch; the device's graph memory pool. Stream capture
+ * (capture.c) adds its nodes through the same functions.
  *
  * Nodes can only depend on nodes made before them, so creation order is a
  * topological order: an executable graph runs its nodes in that order, one
@@ -43,6 +44,7 @@ struct CUgraphNode_st {
 	struct vsim_launch *launch;      /* kernel */
 	int device;                      /* kernel: where it runs */
 	CUDA_MEM_ALLOC_NODE_PARAMS alloc;   /* mem alloc (accessDescs: ours) */
+	CUDA_MEMSET_NODE_PARAMS memset;  /* memset */
 	struct gmem *mem;                /* mem alloc and mem free */
 	bool freed;                      /* mem alloc: a free node frees it */
 };
@@ -59,6 +61,7 @@ struct exec_node {
 	CUgraphNodeType type;
 	struct vsim_launch *launch;
 	int device;
+	CUDA_MEMSET_NODE_PARAMS memset;
 	size_t slot;                     /* memory nodes: index in mems */
 };
 
@@ -305,6 +308,23 @@ VSIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode,
 	return node_add(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
+/* A kernel node of a launch already checked and packed (stream capture);
+ * l is taken, freed on failure. */
+CUresult vsim_graph_add_launch(CUgraph h, const CUgraphNode *deps, size_t ndeps,
+			       struct vsim_launch *l, int device,
+			       CUgraphNode *out)
+{
+	struct CUgraphNode_st *n = node_new(CU_GRAPH_NODE_TYPE_KERNEL);
+
+	if (!n) {
+		free(l);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	n->launch = l;
+	n->device = device;
+	return node_add(out, h, deps, ndeps, n);
+}
+
 static CUresult check_alloc_params(const CUDA_MEM_ALLOC_NODE_PARAMS *p)
 {
 	const CUmemPoolProps *pp;
@@ -443,6 +463,87 @@ VSIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode,
 	return rc;
 }
 
+/* Whether [dptr, dptr+len) lies in an allocation of g not yet freed in g:
+ * a memset node may use graph memory between its allocation and free. */
+static bool graph_mem_holds(struct CUgraph_st *g, CUdeviceptr dptr, size_t len)
+{
+	bool in = false;
+
+	pthread_mutex_lock(&graph_lock);
+	for (size_t i = 0; i < g->n && !in; i++) {
+		struct CUgraphNode_st *a = g->nodes[i];
+		in = a->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && !a->freed &&
+		     dptr >= a->alloc.dptr &&
+		     dptr - a->alloc.dptr <= a->mem->size &&
+		     len <= a->mem->size - (dptr - a->alloc.dptr);
+	}
+	pthread_mutex_unlock(&graph_lock);
+	return in;
+}
+
+/* The same rules as cuMemsetD2D*Async (copy.c), on device memory or on
+ * the graph's own memory. */
+static CUresult check_memset(struct CUgraph_st *g,
+			     const CUDA_MEMSET_NODE_PARAMS *p)
+{
+	unsigned e;
+	size_t extent;
+
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	e = p->elementSize;
+	if ((e != 1 && e != 2 && e != 4) || p->width == 0 || p->height == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->dst % e ||
+	    (p->height > 1 && (p->pitch < p->width * e || p->pitch % e)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->width > SIZE_MAX / e / 2 ||
+	    (p->height > 1 && p->pitch > SIZE_MAX / p->height))
+		return CUDA_ERROR_INVALID_VALUE;
+	extent = (p->height - 1) * p->pitch + p->width * e;
+	if (vsim_mem_check_device(p->dst, extent) != CUDA_SUCCESS &&
+	    !graph_mem_holds(g, p->dst, extent))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+CUresult vsim_graph_add_memset(CUgraph h, const CUgraphNode *deps,
+			       size_t ndeps, const CUDA_MEMSET_NODE_PARAMS *p,
+			       CUgraphNode *out)
+{
+	struct CUgraphNode_st *n;
+	struct CUgraph_st *g;
+	CUresult rc = graph_get(h, &g);
+
+	if (rc == CUDA_SUCCESS)
+		rc = check_memset(g, p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	n = node_new(CU_GRAPH_NODE_TYPE_MEMSET);
+	if (!n)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	n->memset = *p;
+	return node_add(out, h, deps, ndeps, n);
+}
+
+/* The context only says where the memory is; the address says it here. */
+VSIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode,
+					  CUgraph hGraph,
+					  const CUgraphNode *dependencies,
+					  size_t numDependencies,
+					  const CUDA_MEMSET_NODE_PARAMS *p,
+					  CUcontext ctx)
+{
+	CUresult rc = vsim_check_init();
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (ctx && !vsim_ctx_valid(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return vsim_graph_add_memset(hGraph, dependencies, numDependencies, p,
+				     phGraphNode);
+}
+
 static CUresult node_get(CUgraphNode h, struct CUgraphNode_st **out)
 {
 	CUresult rc = vsim_check_init();
@@ -525,6 +626,7 @@ static CUresult exec_build(struct CUgraphExec_st *x, struct CUgraph_st *g)
 
 		e->type = n->type;
 		e->device = n->device;
+		e->memset = n->memset;
 		if (n->launch) {
 			sz = sizeof(*n->launch) + n->launch->params_size;
 			e->launch = malloc(sz);
@@ -704,6 +806,11 @@ static void CUDA_CB run_exec(void *arg)
 
 		if (e->type == CU_GRAPH_NODE_TYPE_KERNEL)
 			vsim_launch_run(e->device, e->launch);
+		else if (e->type == CU_GRAPH_NODE_TYPE_MEMSET)
+			vsim_fill_rows((void *)(uintptr_t)e->memset.dst,
+				       e->memset.pitch, e->memset.value,
+				       e->memset.elementSize, e->memset.width,
+				       e->memset.height);
 		else if (e->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
 			 e->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
 			run_mem_node(x, e);
@@ -756,7 +863,9 @@ static CUresult launch_begin(struct CUgraphExec_st *x)
 	return CUDA_SUCCESS;
 }
 
-/* Ordered behind earlier work on the stream and earlier launches of x. */
+/* Ordered behind earlier work on the stream and earlier launches of x.
+ * A graph launched into a capture would be a child graph node, which the
+ * graph model lacks: refused before anything is reserved. */
 static CUresult graph_launch(CUgraphExec h, CUstream hs, bool ptsz)
 {
 	struct CUgraphExec_st *x;
@@ -767,6 +876,8 @@ static CUresult graph_launch(CUgraphExec h, CUstream hs, bool ptsz)
 
 	if (rc == CUDA_SUCCESS)
 		rc = vsim_stream_resolve(hs, ptsz, &s);
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_refuse(s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	op = vsim_op_new(VSIM_OP_HOST_FN);
@@ -788,8 +899,9 @@ static CUresult graph_launch(CUgraphExec h, CUstream hs, bool ptsz)
 		return rc;
 	}
 	/* Submitting under graph_lock keeps launches of x in order; the
-	 * worker takes graph_lock only after the op is queued. */
-	rc = vsim_stream_submit(s, op, &seq);
+	 * worker takes graph_lock only after the op is queued. Not through
+	 * capture (checked above): capture.c takes graph_lock after its own. */
+	rc = vsim_stream_enqueue(s, op, &seq);
 	if (rc == CUDA_SUCCESS) {
 		x->last_stream = s;
 		x->last_seq = seq;

@@ -475,6 +475,7 @@ VSIM_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 		hEvent->seq = seq;
 		hEvent->recorded = true;
 		hEvent->done = false;
+		vsim_capture_event_forget(hEvent);
 	}
 	pthread_mutex_unlock(&hEvent->lock);
 	return rc;

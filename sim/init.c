@@ -178,6 +178,7 @@ static void fork_child(void)
 	vsim_ctx_fork_child();
 	vsim_mem_fork_child();
 	vsim_graph_fork_child();
+	vsim_capture_fork_child();
 	vsim_pool_fork_child();
 	vsim_vmm_fork_child();
 	vsim_managed_fork_child();

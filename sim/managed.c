@@ -254,6 +254,9 @@ static CUresult prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc,
 	if (flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_location(&loc);
+	/* No graph node holds a prefetch: refused on a capturing stream. */
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_refuse(s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	m = info_get(devPtr, count);

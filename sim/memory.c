@@ -249,6 +249,10 @@ VSIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		return rc;
 	if (!dptr || bytesize == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Not stream-ordered, so a capture cannot see it (capture.c). */
+	rc = vsim_capture_unsafe_call();
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	rc = vsim_mem_alloc(ctx, bytesize, VSIM_MEM_DEVICE, 0, &p);
 	if (rc == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr)p;
@@ -295,6 +299,9 @@ VSIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	    a.kind != VSIM_MEM_DEVICE ||
 	    (a.flags & (VSIM_ALLOC_MAPPED | VSIM_ALLOC_IPC)))
 		return CUDA_ERROR_INVALID_VALUE;
+	rc = vsim_capture_unsafe_call();
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	/* As on a GPU, freeing waits for work that may still use the memory;
 	 * here it also keeps host forms of kernels off unmapped pages. */
 	vsim_ctx_drain(a.ctx);

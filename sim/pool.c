@@ -376,6 +376,9 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize,
 		pool = current_of(s->ctx->device);
 	if (!pool)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Captured: an allocation node, which takes nothing from the pool. */
+	if (vsim_capture_alloc(s, pool->device, bytesize, dptr, &rc))
+		return rc;
 	return pool_alloc(dptr, bytesize, pool, s);
 }
 
@@ -459,6 +462,8 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptsz)
 	CUresult rc = vsim_stream_resolve(h, ptsz, &s);
 
 	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (vsim_capture_free(s, dptr, &rc))
 		return rc;
 	if (!vsim_mem_lookup((uintptr_t)dptr, 1, &a) || a.base != dptr)
 		return CUDA_ERROR_INVALID_VALUE;

@@ -555,6 +555,9 @@ struct CUstream_st {
 	pthread_t worker;
 	CUresult sticky;       /* error from an asynchronous op */
 	struct CUstream_st *next;   /* in ctx->streams */
+	/* The capture it takes part in (capture.c), or NULL: written under
+	 * the capture lock, read without it only to skip capture's work. */
+	struct vsim_capture *capture;
 };
 
 /* Resolves a user stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
@@ -563,8 +566,19 @@ struct CUstream_st {
 CUresult vsim_stream_resolve(CUstream h, bool per_thread_default,
 			     struct CUstream_st **out);
 /* Queues op (taking ownership) on s, adding the implicit dependencies of
- * legacy-stream semantics. Returns its sequence number via *seq if non-NULL. */
+ * legacy-stream semantics. Returns its sequence number via *seq if non-NULL.
+ * On a capturing stream the op is captured or refused instead
+ * (vsim_capture_take), and *seq is not written. */
 CUresult vsim_stream_submit(struct CUstream_st *s, struct vsim_op *op, uint64_t *seq);
+/* vsim_stream_submit without the capture step: for a caller that checked
+ * capture itself (vsim_capture_refuse) and holds a lock capture.c takes
+ * after its own (graph.c's). */
+CUresult vsim_stream_enqueue(struct CUstream_st *s, struct vsim_op *op,
+			     uint64_t *seq);
+/* Fills height rows, pitch bytes apart, with count elements of elem bytes
+ * (1, 2 or 4) of value: memsets. */
+void vsim_fill_rows(void *dst, size_t pitch, uint32_t value, unsigned elem,
+		    size_t count, size_t height);
 /* Queues op and waits for it: the synchronous memory calls. */
 CUresult vsim_stream_run(struct CUstream_st *s, struct vsim_op *op);
 /* Blocks until s has completed seq. */
@@ -590,6 +604,12 @@ struct CUevent_st {
 	uint64_t time_ns;             /* completion time of the last record */
 	bool recorded;
 	bool done;
+	/* Recorded last in a capture (capture.c, under its lock, not this
+	 * event's): the capture's id, 0 if not, and, while the capture goes
+	 * on, the nodes a stream waiting for it would depend on. */
+	uint64_t capture_id;
+	CUgraphNode *capture_deps;
+	size_t capture_ndeps;
 };
 
 /* Called by the worker when the record op with sequence seq runs. */
@@ -683,5 +703,68 @@ uint64_t vsim_bus_end(void);
 
 /* In a forked child: forget the parent's executable graphs and graph pool. */
 void vsim_graph_fork_child(void);
+/* Adds a kernel node running l (checked and packed by vsim_launch_prepare;
+ * taken, and freed on failure) on device, after deps. */
+CUresult vsim_graph_add_launch(CUgraph g, const CUgraphNode *deps, size_t ndeps,
+			       struct vsim_launch *l, int device,
+			       CUgraphNode *out);
+/* Adds a memset node (cuGraphAddMemsetNode's rules: device memory, or
+ * memory of g's allocation nodes not yet freed in g). */
+CUresult vsim_graph_add_memset(CUgraph g, const CUgraphNode *deps,
+			       size_t ndeps, const CUDA_MEMSET_NODE_PARAMS *p,
+			       CUgraphNode *out);
+
+/* ---- capture.c: stream capture into graphs ----------------------------------
+ *
+ * Each returns CUDA_SUCCESS (or false) at the cost of one atomic load when
+ * no capture is in progress anywhere. Lock order: an event's lock, then the
+ * capture lock, then graph.c's; the capture lock is never taken holding
+ * graph.c's lock or a stream's. */
+
+struct vsim_capture;
+
+/* Called by vsim_stream_submit: true when op was handled by capture (a
+ * kernel captured as a node; anything else on a capturing stream refused
+ * and the capture invalidated; work on the legacy stream refused while a
+ * blocking stream of its context captures), with the result in *rc; the
+ * caller frees op. False: queue it. */
+bool vsim_capture_take(struct CUstream_st *s, struct vsim_op *op, CUresult *rc);
+/* For work that cannot be captured and must not run behind a capture's
+ * back (synchronising or querying s, a graph launch):
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when s captures,
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT when s is the legacy stream of a
+ * context whose blocking streams capture; either invalidates those
+ * captures. CUDA_SUCCESS otherwise. */
+CUresult vsim_capture_refuse(struct CUstream_st *s);
+/* A call that capture modes call potentially unsafe (cuCtxSynchronize,
+ * cuMemAlloc, cuMemFree): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with the
+ * conflicting captures invalidated, when this thread's mode prohibits it. */
+CUresult vsim_capture_unsafe_call(void);
+/* cuMemAllocAsync on s: true when s captures, with *dptr the address of a
+ * new allocation node on device (or an error) in *rc. */
+bool vsim_capture_alloc(struct CUstream_st *s, int device, size_t bytes,
+			CUdeviceptr *dptr, CUresult *rc);
+/* cuMemFreeAsync on s: true when s captures (a free node, or an error). */
+bool vsim_capture_free(struct CUstream_st *s, CUdeviceptr dptr, CUresult *rc);
+/* A memset on s: true when s captures (a memset node, or an error). */
+bool vsim_capture_memset(struct CUstream_st *s,
+			 const CUDA_MEMSET_NODE_PARAMS *p, CUresult *rc);
+/* cuEventRecord of e on s: true when s captures. */
+bool vsim_capture_record(struct CUstream_st *s, struct CUevent_st *e,
+			 CUresult *rc);
+/* e is recorded outside any capture: it stops being a captured event. */
+void vsim_capture_event_forget(struct CUevent_st *e);
+/* CUDA_ERROR_CAPTURED_EVENT when e was last recorded in a capture. */
+CUresult vsim_capture_event_check(struct CUevent_st *e);
+/* cuStreamWaitEvent(s, e): true when capture decides it (s captures, or
+ * e was recorded in a capture), with the result in *rc. */
+bool vsim_capture_wait(struct CUstream_st *s, struct CUevent_st *e,
+		       CUresult *rc);
+/* Streams destroyed: s, or with s NULL every stream of ctx (cuStreamDestroy,
+ * context teardown). A capture begun on one ends, its graph destroyed; one
+ * they joined is invalidated. */
+void vsim_capture_streams_gone(struct CUctx_st *ctx, struct CUstream_st *s);
+/* In a forked child: no capture goes on (the captures' threads are gone). */
+void vsim_capture_fork_child(void);
 
 #endif

@@ -57,6 +57,13 @@ static void fill(void *dst, uint32_t value, unsigned elem, size_t count)
 	}
 }
 
+void vsim_fill_rows(void *dst, size_t pitch, uint32_t value, unsigned elem,
+		    size_t count, size_t height)
+{
+	for (size_t r = 0; r < height; r++)
+		fill((char *)dst + r * pitch, value, elem, count);
+}
+
 _Thread_local uint64_t vsim_stream_clock;
 
 /* Runs op on s's worker. The device's clock (docs/simulator.md, "The
@@ -82,9 +89,9 @@ static void op_run(struct CUstream_st *s, struct vsim_op *op)
 				op->u.copy2d.width);
 		break;
 	case VSIM_OP_SET:
-		for (size_t r = 0; r < op->u.set.height; r++)
-			fill((char *)op->u.set.dst + r * op->u.set.pitch,
-			     op->u.set.value, op->u.set.elem, op->u.set.count);
+		vsim_fill_rows(op->u.set.dst, op->u.set.pitch, op->u.set.value,
+			       op->u.set.elem, op->u.set.count,
+			       op->u.set.height);
 		break;
 	case VSIM_OP_EVENT:
 		vsim_event_complete(op->u.event.event, op->seq, clock);
@@ -294,8 +301,23 @@ static int add_implicit_deps(struct CUstream_st *s, struct vsim_op *op)
 	return rc;
 }
 
+/* A capturing stream's work becomes graph nodes instead (capture.c), or
+ * is refused; the legacy stream's is refused while it would depend on a
+ * capture. */
 CUresult vsim_stream_submit(struct CUstream_st *s, struct vsim_op *op,
 			    uint64_t *seq)
+{
+	CUresult rc;
+
+	if (vsim_capture_take(s, op, &rc)) {
+		op_free(op);
+		return rc;
+	}
+	return vsim_stream_enqueue(s, op, seq);
+}
+
+CUresult vsim_stream_enqueue(struct CUstream_st *s, struct vsim_op *op,
+			     uint64_t *seq)
 {
 	if (add_implicit_deps(s, op) != 0) {
 		op_free(op);
@@ -386,6 +408,7 @@ static void stream_stop(struct CUstream_st *s)
 
 void vsim_ctx_streams_destroy(struct CUctx_st *ctx)
 {
+	vsim_capture_streams_gone(ctx, NULL);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct CUstream_st *s = ctx->streams; s; s = s->next) {
 		stream_stop(s);
@@ -430,7 +453,8 @@ VSIM_EXPORT CUresult cuStreamCreate(CUstream *ph, unsigned int flags)
 	return cuStreamCreateWithPriority(ph, flags, 0);
 }
 
-/* Work already queued still completes; the handle is invalid from now. */
+/* Work already queued still completes; the handle is invalid from now. A
+ * capture begun on it ends with no graph (capture.c). */
 VSIM_EXPORT CUresult cuStreamDestroy_v2(CUstream h)
 {
 	struct CUstream_st *s;
@@ -443,6 +467,7 @@ VSIM_EXPORT CUresult cuStreamDestroy_v2(CUstream h)
 	rc = vsim_stream_resolve(h, false, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	vsim_capture_streams_gone(s->ctx, s);
 	stream_stop(s);
 	return CUDA_SUCCESS;
 }
@@ -453,6 +478,8 @@ static CUresult stream_sync(CUstream h, bool ptds)
 	struct CUstream_st *s;
 	CUresult rc = vsim_stream_resolve(h, ptds, &s);
 
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_refuse(s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	rc = vsim_stream_drain(s);
@@ -477,6 +504,8 @@ static CUresult stream_query(CUstream h, bool ptds)
 	bool busy;
 	CUresult rc = vsim_stream_resolve(h, ptds, &s);
 
+	if (rc == CUDA_SUCCESS)
+		rc = vsim_capture_refuse(s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&s->lock);
@@ -496,115 +525,6 @@ VSIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h)
 	return stream_query(h, true);
 }
 
-/* ---- capture -------------------------------------------------------------- */
-
-/* Stream capture is not simulated (cuStreamBeginCapture is not exported):
- * no stream is ever capturing. The queries answer so for any valid stream,
- * as cuda-core asks before every stream-ordered allocation. */
-static CUresult capture_info(CUstream h, bool ptds,
-			     CUstreamCaptureStatus *status, cuuint64_t *id,
-			     CUgraph *graph, const CUgraphNode **deps,
-			     const CUgraphEdgeData **edges, size_t *ndeps)
-{
-	struct CUstream_st *s;
-	CUresult rc = vsim_stream_resolve(h, ptds, &s);
-
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	if (!status)
-		return CUDA_ERROR_INVALID_VALUE;
-	*status = CU_STREAM_CAPTURE_STATUS_NONE;
-	/* The rest is left as it is when not capturing (the driver's
-	 * documentation: "only valid if the stream is capturing"), except
-	 * what a caller would read as a count. */
-	(void)id;
-	(void)graph;
-	(void)deps;
-	(void)edges;
-	if (ndeps)
-		*ndeps = 0;
-	return CUDA_SUCCESS;
-}
-
-#undef cuStreamIsCapturing
-#undef cuStreamGetCaptureInfo
-CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st);
-VSIM_EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st)
-{
-	return capture_info(h, false, st, NULL, NULL, NULL, NULL, NULL);
-}
-
-CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h,
-					  CUstreamCaptureStatus *st);
-VSIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream h,
-					      CUstreamCaptureStatus *st)
-{
-	return capture_info(h, true, st, NULL, NULL, NULL, NULL, NULL);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *st,
-					cuuint64_t *id);
-VSIM_EXPORT CUresult cuStreamGetCaptureInfo(CUstream h,
-					    CUstreamCaptureStatus *st,
-					    cuuint64_t *id)
-{
-	return capture_info(h, false, st, id, NULL, NULL, NULL, NULL);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream h,
-					     CUstreamCaptureStatus *st,
-					     cuuint64_t *id);
-VSIM_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream h,
-						 CUstreamCaptureStatus *st,
-						 cuuint64_t *id)
-{
-	return capture_info(h, true, st, id, NULL, NULL, NULL, NULL);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, size_t *ndeps);
-VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, size_t *ndeps)
-{
-	return capture_info(h, false, st, id, graph, deps, NULL, ndeps);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, size_t *ndeps);
-VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, size_t *ndeps)
-{
-	return capture_info(h, true, st, id, graph, deps, NULL, ndeps);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, const CUgraphEdgeData **edges,
-	size_t *ndeps);
-VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, const CUgraphEdgeData **edges,
-	size_t *ndeps)
-{
-	return capture_info(h, false, st, id, graph, deps, edges, ndeps);
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, const CUgraphEdgeData **edges,
-	size_t *ndeps);
-VSIM_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h,
-	CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-	const CUgraphNode **deps, const CUgraphEdgeData **edges,
-	size_t *ndeps)
-{
-	return capture_info(h, true, st, id, graph, deps, edges, ndeps);
-}
-
 static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags,
 				  bool ptds)
 {
@@ -618,6 +538,8 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags,
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (vsim_capture_wait(s, e, &rc))
+		return rc;
 	op = vsim_op_new(VSIM_OP_WAIT);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
