@@ -203,6 +203,20 @@ static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,
 	       : vgpu__real.cuMemAllocAsync(dptr, bytesize, hStream);
 }
 
+/* A captured allocation is an allocation node: the pool does not grow,
+ * and graphs.c charges the graph's memory per executable graph. */
+static bool capturing(CUstream s, int per_thread)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+
+	if (!vgpu__real.cuStreamIsCapturing)
+		return false;
+	if (!s && per_thread)
+		s = CU_STREAM_PER_THREAD;
+	return vgpu__real.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
+	       st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 			   CUmemoryPool pool, CUstream hStream, int per_thread,
 			   bool explicit_pool)
@@ -213,7 +227,8 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 
 	if (dv && dv->state == VGPU_DEV_FAILED)
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (!dv || !dv->slot || !dptr || bytesize == 0)
+	if (!dv || !dv->slot || !dptr || bytesize == 0 ||
+	    capturing(hStream, per_thread))
 		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
 				  explicit_pool);
 	i = pool_of(dv, pool, explicit_pool);
