@@ -610,7 +610,7 @@ static int measured(struct vgpu_measure_ctx *c,
 {
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
-	uint64_t est, now = P.now();
+	uint64_t est, issued, now = P.now();
 	bool probe;
 	int r;
 
@@ -627,6 +627,9 @@ static int measured(struct vgpu_measure_ctx *c,
 		return r;
 	}
 	P.event_record(a, call->stream, call->per_thread);
+	/* The launch cannot start before this: the start event, recorded on
+	 * an idle stream, completes before the launch is made (place). */
+	issued = P.now();
 	r = call->launch(call->arg);
 	if (r != 0) {
 		vgpu_throttle_settle(g->slot, 0, est);
@@ -646,7 +649,7 @@ static int measured(struct vgpu_measure_ctx *c,
 	p->gpu = g;
 	p->kind = call->kind;
 	p->ref = c->ref;
-	p->issued = now;	/* before the launch call: never too late */
+	p->issued = issued;	/* before the launch call: never too late */
 	c->count++;
 	return r;
 }
