@@ -325,6 +325,16 @@ void vgpu__dev_leave_all(void)
 	}
 }
 
+void vgpu__dev_poll_ledgers(void)
+{
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+		struct vgpu_dev *dv = vgpu__dev_peek(i);
+
+		if (dv && dv->ledger)
+			vgpu_ledger_poll(dv->ledger);
+	}
+}
+
 void vgpu__dev_fork_child(void)
 {
 	pthread_mutex_init(&attach_lock, NULL);

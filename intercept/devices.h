@@ -76,6 +76,10 @@ struct vgpu_dev *vgpu__dev_peek(int ordinal);
 struct vgpu_dev *vgpu__dev_by_uuid(const char *uuid);
 void vgpu__dev_fork_child(void);
 void vgpu__dev_leave_all(void);
+/* Each attached device's ledger polled (vgpu_ledger_poll): from the
+ * synchronisation hooks, so a job that has stopped allocating still
+ * follows its ledger file when it is deleted or replaced. */
+void vgpu__dev_poll_ledgers(void);
 
 /* The current context's device, attached; NULL when there is no current
  * context (the hook then leaves everything to the driver). */

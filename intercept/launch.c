@@ -133,13 +133,18 @@ static CUresult throttled(const struct call *call)
 
 /* After a synchronisation the thread's launches it waited for have ended:
  * the core records their ends in the GPU's timeline now, not at its next
- * launch, which may be far off (a CPU phase). Uncapped: one load. */
+ * launch, which may be far off (a CPU phase). Uncapped: one load. And the
+ * ledgers are polled: a job that allocated once and now only computes
+ * synchronises, so it follows a deleted or replaced ledger file too (a
+ * clock read per device unless a check is due). */
 static CUresult after_sync(CUresult r)
 {
+	if (__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
+		return r;
 	if (r == CUDA_SUCCESS &&
-	    __atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED) &&
-	    !__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
+	    __atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED))
 		vgpu_measure_synchronised(&tls_meter);
+	vgpu__dev_poll_ledgers();
 	return r;
 }
 

@@ -114,6 +114,14 @@ void vgpu_ledger_close(struct vgpu_ledger *l);
  * locks) and frees the memory. The child then opens and joins afresh. */
 void vgpu_ledger_forget_after_fork(struct vgpu_ledger *l);
 
+/* The slow path's test that l's file is still the one under its name
+ * (reserve and release make it too), for hooks other than allocations: a
+ * job that allocates once and then only launches and synchronises must
+ * still follow a deleted, replaced or truncated file, or its charges stay
+ * in a file no new process sees. No system call unless a check is due
+ * (ledger_move.c); l may be NULL. */
+void vgpu_ledger_poll(struct vgpu_ledger *l);
+
 /* The file's path and its header (read-only for callers). */
 const char *vgpu_ledger_path(const struct vgpu_ledger *l);
 const struct vgpu_ledger_header *vgpu_ledger_header(const struct vgpu_ledger *l);

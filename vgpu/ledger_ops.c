@@ -172,6 +172,12 @@ static int locked_charge(struct vgpu_slot *s, int kind, uint64_t bytes)
 	return rc;
 }
 
+void vgpu_ledger_poll(struct vgpu_ledger *l)
+{
+	if (l)
+		vgpu__ledger_watch(l);
+}
+
 int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes)
 {
 	int rc, n;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MIB (1ull << 20)
@@ -140,6 +141,91 @@ Test(ledger_gone, a_deleted_ledger_is_made_again_with_the_jobs_charges)
 	cr_assert_not_null(strstr(out, "after=0\nfile=9\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "big=2\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "more=7 last=2\n"), "%s", out);
+	ledger_view_must(&v, NULL);
+	ledger_assert_zero(&v, "t-gone");
+	ledger_view_close(&v);
+}
+
+/* ---- a job that stopped allocating ---------------------------------------- */
+
+/* Holds 8 MiB, tells the test its ledger's path through wfd, then only
+ * synchronises (every 10 ms, for 3 s), as a job that allocated once and
+ * now computes. */
+static int idle_holder(int wfd)
+{
+	struct timespec tick = { 0, 10 * 1000000 };
+	CUcontext ctx;
+	CUdeviceptr a;
+
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, 8 * MIB) || find_path())
+		return 2;
+	if (write(wfd, path, sizeof(path)) != (ssize_t)sizeof(path))
+		return 3;
+	for (int i = 0; i < 300; i++) {
+		if (cuCtxSynchronize())
+			return 4;
+		nanosleep(&tick, NULL);
+	}
+	return cuMemFree(a) ? 5 : 0;
+}
+
+static int newcomer(void *arg)
+{
+	CUdeviceptr p[64];
+	CUcontext ctx;
+	CUresult last;
+	int n;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx))
+		return 2;
+	n = fill(p, 64, &last);
+	printf("got=%d last=%d device=%llu\n", n, (int)last,
+	       (unsigned long long)(shimtest_device_used() / MIB));
+	while (n--)
+		cuMemFree(p[n]);
+	return 0;
+}
+
+/* The ledger deleted while a job of the tenant holds 8 MiB of its 16 and
+ * only synchronises: it follows the name within a check's period (the
+ * synchronisation hooks poll), so a new job of the tenant gets the other
+ * 8 MiB, not 16 (before: the holder stayed in the deleted file until its
+ * next allocation, and the tenant held 24 MiB). */
+Test(ledger_gone, a_job_that_only_synchronises_follows_a_deleted_ledger)
+{
+	struct timespec settle = { 0, 400 * 1000000 };
+	static char out[8192];
+	struct ledger_view v;
+	int fds[2], status, rc;
+	size_t got = 0;
+	ssize_t n;
+	pid_t a;
+
+	cr_assert_eq(pipe(fds), 0);
+	fflush(NULL);
+	a = fork();
+	cr_assert_geq(a, 0);
+	if (a == 0) {
+		close(fds[0]);
+		_exit(idle_holder(fds[1]));
+	}
+	close(fds[1]);
+	while (got < sizeof(path) &&
+	       (n = read(fds[0], path + got, sizeof(path) - got)) > 0)
+		got += (size_t)n;
+	close(fds[0]);
+	cr_assert_eq(got, sizeof(path), "the holder did not start");
+	cr_assert_eq(unlink(path), 0, "%s", path);
+	nanosleep(&settle, NULL);	/* past the holder's next check */
+	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
+	cr_assert_eq(waitpid(a, &status, 0), a);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "holder status %d", status);
 	ledger_view_must(&v, NULL);
 	ledger_assert_zero(&v, "t-gone");
 	ledger_view_close(&v);
