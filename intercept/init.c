@@ -166,20 +166,37 @@ CUresult cuInit(unsigned int Flags)
 void *(*vgpu__real_dlopen)(const char *, int);
 
 /* The names under which a program may open the driver: libcuda.so,
- * libcuda.so.1, libcuda.so.<driver version>, alone or after a directory. */
-static bool is_driver_name(const char *name)
+ * libcuda.so.1, libcuda.so.<driver version>, alone or after a directory.
+ * Uninstrumented, with vgpu__dlopen_name (shim.h). */
+VGPU_UNINSTRUMENTED static bool is_driver_name(const char *name)
 {
-	const char *base = strrchr(name, '/');
+	static const char want[] = "libcuda.so";
+	const char *base = name;
 
-	base = base ? base + 1 : name;
-	return strncmp(base, "libcuda.so", 10) == 0 &&
-	       (base[10] == '\0' || base[10] == '.');
+	for (const char *p = name; *p; p++)
+		if (*p == '/')
+			base = p + 1;
+	for (size_t i = 0; i < sizeof(want) - 1; i++)
+		if (base[i] != want[i])
+			return false;
+	return base[10] == '\0' || base[10] == '.';
+}
+
+/* Whether name is "libcuda.so.1" exactly. */
+VGPU_UNINSTRUMENTED static bool is_soname(const char *name)
+{
+	static const char want[] = "libcuda.so.1";
+
+	for (size_t i = 0; i < sizeof(want); i++)
+		if (name[i] != want[i])
+			return false;
+	return true;
 }
 
 /* Found without a once (dlopen may be called with the loader's lock held,
  * by a constructor, while another thread waits for that lock inside a
  * once): two threads that both find it unset store the same address. */
-static void resolve_dlopen(void)
+VGPU_UNINSTRUMENTED static void resolve_dlopen(void)
 {
 	void *f;
 
@@ -190,10 +207,10 @@ static void resolve_dlopen(void)
 			 __ATOMIC_RELEASE);
 }
 
-const char *vgpu__dlopen_name(const char *name)
+VGPU_UNINSTRUMENTED const char *vgpu__dlopen_name(const char *name)
 {
 	resolve_dlopen();
-	if (name && is_driver_name(name) && strcmp(name, "libcuda.so.1") != 0)
+	if (name && is_driver_name(name) && !is_soname(name))
 		return "libcuda.so.1";
 	return name;
 }

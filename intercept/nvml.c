@@ -462,8 +462,9 @@ static const struct {
 void *(*vgpu__real_dlsym)(void *, const char *);
 
 /* Found without a once: two threads that both find it unset both look it
- * up and store the same address. */
-void *(*vgpu__dlsym_real(void))(void *, const char *)
+ * up and store the same address. Uninstrumented (shim.h): the sanitizers'
+ * start-up calls dlsym. */
+VGPU_UNINSTRUMENTED void *(*vgpu__dlsym_real(void))(void *, const char *)
 {
 	void *(*f)(void *, const char *) =
 		__atomic_load_n(&vgpu__real_dlsym, __ATOMIC_ACQUIRE);
@@ -479,15 +480,15 @@ void *(*vgpu__dlsym_real(void))(void *, const char *)
 	return f;
 }
 
-void *vgpu__dlsym_name(void *handle, const char *name)
+/* A lookup of an "nvml" name in some handle: the hook if the handle is the
+ * loaded NVML's and it has the name, else NULL. */
+static __attribute__((noinline)) void *nvml_catch(void *handle,
+						  const char *name)
 {
-	void *(*real_dlsym)(void *, const char *) = vgpu__dlsym_real();
-	void *loaded;
+	void *(*real_dlsym)(void *, const char *) = vgpu__real_dlsym;
 	size_t i, n = sizeof(nvml_hooks) / sizeof(nvml_hooks[0]);
+	void *loaded;
 
-	if (!name || name[0] != 'n' || strncmp(name, "nvml", 4) != 0 ||
-	    handle == RTLD_DEFAULT || handle == RTLD_NEXT || !real_dlsym)
-		return NULL;
 	for (i = 0; i < n && strcmp(name, nvml_hooks[i].name) != 0; i++)
 		;
 	if (i == n)
@@ -504,4 +505,16 @@ void *vgpu__dlsym_name(void *handle, const char *name)
 		return NULL;
 	/* A function this NVML lacks stays missing, as without the shim. */
 	return real_dlsym(handle, name) ? nvml_hooks[i].hook : NULL;
+}
+
+/* Every dlsym of the process comes here first, the sanitizers' start-up's
+ * included: uninstrumented up to the name's first four bytes, which no
+ * sanitizer looks up. */
+VGPU_UNINSTRUMENTED void *vgpu__dlsym_name(void *handle, const char *name)
+{
+	if (!vgpu__dlsym_real() || !name || name[0] != 'n' ||
+	    name[1] != 'v' || name[2] != 'm' || name[3] != 'l' ||
+	    handle == RTLD_DEFAULT || handle == RTLD_NEXT)
+		return NULL;
+	return nvml_catch(handle, name);
 }

@@ -26,6 +26,16 @@ bool vgpu__refused_late(void);
 /* Whether limits are off (VGPU_DISABLE / CUDA_DISABLE_CONTROL). */
 bool vgpu__disabled(void);
 
+/* Code reached by the dlopen and dlsym catches before the program's
+ * sanitizers are up: AddressSanitizer's and ThreadSanitizer's own start-up
+ * look functions up with dlsym, which is ours, before their shadow memory
+ * exists, so an instrumented load there faults (every sanitizer build
+ * crashed at start-up). Such code reads memory only through plain loads
+ * and calls no intercepted function. */
+#define VGPU_UNINSTRUMENTED \
+	__attribute__((no_sanitize_address, no_sanitize_thread, \
+		       no_sanitize_undefined, noinline))
+
 /* The real dlopen, and a call of it that bypasses the shim's name mapping. */
 extern void *(*vgpu__real_dlopen)(const char *, int);
 void *vgpu__dlopen_real(const char *path, int flags);
