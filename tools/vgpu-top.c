@@ -4,7 +4,7 @@
  * achieved, launches per second, admission waits and liveness.
  *
  *   vgpu-top [--dir DIR] [--interval S] [--sort KEY] [--filter TEXT]
- *            [--once | --json | --prometheus]
+ *            [--once | --json | --prometheus | --listen ADDR:PORT]
  *
  * Read-only: every ledger is mapped PROT_READ and never written. A file
  * that is not a usable ledger gets one line on stderr and is skipped.
@@ -23,7 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum top_mode { MODE_LIVE, MODE_ONCE, MODE_JSON, MODE_PROMETHEUS };
+enum top_mode { MODE_LIVE, MODE_ONCE, MODE_JSON, MODE_PROMETHEUS,
+		MODE_LISTEN };
 
 struct top_opts {
 	enum top_mode mode;
@@ -32,13 +33,15 @@ struct top_opts {
 	bool interval_set;
 	struct top_view view;
 	char filter[128];
+	struct top_listen listen;	/* MODE_LISTEN */
 };
 
 static void usage(FILE *f)
 {
 	fputs("usage: vgpu-top [--dir DIR] [--interval S] [--sort m|c|p|t] "
 	      "[--filter TEXT]\n"
-	      "                [--once | --json | --prometheus]\n"
+	      "                [--once | --json | --prometheus | "
+	      "--listen ADDR:PORT]\n"
 	      "  --dir DIR       ledger directory (default: $VGPU_LEDGER_DIR, "
 	      "else /dev/shm/vgpu)\n"
 	      "  --interval S    refresh interval, and the sampling interval of "
@@ -52,6 +55,11 @@ static void usage(FILE *f)
 	      "  --once          print one frame and exit\n"
 	      "  --json          print one JSON document (docs/vgpu-top.md)\n"
 	      "  --prometheus    print the Prometheus text format and exit\n"
+	      "  --listen ADDR:PORT\n"
+	      "                  serve that format over HTTP at /metrics "
+	      "until SIGINT/SIGTERM\n"
+	      "                  (127.0.0.1:9400, [::1]:9400, :9400 every "
+	      "address; port 0: any free)\n"
 	      "keys (live view): q quit, m/c/p/t sort, / filter (Enter ends, "
 	      "Esc clears), space refresh\n", f);
 }
@@ -70,8 +78,8 @@ static int sort_of(int c, enum top_sort *out)
 static int set_mode(struct top_opts *o, enum top_mode m)
 {
 	if (o->mode != MODE_LIVE && o->mode != m) {
-		fprintf(stderr, "vgpu-top: --once, --json and --prometheus "
-			"exclude each other\n");
+		fprintf(stderr, "vgpu-top: --once, --json, --prometheus and "
+			"--listen exclude each other\n");
 		return -1;
 	}
 	o->mode = m;
@@ -93,6 +101,18 @@ static int parse_interval(struct top_opts *o, const char *v)
 	return 0;
 }
 
+static int parse_listen(struct top_opts *o, const char *v)
+{
+	char msg[256];
+
+	if (set_mode(o, MODE_LISTEN))
+		return -1;
+	if (top_listen_parse(v, &o->listen, msg, sizeof(msg)) == 0)
+		return 0;
+	fprintf(stderr, "vgpu-top: %s\n", msg);
+	return -1;
+}
+
 /* An option with a value: 1 if handled (and *i moved on), 0 if not such
  * an option, -1 on a bad value. */
 static int parse_valued(struct top_opts *o, int argc, char **argv, int *i)
@@ -100,7 +120,8 @@ static int parse_valued(struct top_opts *o, int argc, char **argv, int *i)
 	const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 
 	if (strcmp(a, "--dir") && strcmp(a, "--interval") &&
-	    strcmp(a, "--sort") && strcmp(a, "--filter"))
+	    strcmp(a, "--sort") && strcmp(a, "--filter") &&
+	    strcmp(a, "--listen"))
 		return 0;
 	if (!v) {
 		fprintf(stderr, "vgpu-top: %s needs a value\n", a);
@@ -113,6 +134,8 @@ static int parse_valued(struct top_opts *o, int argc, char **argv, int *i)
 		return parse_interval(o, v) ? -1 : 1;
 	else if (strcmp(a, "--filter") == 0)
 		snprintf(o->filter, sizeof(o->filter), "%s", v);
+	else if (strcmp(a, "--listen") == 0)
+		return parse_listen(o, v) ? -1 : 1;
 	else if (strlen(v) != 1 || sort_of(v[0], &o->view.sort) != 0) {
 		fprintf(stderr, "vgpu-top: --sort '%s': expected m, c, p or "
 			"t\n", v);
@@ -148,6 +171,11 @@ static int parse_args(int argc, char **argv, struct top_opts *o)
 				argv[i]);
 			rc = -1;
 		}
+	}
+	if (rc == 0 && o->mode == MODE_LISTEN && o->interval_set) {
+		fprintf(stderr, "vgpu-top: --interval has no meaning with "
+			"--listen (each scrape reads the ledgers once)\n");
+		rc = -1;
 	}
 	if (rc == 0 && o->mode == MODE_LIVE && o->interval < 0.1) {
 		fprintf(stderr, "vgpu-top: --interval must be at least 0.1 s "
@@ -493,6 +521,8 @@ int main(int argc, char **argv)
 		usage(rc > 0 ? stdout : stderr);
 		return rc > 0 ? 0 : 2;
 	}
+	if (o.mode == MODE_LISTEN)
+		return top_serve(o.dir, &o.listen);
 	if (o.mode != MODE_LIVE)
 		return run_once(&o);
 	return run_live(&o);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #define TOP_SCHEMA_VERSION	1
 #define TOP_PATH_MAX		4096
@@ -105,7 +106,9 @@ struct top_snap {
  * on `problems` if not NULL (path, what was found, what was expected;
  * escaped). Returns 0, or -1 (with a message) when the directory cannot be
  * listed; a missing directory is empty. A live slot whose host pid is not
- * known has its pid checked in /proc (top_proc.pid_here). */
+ * known has its pid checked in /proc (top_proc.pid_here).
+ * Not thread-safe: a static memo of those checks, getpwuid(), strerror();
+ * callers in several threads serialise it (vgpu-top-http.c's lock). */
 int top_snap_read(struct top_snap *s, const char *dir, FILE *problems);
 void top_snap_free(struct top_snap *s);
 /* Checks one mapped file; 0, or -1 with why in msg. */
@@ -189,5 +192,27 @@ const char *top_policy_name(uint32_t policy);
 void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 		    double interval_s);
 void top_print_prometheus(FILE *f, const struct top_snap *s);
+
+/* ---- vgpu-top-http.c ------------------------------------------------------ */
+
+/* Where --listen serves. */
+struct top_listen {
+	const char *spec;	/* as given: "127.0.0.1:9400" */
+	bool any;		/* ":PORT": every address, IPv6 and IPv4 */
+	struct sockaddr_storage addr;	/* else the address (and port) */
+	socklen_t addr_len;
+	uint16_t port;		/* 0: any free port */
+};
+
+/* Parses "IPv4:PORT", "[IPv6]:PORT" or ":PORT" (numeric addresses only;
+ * port 0 to 65535, 0 meaning any free port). 0, or -1 with a message
+ * naming spec and what is wrong with it in msg. Pure. */
+int top_listen_parse(const char *spec, struct top_listen *l, char *msg,
+		     size_t len);
+/* Serves GET/HEAD /metrics (a fresh read of dir each time, printed by
+ * top_print_prometheus) until SIGINT or SIGTERM; prints the address it
+ * listens on to stderr. Returns the exit status: 0 when stopped by a
+ * signal, 1 when it cannot listen. */
+int top_serve(const char *dir, const struct top_listen *l);
 
 #endif
