@@ -147,8 +147,24 @@ struct vgpu_ledger_tenant {
 	char name[VGPU_LEDGER_NAME_MAX];	/* NUL-terminated */
 	uint64_t usage[VGPU_LEDGER_KIND_SLOTS];	/* bytes per kind (lock) */
 	struct vgpu_ledger_compute compute;
-	uint64_t reserved[24];
+	/* The last change an administrator made (vgpu-ctl, docs/control.md),
+	 * written under the tenant lock with ctl_changes last (release):
+	 * all zero until the first. Zero in files made before these fields
+	 * were named (they were reserved and zeroed). */
+	uint64_t ctl_changes;		/* changes made so far */
+	uint64_t ctl_ns;		/* CLOCK_REALTIME of the last, ns */
+	uint32_t ctl_uid;		/* its maker's real uid */
+	int32_t ctl_pid;		/* its pid (own namespace) */
+	int32_t ctl_host_pid;		/* its pid on the host; 0: the same */
+	uint32_t ctl_fields;		/* VGPU_LEDGER_CTL_* it set */
+	uint64_t reserved[20];
 };
+
+/* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
+#define VGPU_LEDGER_CTL_MEMORY	0x1u	/* mem_limit */
+#define VGPU_LEDGER_CTL_COMPUTE	0x2u	/* compute.share_pct */
+#define VGPU_LEDGER_CTL_POLICY	0x4u	/* compute.policy */
+#define VGPU_LEDGER_CTL_SPILL	0x8u	/* spill_limit */
 
 /* One process's share of one GPU. */
 struct vgpu_ledger_slot {
@@ -279,7 +295,13 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, key, 56, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, name, 64, 64);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, usage, 128, 128);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, compute, 256, 64);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 320, 192);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_changes, 320, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_ns, 328, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_uid, 336, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_pid, 340, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_host_pid, 344, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_fields, 348, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 352, 160);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

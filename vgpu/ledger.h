@@ -91,6 +91,13 @@ struct vgpu_ledger_access {
 	const char *group;	/* a group's name or number: files 0660 and
 				 * the directory 0770, given to it, and its
 				 * members trusted; NULL or "": none */
+	/* An administrator's tool (vgpu-ctl), not a job: nothing is created
+	 * or replaced (a missing directory or file is VGPU_LEDGER_ENOENT, a
+	 * damaged file _EBADFILE), the owners are not checked, and a file
+	 * this user may not open for writing is VGPU_LEDGER_EPERM, err
+	 * naming it, its owner and mode: whoever may write a ledger may
+	 * change it, and that is the kernel's decision (docs/control.md). */
+	bool control;
 };
 
 /* vgpu_ledger_open under `access` (NULL: no group). Resolves the group's
@@ -153,6 +160,17 @@ struct vgpu_ledger_proc {
 int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 			   const char *tenant, struct vgpu_ledger_proc *out,
 			   unsigned max, unsigned *count);
+
+/* A copy of tenant `tenant`'s record in that file (read as the views
+ * above are, never written), and in *live the number of its processes
+ * alive now (their slots' locks tested; a dead one's slot not yet
+ * reclaimed is not counted). Returns 0; VGPU_LEDGER_ENOENT (no such file,
+ * or no such tenant); _EPERM (this user may not read it); _EBADFILE (not
+ * a ledger of this version); _ESYS; _ENOMEM; err says which, naming the
+ * path (and for _EPERM its owner and mode). */
+int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
+			    const char *tenant, struct vgpu_ledger_tenant *out,
+			    unsigned *live, char *err, size_t errlen);
 
 /* ---- ledger_join.c: tenants and slots ---------------------------------- */
 
@@ -278,5 +296,50 @@ uint64_t vgpu_ledger_share_payer(const struct vgpu_slot *s, int idx,
 
 int vgpu__ledger_lock(struct vgpu_slot *s);
 void vgpu__ledger_unlock(struct vgpu_slot *s);
+
+/* ---- ledger_ctl.c: an administrator's changes (vgpu-ctl) ------------------
+ * docs/control.md. A tenant's terms are set by its first process (join);
+ * these change them while its processes run. The memory and spill limits
+ * are read by every reservation, the compute share and policy by every
+ * capped admission; the shim re-reads the terms of an uncapped device when
+ * the tenant's ctl_changes moves (vgpu_ledger_ctl_changes). */
+
+/* What a change sets, and who makes it (the audit). */
+struct vgpu_ledger_change {
+	uint32_t fields;	/* VGPU_LEDGER_CTL_*: which of these apply */
+	uint64_t mem_limit;	/* device bytes; VGPU_LEDGER_UNLIMITED: none */
+	uint32_t share_pct;	/* 1..99 caps; 0 or 100: no cap (stored 0) */
+	uint32_t policy;	/* enum vgpu_compute_policy (options.h) */
+	uint64_t spill_limit;	/* host bytes for SPILLED */
+	uint32_t uid;		/* the maker's real uid */
+	int32_t pid;		/* getpid() */
+	int32_t host_pid;	/* vgpu_host_pid() */
+};
+
+/* Sets c's fields in tenant `tenant`'s record of l (a handle opened with
+ * vgpu_ledger_access.control), under the tenant's lock, and records the
+ * change: ctl_ns, ctl_uid, ctl_pid, ctl_host_pid, ctl_fields, then
+ * ctl_changes + 1 (release). A new memory limit also sets limit_set_ns and
+ * limit_set_pid. A compute share that now caps a tenant that was not
+ * capped restarts its bucket empty at now (as vgpu_throttle_configure
+ * does); between two caps the bucket is kept. Nothing else changes: a
+ * limit below what the tenant holds takes nothing away (its reservations
+ * are refused until its usage is below it).
+ * The lock is taken as a slot of l that is claimed for the call and never
+ * joins a tenant, so a vgpu-ctl that dies holding it is a dead holder like
+ * any other. Waits for the lock at most VGPU_LEDGER_LOCK_TIMEOUT_NS.
+ * `after` (may be NULL): the record as the change left it, copied under
+ * the lock. Returns 0; VGPU_LEDGER_ENOENT (no such tenant in l);
+ * _ETIMEDOUT (err names the holder: "... held for over 1000 ms by pid N
+ * ..."); _EFULL (no slot free to take the lock with); _EINVAL (a bad
+ * name, no field, a share above 100, an unknown policy). */
+int vgpu_ledger_ctl_set(struct vgpu_ledger *l, const char *tenant,
+			const struct vgpu_ledger_change *c,
+			struct vgpu_ledger_tenant *after, char *err,
+			size_t errlen);
+
+/* s's tenant's ctl_changes (acquire): when it moves, the terms changed.
+ * One load; for the shim's checks at synchronisations and allocations. */
+uint64_t vgpu_ledger_ctl_changes(const struct vgpu_slot *s);
 
 #endif

@@ -287,6 +287,21 @@ int vgpu__slot_reclaim(struct vgpu_ledger *l, uint32_t index,
  * returns how many. */
 int vgpu__reclaim_tenant(struct vgpu_ledger *l, uint32_t t);
 
+/* A slot claimed (its OFD lock held: alive, never reclaimed) and given a
+ * new generation and the pids, but never published in a tenant: what a
+ * process that is no tenant's (vgpu-ctl) takes tenant locks as. Its index
+ * with *owner its lock word, or VGPU_LEDGER_EFULL. Under l->mu; given
+ * back with vgpu__slot_unlock (it stays free). */
+int vgpu__slot_borrow(struct vgpu_ledger *l, int32_t pid, int32_t host_pid,
+		      uint32_t *owner);
+/* The index of tenant `name`'s ready record, with its key in *key, or -1
+ * (none, or only one being made). */
+int vgpu__tenant_find(struct vgpu_ledger *l, const char *name, uint64_t *key);
+bool vgpu__tenant_named(const struct vgpu_ledger *l, uint32_t t,
+			const char *name);
+/* 1..63 bytes, no control characters. */
+bool vgpu__tenant_name_ok(const char *name);
+
 /* ---- ledger_shares.c ----------------------------------------------------- */
 
 /* Slot `index` is leaving or reclaimed: its holds of shared memory end

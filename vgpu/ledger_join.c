@@ -621,6 +621,45 @@ static void make_tenant(struct vgpu_ledger *l, struct vgpu_slot *s,
 	__atomic_store_n(&ten->key, (uint64_t)h, __ATOMIC_SEQ_CST);
 }
 
+/* ---- for an administrator's change (ledger_ctl.c) ------------------------------- */
+
+int vgpu__slot_borrow(struct vgpu_ledger *l, int32_t pid, int32_t host_pid,
+		      uint32_t *owner)
+{
+	struct vgpu_slot s = { 0 };
+	int i = claim_slot(l);
+
+	if (i < 0)
+		return VGPU_LEDGER_EFULL;
+	slot_take(l, &s, (uint32_t)i, pid, host_pid);
+	*owner = s.owner;
+	return i;
+}
+
+int vgpu__tenant_find(struct vgpu_ledger *l, const char *name, uint64_t *key)
+{
+	struct found f;
+
+	find_tenant(l, name, name_hash(name), &f);
+	if (f.ready < 0)
+		return -1;
+	*key = f.key;
+	return f.ready;
+}
+
+bool vgpu__tenant_named(const struct vgpu_ledger *l, uint32_t t,
+			const char *name)
+{
+	return name_is(l, t, name);
+}
+
+static bool name_ok(const char *name);
+
+bool vgpu__tenant_name_ok(const char *name)
+{
+	return name_ok(name);
+}
+
 /* ---- joining ------------------------------------------------------------------ */
 
 /* What a join is after, and where its messages go. */

@@ -4,7 +4,11 @@
  */
 #include "ledger.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -141,4 +145,147 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 	free(base);
 	*count = n;
 	return 0;
+}
+
+/* ---- a tenant's whole record, for vgpu-ctl show ------------------------- */
+
+__attribute__((format(printf, 4, 5)))
+static int say(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* "owned by alice (uid 1000), mode 0600" of path, or "" if not known. */
+static void owner_of(const char *path, char *buf, size_t len)
+{
+	struct passwd pw, *r = NULL;
+	char tmp[2048];
+	struct stat st;
+
+	buf[0] = '\0';
+	if (stat(path, &st) != 0)
+		return;
+	if (getpwuid_r(st.st_uid, &pw, tmp, sizeof(tmp), &r) == 0 && r)
+		snprintf(buf, len, "owned by %s (uid %u), mode %04o",
+			 r->pw_name, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777));
+	else
+		snprintf(buf, len, "owned by uid %u, mode %04o",
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+}
+
+static int open_refused(const char *path, char *err, size_t errlen)
+{
+	int e = errno;
+	char own[400];
+
+	if (e == ENOENT)
+		return say(err, errlen, VGPU_LEDGER_ENOENT, "no ledger '%s' "
+			   "(no job has used this GPU through libvgpu with "
+			   "this ledger directory)", path);
+	if (e == EACCES || e == EPERM) {
+		owner_of(path, own, sizeof(own));
+		return say(err, errlen, VGPU_LEDGER_EPERM, "ledger '%s'%s%s%s "
+			   "cannot be read by uid %u: %s", path,
+			   *own ? " (" : "", own, *own ? ")" : "",
+			   (unsigned)getuid(), strerror(e));
+	}
+	return say(err, errlen, VGPU_LEDGER_ESYS, "cannot open ledger '%s': "
+		   "%s", path, strerror(e));
+}
+
+/* Whether slot i's byte is locked by a process (its owner is alive). */
+static bool slot_alive(int fd, unsigned i)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = (off_t)VGPU_LEDGER_SLOTS_OFFSET +
+				       (off_t)i * VGPU_LEDGER_SLOT_SIZE,
+			    .l_len = 1 };
+
+	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+		return true;		/* cannot tell: counted */
+	return fl.l_type != F_UNLCK;
+}
+
+static unsigned live_slots(int fd, const unsigned char *base, unsigned t)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		const struct vgpu_ledger_slot *s =
+			(const void *)(base + VGPU_LEDGER_SLOTS_OFFSET +
+				       (size_t)i * VGPU_LEDGER_SLOT_SIZE);
+
+		if (s->state == VGPU_SLOT_ACTIVE && s->tenant == t &&
+		    slot_alive(fd, i))
+			n++;
+	}
+	return n;
+}
+
+/* Reads the file into base (VGPU_LEDGER_FILE_SIZE bytes) and checks it. */
+static int read_checked(int fd, const char *path, unsigned char *base,
+			char *err, size_t errlen)
+{
+	const struct vgpu_ledger_header *h = (const void *)base;
+	struct stat st;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size != (off_t)VGPU_LEDGER_FILE_SIZE ||
+	    pread(fd, base, VGPU_LEDGER_FILE_SIZE, 0) !=
+		    (ssize_t)VGPU_LEDGER_FILE_SIZE ||
+	    h->magic != VGPU_LEDGER_MAGIC ||
+	    h->layout_version != VGPU_LEDGER_VERSION ||
+	    h->file_size != VGPU_LEDGER_FILE_SIZE)
+		return say(err, errlen, VGPU_LEDGER_EBADFILE, "'%s' is not a "
+			   "usable ledger of layout version %d (wrong type, "
+			   "size, magic or version)", path,
+			   VGPU_LEDGER_VERSION);
+	return 0;
+}
+
+int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
+			    const char *tenant, struct vgpu_ledger_tenant *out,
+			    unsigned *live, char *err, size_t errlen)
+{
+	unsigned char *base = NULL;
+	char path[4200];
+	int fd, rc, t;
+
+	if (!dir || !gpu_uuid || !tenant || !out || !live)
+		return say(err, errlen, VGPU_LEDGER_EINVAL, "bad arguments");
+	snprintf(path, sizeof(path), "%s/%s.v%d%s", dir, gpu_uuid,
+		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return open_refused(path, err, errlen);
+	base = malloc(VGPU_LEDGER_FILE_SIZE);
+	if (!base) {
+		rc = say(err, errlen, VGPU_LEDGER_ENOMEM, "out of memory");
+		goto out_close;
+	}
+	rc = read_checked(fd, path, base, err, errlen);
+	if (rc)
+		goto out_free;
+	t = tenant_index(base, tenant);
+	if (t < 0) {
+		rc = say(err, errlen, VGPU_LEDGER_ENOENT, "ledger '%s' has no "
+			 "tenant '%s'", path, tenant);
+		goto out_free;
+	}
+	memcpy(out, base + VGPU_LEDGER_TENANTS_OFFSET +
+	       (size_t)t * VGPU_LEDGER_TENANT_SIZE, sizeof(*out));
+	*live = live_slots(fd, base, (unsigned)t);
+out_free:
+	free(base);
+out_close:
+	close(fd);
+	return rc;
 }

@@ -103,7 +103,13 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, name, 64, 64);
 	PIN(vgpu_ledger_tenant, usage, 128, 128);
 	PIN(vgpu_ledger_tenant, compute, 256, 64);
-	PIN(vgpu_ledger_tenant, reserved, 320, 192);
+	PIN(vgpu_ledger_tenant, ctl_changes, 320, 8);
+	PIN(vgpu_ledger_tenant, ctl_ns, 328, 8);
+	PIN(vgpu_ledger_tenant, ctl_uid, 336, 4);
+	PIN(vgpu_ledger_tenant, ctl_pid, 340, 4);
+	PIN(vgpu_ledger_tenant, ctl_host_pid, 344, 4);
+	PIN(vgpu_ledger_tenant, ctl_fields, 348, 4);
+	PIN(vgpu_ledger_tenant, reserved, 352, 160);
 }
 
 Test(ledger_abi, compute)
@@ -141,4 +147,13 @@ Test(ledger_abi, slot)
 	PIN(vgpu_ledger_slot, launch_wait_ns, 208, 8);
 	PIN(vgpu_ledger_slot, gpu_time_ns, 216, 8);
 	PIN(vgpu_ledger_slot, reserved, 224, 32);
+}
+
+/* The bits of vgpu_ledger_tenant.ctl_fields, as readers decode them. */
+Test(ledger_abi, ctl_fields)
+{
+	cr_expect_eq(VGPU_LEDGER_CTL_MEMORY, 0x1u);
+	cr_expect_eq(VGPU_LEDGER_CTL_COMPUTE, 0x2u);
+	cr_expect_eq(VGPU_LEDGER_CTL_POLICY, 0x4u);
+	cr_expect_eq(VGPU_LEDGER_CTL_SPILL, 0x8u);
 }
