@@ -189,6 +189,7 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		compute_terms(dv, o, ordinal);
 		dv->gpu = (struct vgpu_measure_gpu){ .ordinal = ordinal,
 			.ledger = dv->ledger, .slot = dv->slot };
+		dv->ctl_seen = vgpu_ledger_ctl_changes(dv->slot);
 		dv->capped = capped(dv->share, dv->policy);
 		dv->spatial = dv->capped &&
 			      o->compute_mode == VGPU_MODE_SPATIAL;
@@ -330,14 +331,63 @@ void vgpu__dev_poll_ledgers(void)
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
 		struct vgpu_dev *dv = vgpu__dev_peek(i);
 
-		if (dv && dv->ledger)
+		if (dv && dv->ledger) {
 			vgpu_ledger_poll(dv->ledger);
+			vgpu__dev_watch_terms(dv);
+		}
 	}
+}
+
+/* ---- terms changed by vgpu-ctl -------------------------------------------- */
+
+static pthread_mutex_t terms_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The tenant's compute terms now, for this device. The throttle reads the
+ * share and policy live, so a capped device needs nothing but the flags;
+ * an uncapped one (its process started with no share) is turned on here:
+ * its launches go to the throttle from the next one. A device turned off
+ * keeps being measured (its admissions go at once). Spatial mode is not
+ * started here: a share set live is a time share. */
+static void terms_read(struct vgpu_dev *dv)
+{
+	const struct vgpu_ledger_tenant *ten =
+		vgpu_ledger_tenant_record(dv->slot);
+	unsigned share = __atomic_load_n(&ten->compute.share_pct,
+					 __ATOMIC_ACQUIRE);
+	int policy = (int)__atomic_load_n(&ten->compute.policy,
+					  __ATOMIC_ACQUIRE);
+	bool cap = capped(share, policy);
+	char buf[48];
+
+	if (cap == __atomic_load_n(&dv->capped, __ATOMIC_RELAXED) &&
+	    (!cap || (share == dv->share && policy == dv->policy)))
+		return;
+	dv->share = cap ? share : 100;
+	dv->policy = policy;
+	if (cap)	/* the device first: the hooks test the flag first */
+		__atomic_store_n(&vgpu__compute_on, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&dv->capped, cap, __ATOMIC_RELEASE);
+	vgpu_log(VGPU_LOG_INFO, "device %d: tenant '%s': %s, set by uid %u "
+		 "pid %d (vgpu-ctl)", dv->ordinal, ten->name,
+		 compute_text(share, policy, buf, sizeof(buf)),
+		 (unsigned)__atomic_load_n(&ten->ctl_uid, __ATOMIC_RELAXED),
+		 (int)__atomic_load_n(&ten->ctl_pid, __ATOMIC_RELAXED));
+}
+
+void vgpu__dev_terms_changed(struct vgpu_dev *dv)
+{
+	pthread_mutex_lock(&terms_lock);
+	/* ctl_changes first (acquire), then the terms it covers. */
+	__atomic_store_n(&dv->ctl_seen, vgpu_ledger_ctl_changes(dv->slot),
+			 __ATOMIC_RELAXED);
+	terms_read(dv);
+	pthread_mutex_unlock(&terms_lock);
 }
 
 void vgpu__dev_fork_child(void)
 {
 	pthread_mutex_init(&attach_lock, NULL);
+	pthread_mutex_init(&terms_lock, NULL);
 	host_pid = -1;
 	memset(timeout_logged_ns, 0, sizeof(timeout_logged_ns));
 	memset(timeout_quiet, 0, sizeof(timeout_quiet));

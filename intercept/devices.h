@@ -20,9 +20,12 @@ struct vgpu_dev {
 	uint64_t physical;	/* the GPU's memory, from the driver */
 	char uuid[VGPU_LEDGER_UUID_MAX];
 	int primary_refs;	/* primary context retains, atomic */
-	bool capped;		/* launches go through the throttle */
+	bool capped;		/* launches go through the throttle (atomic:
+				 * vgpu-ctl may turn it on, devices.c) */
 	unsigned share;		/* percent of the GPU's time */
 	int policy;		/* enum vgpu_compute_policy */
+	uint64_t ctl_seen;	/* the tenant's ctl_changes when its terms
+				 * were last read (atomic) */
 	int overcommit;		/* enum vgpu_overcommit, AUTO resolved */
 	bool spatial;		/* VGPU_COMPUTE_MODE=spatial asked for */
 	CUcontext primary;	/* the primary context, once retained */
@@ -46,8 +49,9 @@ static inline uint64_t vgpu__mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* launch.c: whether any device has a compute share (set once, with the
- * options, before any launch). */
+/* launch.c: whether any device has a compute share: set with the options,
+ * before any launch, or later when vgpu-ctl gives an uncapped device a
+ * share (devices.c); never turned off (atomic). */
 extern bool vgpu__compute_on;
 void vgpu__launch_fork_child(void);
 /* The exiting thread's launches charged and its events given back. */
@@ -80,6 +84,20 @@ void vgpu__dev_leave_all(void);
  * synchronisation hooks, so a job that has stopped allocating still
  * follows its ledger file when it is deleted or replaced. */
 void vgpu__dev_poll_ledgers(void);
+
+/* The tenant's terms changed by vgpu-ctl (its ctl_changes moved): the
+ * device's compute terms read again; a share that now caps turns the
+ * throttle on for the device and the process (docs/control.md). */
+void vgpu__dev_terms_changed(struct vgpu_dev *dv);
+
+/* One load and a compare: at synchronisations, allocations and frees. */
+static inline void vgpu__dev_watch_terms(struct vgpu_dev *dv)
+{
+	if (__builtin_expect(vgpu_ledger_ctl_changes(dv->slot) !=
+			     __atomic_load_n(&dv->ctl_seen, __ATOMIC_RELAXED),
+			     0))
+		vgpu__dev_terms_changed(dv);
+}
 
 /* The current context's device, attached; NULL when there is no current
  * context (the hook then leaves everything to the driver). */
@@ -155,6 +173,7 @@ static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv->slot)
 		return CUDA_SUCCESS;
+	vgpu__dev_watch_terms(dv);
 	rc = vgpu_account_reserve(dv->slot, dv->ordinal, kind, bytes);
 	if (__builtin_expect(rc == VGPU_ACCOUNT_OK, 1))
 		return CUDA_SUCCESS;
@@ -166,8 +185,10 @@ static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 static inline void vgpu__uncharge(struct vgpu_dev *dv, int kind,
 				  uint64_t bytes)
 {
-	if (dv && dv->slot)
+	if (dv && dv->slot) {
+		vgpu__dev_watch_terms(dv);
 		vgpu_account_rollback(dv->slot, kind, bytes);
+	}
 }
 
 #endif

@@ -241,10 +241,15 @@ static CUresult launch_slow(const struct call *c)
 {
 	if (vgpu__movable_any())
 		note_uses(c->f, c->params);
-	return vgpu__compute_on ? throttled(c) : call_real(c);
+	return __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
+	       throttled(c) : call_real(c);
 }
 
-#define FAST (__builtin_expect(!vgpu__compute_on, 1) && !vgpu__movable_any())
+/* vgpu__compute_on may be turned on by vgpu-ctl while threads launch
+ * (devices.c): a relaxed load, the same one instruction as a plain one. */
+#define FAST (__builtin_expect(!__atomic_load_n(&vgpu__compute_on,	\
+						__ATOMIC_RELAXED), 1) &&	\
+	      !vgpu__movable_any())
 
 /* ---- the hooks ---------------------------------------------------------- */
 

@@ -6,7 +6,7 @@
  * 1. once-init, on the first driver call: the options are read
  *    (init.c's vgpu__options, a pthread_once), which hands the core its
  *    primitives (prim.c) before any launch can reach it (vgpu__compute_on
- *    is set after) and registers the fork handler below; the real driver
+ *    is set after, or later when vgpu-ctl gives a device a share) and registers the fork handler below; the real driver
  *    is loaded on the first call that needs it (real.c's vgpu__real_load,
  *    another pthread_once); each device joins its ledger on first use
  *    (devices.c's vgpu__dev_attach).

@@ -82,7 +82,7 @@ static const struct vgpu_measure_gpu *gpu(struct vgpu_prim_ctx *ctx)
 {
 	struct vgpu_dev *dv = vgpu__dev_current();
 
-	if (!dv || !dv->slot || !dv->capped ||
+	if (!dv || !dv->slot || !__atomic_load_n(&dv->capped, __ATOMIC_ACQUIRE) ||
 	    (CUcontext)ctx == __atomic_load_n(&dv->spatial_ctx,
 					      __ATOMIC_ACQUIRE))
 		return NULL;
