@@ -246,8 +246,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 /* ---- the process lists -------------------------------------------------- */
 
 /* In a slice, the processes are the tenant's, each with what the ledger
- * charges it (its own pid namespace's pid, as the job sees itself), by
- * NVML's two calls; elsewhere NVML's own list. */
+ * charges it, by NVML's two calls; elsewhere NVML's own list. Each is
+ * named by the pid that names it in this process's pid namespace (its
+ * own, as the job sees itself, or its host pid seen from the host); one
+ * no pid here names (another container's) is listed with pid 0, so that
+ * two containers' pid 1 do not both show as this namespace's pid 1. */
 static nvmlReturn_t procs(const struct nvml_fns *nv, nvmlDevice_t dev,
 			  unsigned *count, void *infos, size_t each,
 			  bool graphics,
@@ -278,10 +281,10 @@ static nvmlReturn_t procs(const struct nvml_fns *nv, nvmlDevice_t dev,
 
 		if (each == sizeof(nvmlProcessInfo_v1_t))
 			*(nvmlProcessInfo_v1_t *)at = (nvmlProcessInfo_v1_t){
-				(unsigned)p[i].pid, p[i].device_bytes };
+				(unsigned)p[i].here, p[i].device_bytes };
 		else
 			*(nvmlProcessInfo_v2_t *)at = (nvmlProcessInfo_v2_t){
-				(unsigned)p[i].pid, p[i].device_bytes, ~0u,
+				(unsigned)p[i].here, p[i].device_bytes, ~0u,
 				~0u };
 	}
 	*count = n;
@@ -335,7 +338,8 @@ static bool tenant_pid(const struct vgpu_ledger_proc *p, unsigned n,
 		       unsigned pid)
 {
 	for (unsigned i = 0; i < n; i++)
-		if ((unsigned)(p[i].host_pid ? p[i].host_pid : p[i].pid) == pid)
+		if ((unsigned)(p[i].host_pid ? p[i].host_pid : p[i].pid) == pid ||
+		    (p[i].here && (unsigned)p[i].here == pid))
 			return true;
 	return false;
 }

@@ -151,10 +151,17 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 /* The processes of tenant `tenant` in that file (its active slots: a dead
  * process's is listed until some process reclaims it), with the device
  * memory each is charged: the first max in out, all counted in *count.
- * Returns as vgpu_ledger_peek_tenant. */
+ * A slot's pid is its owner's own namespace's: `here` is the pid that
+ * names the owner in the caller's namespace, found by the owner's lock on
+ * the slot as /proc/PID/fdinfo shows it (the recorded pid, else the host
+ * pid, tried), so two containers' pid 1 are not both taken for the
+ * caller's pid 1. Returns as vgpu_ledger_peek_tenant. */
 struct vgpu_ledger_proc {
 	int32_t pid;		/* in its own pid namespace */
 	int32_t host_pid;	/* 0: not known */
+	int32_t here;		/* the pid that names it in the caller's
+				 * namespace; 0: none found (another
+				 * namespace's process, or /proc unreadable) */
 	uint64_t device_bytes;
 };
 int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,

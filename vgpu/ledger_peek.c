@@ -4,6 +4,7 @@
  */
 #include "ledger.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -13,12 +14,14 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 /* The whole file, copied (not mapped: a file truncated meanwhile is then
- * a short read, not a SIGBUS), and checked; NULL with *rc set if not. */
-static unsigned char *peek_file(const char *dir, const char *gpu_uuid,
-				int *rc)
+ * a short read, not a SIGBUS), and checked; NULL with *rc set if not.
+ * *stp (if not NULL): the file's stat. */
+static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
+				     int *rc, struct stat *stp)
 {
 	const struct vgpu_ledger_header *h;
 	unsigned char *base;
@@ -59,7 +62,15 @@ static unsigned char *peek_file(const char *dir, const char *gpu_uuid,
 		free(base);
 		return NULL;
 	}
+	if (stp)
+		*stp = st;
 	return base;
+}
+
+static unsigned char *peek_file(const char *dir, const char *gpu_uuid,
+				int *rc)
+{
+	return peek_file_stat(dir, gpu_uuid, rc, NULL);
 }
 
 /* The index of the active tenant `tenant` in a copied file, or -1. */
@@ -104,17 +115,74 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 	return 0;
 }
 
+/* Whether process pid holds an OFD lock on byte `at` of the file (dev,
+ * ino): a "lock:" line of one of its /proc/PID/fdinfo files, whose
+ * fields after the lock's kind are the pid (-1 for an OFD lock), the
+ * file as MAJOR:MINOR:INODE (hexadecimal device numbers) and the first
+ * and last byte. */
+static bool holds_byte(int32_t pid, dev_t dev, ino_t ino, uint64_t at)
+{
+	char path[64], buf[4096];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/fdinfo", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		char *line, *save = NULL;
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] == '.')
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		for (line = strtok_r(buf, "\n", &save); line && !found;
+		     line = strtok_r(NULL, "\n", &save)) {
+			unsigned maj, min;
+			unsigned long long in, first, last;
+			char kind[16], end[32];
+
+			if (strncmp(line, "lock:", 5) != 0 ||
+			    sscanf(line, "lock: %*d: %15s %*s %*s %*d "
+				   "%x:%x:%llu %llu %31s", kind, &maj, &min,
+				   &in, &first, end) != 6 ||
+			    strcmp(kind, "OFDLCK") != 0)
+				continue;
+			last = strcmp(end, "EOF") == 0 ? UINT64_MAX
+						       : strtoull(end, NULL, 10);
+			found = in == (unsigned long long)ino &&
+				maj == major(dev) && min == minor(dev) &&
+				first <= at && at <= last;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
 int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 			   const char *tenant, struct vgpu_ledger_proc *out,
 			   unsigned max, unsigned *count)
 {
 	unsigned char *base;
+	struct stat st;
 	unsigned n = 0;
 	int rc, ti;
 
 	if (!dir || !gpu_uuid || !tenant || !count || (max && !out))
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file(dir, gpu_uuid, &rc);
+	base = peek_file_stat(dir, gpu_uuid, &rc, &st);
 	if (!base)
 		return rc;
 	ti = tenant_index(base, tenant);
@@ -136,10 +204,19 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 		for (int k = 0; k < VGPU_USAGE_COUNT; k++)
 			if (VGPU_USAGE_IS_DEVICE(k))
 				bytes += s->usage[k];
-		if (n < max)
+		if (n < max) {
+			uint64_t at = VGPU_LEDGER_SLOTS_OFFSET +
+				      (uint64_t)i * VGPU_LEDGER_SLOT_SIZE;
+
 			out[n] = (struct vgpu_ledger_proc){
 				.pid = s->pid, .host_pid = s->host_pid,
 				.device_bytes = bytes };
+			if (holds_byte(s->pid, st.st_dev, st.st_ino, at))
+				out[n].here = s->pid;
+			else if (holds_byte(s->host_pid, st.st_dev,
+					    st.st_ino, at))
+				out[n].here = s->host_pid;
+		}
 		n++;
 	}
 	free(base);

@@ -18,7 +18,9 @@ Then one view for all: a process of the same tenant started without
 VGPU_MEMORY_LIMIT (the tenant's terms in the ledger are what binds it), while
 a process of the tenant and one of another tenant hold memory, sees the
 tenant's slice and only the tenant's processes, whether it never used CUDA
-(the ledger read without joining) or joined. Prints PASS/FAIL lines.
+(the ledger read without joining) or joined. And processes of a tenant in
+pid namespaces of their own are listed by the pid that names them here, or 0
+where none does (not as this namespace's pid 1). Prints PASS/FAIL lines.
 """
 import ctypes
 import os
@@ -144,12 +146,78 @@ def cuda_up(alloc):
     return cuda, ptr
 
 
+def host_pid():
+    """This process's pid in the outermost namespace /proc shows."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    return os.getpid()
+
+
 def hold(alloc):
     """Holds alloc bytes until stdin closes."""
     cuda, _ = cuda_up(alloc)
-    print("READY" if cuda else "FAILED", flush=True)
+    print("READY %d" % host_pid() if cuda else "FAILED", flush=True)
     sys.stdin.read()
     return 0
+
+
+def pid_namespaces(tmp):
+    """Three holders of one tenant in pid namespaces of their own, each
+    pid 1 there: two with their own /proc (no host pid known to them), one
+    seeing the host's (its host pid recorded). Seen from here, the first
+    two have no pid that names them (0, not this namespace's pid 1), the
+    third its host pid."""
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
+                            "true"], capture_output=True)
+    if probe.returncode != 0:
+        print("SKIP pid-namespaces: unshare refused (%s)" %
+              probe.stderr.decode().strip())
+        return 0
+    env = dict(os.environ, VGPU_SIM_STATE_DIR=tmp,
+               VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
+               VGPU_CONTEXT_OVERHEAD="0", VGPU_TENANT="spread",
+               VGPU_MEMORY_LIMIT="512MiB")
+    me = [sys.executable, os.path.abspath(__file__)]
+    holders, want = [], []
+    try:
+        for size, ns in ((16 * MiB, ["--mount-proc"]),
+                         (32 * MiB, ["--mount-proc"]), (48 * MiB, [])):
+            h = subprocess.Popen(["unshare", "--pid", "--fork"] + ns + me +
+                                 ["--hold", str(size)], env=env,
+                                 stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+            holders.append(h)
+            line = h.stdout.readline().split()
+            if not line or line[0] != "READY":
+                print("FAIL setup: a holder in a pid namespace")
+                return 1
+            want.append((int(line[1]) if not ns else 0, size))
+        env.pop("VGPU_MEMORY_LIMIT")
+        r = subprocess.run(me + ["--procs", repr(sorted(want))], env=env,
+                           timeout=60)
+        return r.returncode
+    finally:
+        for h in holders:
+            h.stdin.close()
+            h.wait(timeout=60)
+
+
+def procs_seen(want):
+    """The tenant's process list as this process sees it, against want."""
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    d = ctypes.c_void_p()
+    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
+            0, ctypes.byref(d)):
+        check("procs-nvml", False, "init or handle failed")
+        return 1
+    rc, got = procs(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", d,
+                    ProcV2)
+    check("pid-namespaces", rc == 0 and sorted(got) == want,
+          "rc %d %r, expected %r" % (rc, sorted(got), want))
+    nvml.nvmlShutdown()
+    return 1 if failed else 0
 
 
 def late(joined, holder):
@@ -193,7 +261,7 @@ def one_view(tmp):
                                  stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
             holders.append(h)
-            if h.stdout.readline().strip() != "READY":
+            if not h.stdout.readline().startswith("READY"):
                 print("FAIL setup: holder of %s" % tenant)
                 return 1
         env = dict(base, VGPU_TENANT="mine")
@@ -218,6 +286,9 @@ def main():
         return hold(int(sys.argv[2]))
     if len(sys.argv) > 3 and sys.argv[1] == "--late":
         return late(sys.argv[2] == "1", int(sys.argv[3]))
+    if len(sys.argv) > 2 and sys.argv[1] == "--procs":
+        import ast
+        return procs_seen(ast.literal_eval(sys.argv[2]))
     for var in ("LD_PRELOAD", "VGPU_REAL_LIBCUDA", "LD_LIBRARY_PATH"):
         if not os.environ.get(var):
             print("FAIL setup: %s is not set (run by meson)" % var)
@@ -231,7 +302,9 @@ def main():
         r = subprocess.run([sys.executable, os.path.abspath(__file__),
                             "--child"], env=env, timeout=60)
     with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
-        return r.returncode | one_view(tmp)
+        rc = r.returncode | one_view(tmp)
+    with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
+        return rc | pid_namespaces(tmp)
 
 
 if __name__ == "__main__":
