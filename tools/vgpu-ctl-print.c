@@ -33,6 +33,30 @@ void ctl_size(uint64_t bytes, char *buf, size_t len)
 			 (unsigned long long)bytes);
 }
 
+/* A name read from the file, for the terminal: printable ASCII as it is,
+ * every other byte as \xHH (a hand-edited file cannot drive the
+ * terminal; vgpu-top escapes the same way). At most 63 bytes of name. */
+static const char *shown(const char *name, char *buf, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (size_t i = 0; i < 63 && name[i] && o + 5 < len; i++) {
+		unsigned char c = (unsigned char)name[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '\\') {
+			buf[o++] = (char)c;
+		} else {
+			buf[o++] = '\\';
+			buf[o++] = 'x';
+			buf[o++] = hex[c >> 4];
+			buf[o++] = hex[c & 15];
+		}
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 static const char *policy_name(uint32_t policy)
 {
 	const char *n = vgpu__option_value_name(VGPU_OPT_COMPUTE_POLICY,
@@ -114,10 +138,10 @@ static void print_last_change(const struct vgpu_ledger_tenant *t)
 void ctl_print_show(const char *uuid, const char *path,
 		    const struct vgpu_ledger_tenant *t, unsigned live)
 {
-	char a[64], b[64], when[64];
+	char a[64], b[64], when[64], nm[256];
 	uint64_t over = over_by(t);
 
-	printf("tenant '%.63s' on %s\n", t->name, uuid);
+	printf("tenant '%s' on %s\n", shown(t->name, nm, sizeof(nm)), uuid);
 	printf("  ledger           %s\n", path);
 	printf("  processes        %u live\n", live);
 	ctl_size(t->mem_limit, a, sizeof(a));
@@ -143,10 +167,11 @@ void ctl_print_set(const char *uuid, const struct vgpu_ledger_tenant *t,
 		   unsigned live)
 {
 	uint32_t f = t->ctl_fields;
-	char a[64], b[64];
+	char a[64], b[64], nm[256];
 	uint64_t over = over_by(t);
 
-	printf("vgpu-ctl: tenant '%.63s' on %s:", t->name, uuid);
+	printf("vgpu-ctl: tenant '%s' on %s:", shown(t->name, nm, sizeof(nm)),
+	       uuid);
 	if (f & VGPU_LEDGER_CTL_MEMORY) {
 		ctl_size(t->mem_limit, a, sizeof(a));
 		printf(" memory limit %s;", a);
@@ -163,12 +188,12 @@ void ctl_print_set(const char *uuid, const struct vgpu_ledger_tenant *t,
 	if (over) {
 		ctl_size(t->used, a, sizeof(a));
 		ctl_size(over, b, sizeof(b));
-		printf("vgpu-ctl: tenant '%.63s' on %s holds %s: over limit by "
+		printf("vgpu-ctl: tenant '%s' on %s holds %s: over limit by "
 		       "%s; its new allocations are refused until its usage "
-		       "is below the limit\n", t->name, uuid, a, b);
+		       "is below the limit\n", nm, uuid, a, b);
 	}
 	if (!live)
-		printf("vgpu-ctl: note: tenant '%.63s' has no live process on "
+		printf("vgpu-ctl: note: tenant '%s' has no live process on "
 		       "%s: the next process to start it sets its terms "
-		       "anew\n", t->name, uuid);
+		       "anew\n", shown(t->name, nm, sizeof(nm)), uuid);
 }
