@@ -30,6 +30,32 @@ const char *top_policy_name(uint32_t policy)
 	return policy < 3 ? names[policy] : "unknown";
 }
 
+uint64_t top_over_limit(const struct top_tenant *t)
+{
+	if (t->mem_limit == VGPU_LEDGER_UNLIMITED || t->used <= t->mem_limit)
+		return 0;
+	return t->used - t->mem_limit;
+}
+
+int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS])
+{
+	static const struct {
+		uint32_t bit;
+		const char *name;
+	} known[TOP_CTL_FIELDS] = {
+		{ VGPU_LEDGER_CTL_MEMORY, "memory" },
+		{ VGPU_LEDGER_CTL_COMPUTE, "compute" },
+		{ VGPU_LEDGER_CTL_POLICY, "policy" },
+		{ VGPU_LEDGER_CTL_SPILL, "host-spill" },
+	};
+	int n = 0;
+
+	for (int i = 0; i < TOP_CTL_FIELDS; i++)
+		if (fields & known[i].bit)
+			names[n++] = known[i].name;
+	return n;
+}
+
 /* ---- JSON ------------------------------------------------------------------ */
 
 /* A string, escaped (top_escape): always valid JSON, never a control
@@ -85,6 +111,36 @@ static void json_rates(FILE *f, const char *ind, const struct top_rates *r1,
 	json_num(f, r10->valid, r10->wait_pct);
 }
 
+/* The last change an administrator made: null when none was. */
+static void json_last_change(FILE *f, const char *in,
+			     const struct top_tenant *t)
+{
+	const char *names[TOP_CTL_FIELDS];
+	int n;
+
+	fprintf(f, ",\n%s\"last_change\": ", in);
+	if (!t->ctl_changes) {
+		fputs("null", f);
+		return;
+	}
+	fprintf(f, "{\"time_unix_ns\": %" PRIu64 ", \"uid\": %" PRIu32
+		", \"user\": ", t->ctl_ns, t->ctl_uid);
+	if (t->ctl_user[0])
+		json_str(f, t->ctl_user);
+	else
+		fputs("null", f);
+	fprintf(f, ", \"pid\": %" PRId32 ", \"host_pid\": ", t->ctl_pid);
+	if (t->ctl_host_pid)
+		fprintf(f, "%" PRId32, t->ctl_host_pid);
+	else
+		fputs("null", f);
+	fputs(", \"fields\": [", f);
+	n = top_ctl_fields(t->ctl_fields, names);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s\"%s\"", i ? ", " : "", names[i]);
+	fputs("]}", f);
+}
+
 static void json_tenant(FILE *f, const struct top_tenant *t)
 {
 	const char *in = "          ";
@@ -95,6 +151,8 @@ static void json_tenant(FILE *f, const struct top_tenant *t)
 	fprintf(f, ",\n%s\"memory_limit_bytes\": ", in);
 	json_limit(f, t->mem_limit);
 	fprintf(f, ",\n%s\"memory_used_bytes\": %" PRIu64, in, t->used);
+	fprintf(f, ",\n%s\"over_limit_bytes\": %" PRIu64, in,
+		top_over_limit(t));
 	fprintf(f, ",\n%s\"spilled_bytes\": %" PRIu64, in,
 		t->usage[VGPU_USAGE_SPILLED]);
 	fprintf(f, ",\n%s\"spill_limit_bytes\": ", in);
@@ -111,6 +169,8 @@ static void json_tenant(FILE *f, const struct top_tenant *t)
 	fprintf(f, ",\n%s\"processes\": %d", in, t->procs);
 	fprintf(f, ",\n%s\"processes_alive\": %d", in, t->alive);
 	json_rates(f, in, &t->r1, &t->r10);
+	fprintf(f, ",\n%s\"control_changes\": %" PRIu64, in, t->ctl_changes);
+	json_last_change(f, in, t);
 	fprintf(f, "\n        }");
 }
 
@@ -243,7 +303,11 @@ void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 
 /* ---- Prometheus ---------------------------------------------------------- */
 
-enum prom_level { PROM_GPU, PROM_TENANT, PROM_KIND, PROM_PROC };
+enum prom_level { PROM_GPU, PROM_TENANT, PROM_KIND, PROM_POLICY, PROM_PROC };
+
+/* The policies a tenant's compute share can have: a state set, one
+ * sample each (PROM_POLICY), 1 for the tenant's. */
+#define PROM_POLICIES	3
 
 struct prom_metric {
 	const char *name, *type, *help;
@@ -304,6 +368,17 @@ static bool t_gpu_time(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_seconds(TEN_(r)->gpu_time_ns, b, n); }
 static bool t_wait(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_seconds(TEN_(r)->wait_ns, b, n); }
+static bool t_policy(const void *r, int k, char *b, size_t n)
+{ return fmt_u64(TEN_(r)->policy == (uint32_t)k, b, n); }
+static bool t_over(const void *r, int k, char *b, size_t n)
+{ (void)k; return fmt_u64(top_over_limit(TEN_(r)), b, n); }
+static bool t_ctl_changes(const void *r, int k, char *b, size_t n)
+{ (void)k; return fmt_u64(TEN_(r)->ctl_changes, b, n); }
+static bool t_ctl_time(const void *r, int k, char *b, size_t n)
+{
+	(void)k;
+	return TEN_(r)->ctl_changes && fmt_seconds(TEN_(r)->ctl_ns, b, n);
+}
 static bool t_procs(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_u64((uint64_t)TEN_(r)->procs, b, n); }
 static bool t_alive(const void *r, int k, char *b, size_t n)
@@ -354,6 +429,18 @@ static const struct prom_metric metrics[] = {
 	{ "vgpu_compute_share_target_percent", "gauge",
 	  "The tenant's compute share (0 or 100: no cap).", PROM_TENANT,
 	  t_share },
+	{ "vgpu_tenant_compute_policy", "gauge",
+	  "1 for the tenant's compute policy, 0 for the others.", PROM_POLICY,
+	  t_policy },
+	{ "vgpu_tenant_over_limit_bytes", "gauge",
+	  "Device memory the tenant holds past its memory limit (a limit "
+	  "lowered below use); 0 within it.", PROM_TENANT, t_over },
+	{ "vgpu_tenant_control_changes_total", "counter",
+	  "Changes an administrator made to the tenant's terms (vgpu-ctl).",
+	  PROM_TENANT, t_ctl_changes },
+	{ "vgpu_tenant_control_last_change_time_seconds", "gauge",
+	  "When the last change to the tenant's terms was made (Unix time; "
+	  "no sample before the first).", PROM_TENANT, t_ctl_time },
 	{ "vgpu_gpu_time_seconds_total", "counter",
 	  "GPU time of the tenant's launches, measured by the compute "
 	  "throttle (capped tenants).", PROM_TENANT, t_gpu_time },
@@ -416,10 +503,13 @@ static void prom_sample(FILE *f, const struct prom_metric *m,
 		return;
 	fprintf(f, "%s{", m->name);
 	prom_label(f, "gpu", g->uuid, true);
-	if (m->level == PROM_TENANT || m->level == PROM_KIND)
+	if (m->level == PROM_TENANT || m->level == PROM_KIND ||
+	    m->level == PROM_POLICY)
 		prom_label(f, "tenant", TEN_(rec)->name, false);
 	if (m->level == PROM_KIND)
 		prom_label(f, "kind", kind_names[kind], false);
+	if (m->level == PROM_POLICY)
+		prom_label(f, "policy", top_policy_name((uint32_t)kind), false);
 	if (m->level == PROM_PROC) {
 		const struct top_proc *p = rec;
 
@@ -450,6 +540,9 @@ static void prom_family(FILE *f, const struct prom_metric *m,
 			prom_sample(f, m, g, &g->tenants[j], 0);
 		for (int j = 0; m->level == PROM_KIND && j < g->ntenants; j++)
 			for (int k = 0; k < VGPU_USAGE_COUNT; k++)
+				prom_sample(f, m, g, &g->tenants[j], k);
+		for (int j = 0; m->level == PROM_POLICY && j < g->ntenants; j++)
+			for (int k = 0; k < PROM_POLICIES; k++)
 				prom_sample(f, m, g, &g->tenants[j], k);
 		for (int j = 0; m->level == PROM_PROC && j < g->nprocs; j++)
 			prom_sample(f, m, g, &g->procs[j], 0);

@@ -196,6 +196,33 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 	return a + b < a ? UINT64_MAX : a + b;
 }
 
+/* The name of uid, or "" when it has none here (another user database,
+ * a container's own). */
+static void user_name(uint32_t uid, char *buf, size_t len)
+{
+	struct passwd pw, *found = NULL;
+	char db[1024];
+
+	buf[0] = '\0';
+	if (getpwuid_r((uid_t)uid, &pw, db, sizeof(db), &found) == 0 && found)
+		snprintf(buf, len, "%s", found->pw_name);
+}
+
+/* The audit of the last change (vgpu-ctl): ctl_changes is written last,
+ * so it is read first. */
+static void read_ctl(struct top_tenant *t, const struct vgpu_ledger_tenant *r)
+{
+	t->ctl_changes = __atomic_load_n(&r->ctl_changes, __ATOMIC_ACQUIRE);
+	if (!t->ctl_changes)
+		return;
+	t->ctl_ns = ld64(&r->ctl_ns);
+	t->ctl_uid = ld32(&r->ctl_uid);
+	t->ctl_pid = (int32_t)ld32((const uint32_t *)&r->ctl_pid);
+	t->ctl_host_pid = (int32_t)ld32((const uint32_t *)&r->ctl_host_pid);
+	t->ctl_fields = ld32(&r->ctl_fields);
+	user_name(t->ctl_uid, t->ctl_user, sizeof(t->ctl_user));
+}
+
 static void read_tenant(struct top_tenant *t, uint32_t index,
 			const struct vgpu_ledger_tenant *r)
 {
@@ -212,6 +239,7 @@ static void read_tenant(struct top_tenant *t, uint32_t index,
 	t->policy = ld32(&r->compute.policy);
 	t->gpu_time_ns = ld64(&r->compute.gpu_time_ns);
 	t->wait_ns = ld64(&r->compute.wait_ns);
+	read_ctl(t, r);
 }
 
 static void read_slot(struct top_proc *p, uint32_t index,

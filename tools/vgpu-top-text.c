@@ -333,23 +333,82 @@ static void print_gpu_line(struct out *o, const struct top_gpu *g)
 	     pct(&g->r10, g->r10.share_pct, u10, sizeof(u10)));
 }
 
+/* The tenant's last change (vgpu-ctl), under its line: how many, when
+ * (UTC, as vgpu-ctl show says it), who, what. Nothing before the first. */
+static void print_last_change(struct out *o, const struct top_tenant *t)
+{
+	char when[40], user[4 * 64 + 3], pids[48], what[48];
+	const char *names[TOP_CTL_FIELDS];
+	time_t sec = (time_t)(t->ctl_ns / 1000000000u);
+	struct tm tm;
+	int n;
+
+	if (!t->ctl_changes)
+		return;
+	if (gmtime_r(&sec, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+	else
+		snprintf(when, sizeof(when), "?");
+	user[0] = '\0';
+	if (t->ctl_user[0]) {
+		user[0] = ' ';
+		user[1] = '(';
+		top_escape(t->ctl_user, TOP_ESC_TEXT, user + 2,
+			   sizeof(user) - 3);
+		strcat(user, ")");
+	}
+	if (t->ctl_host_pid)
+		snprintf(pids, sizeof(pids), "pid %" PRId32 " (host pid %"
+			 PRId32 ")", t->ctl_pid, t->ctl_host_pid);
+	else
+		snprintf(pids, sizeof(pids), "pid %" PRId32, t->ctl_pid);
+	what[0] = '\0';
+	n = top_ctl_fields(t->ctl_fields, names);
+	for (int i = 0; i < n; i++) {
+		strcat(what, " ");
+		strcat(what, names[i]);
+	}
+	emit(o, NULL, "    changes %" PRIu64 "; the last at %s by uid %" PRIu32
+	     "%s %s:%s", t->ctl_changes, when, t->ctl_uid, user, pids,
+	     n ? what : " nothing");
+}
+
+/* TARGET: the compute share and its policy; "-" with no share. */
+static void target_text(const struct top_tenant *t, char *buf, size_t len)
+{
+	if (t->share_pct == 0 || t->share_pct >= 100)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%" PRIu32 "%% %s", t->share_pct,
+			 top_policy_name(t->policy));
+}
+
+/* A tenant holding more than its limit: its line in red. */
+#define TOP_ATTR_OVER	"\033[1;31m"
+
 static void print_tenant(struct out *o, const struct top_tenant *t)
 {
-	char used[32], lim[32], um[72], sp[32], tgt[16], a1[16], a10[16],
-	     lr[24], w[16], name[17];
+	char used[32], lim[32], um[72], over[32], sp[32], sl[32], sm[72],
+	     tgt[24], a1[16], a10[16], lr[24], w[16], name[17];
+	uint64_t by = top_over_limit(t);
 
 	snprintf(um, sizeof(um), "%s / %s", top_bytes(t->used, used, 32),
 		 top_limit(t->mem_limit, lim, 32));
-	if (t->share_pct == 0 || t->share_pct >= 100)
-		snprintf(tgt, sizeof(tgt), "-");
+	snprintf(sm, sizeof(sm), "%s / %s",
+		 top_bytes(t->usage[VGPU_USAGE_SPILLED], sp, 32),
+		 top_limit(t->spill_limit, sl, 32));
+	if (by)
+		top_bytes(by, over, sizeof(over));
 	else
-		snprintf(tgt, sizeof(tgt), "%" PRIu32 "%%", t->share_pct);
-	emit(o, NULL, "  %-16.16s %-25s %-10s %6s %7s %7s %9s %7s %3d/%d",
-	     top_escape(t->name, TOP_ESC_TEXT, name, sizeof(name)), um,
-	     top_bytes(t->usage[VGPU_USAGE_SPILLED], sp, 32), tgt,
-	     pct(&t->r1, t->r1.share_pct, a1, 16),
+		snprintf(over, sizeof(over), "-");
+	target_text(t, tgt, sizeof(tgt));
+	emit(o, by ? TOP_ATTR_OVER : NULL,
+	     "  %-16.16s %-25s %-10s %-11s %-18s %7s %7s %8s %7s %3d/%d",
+	     top_escape(t->name, TOP_ESC_TEXT, name, sizeof(name)), um, over,
+	     tgt, sm, pct(&t->r1, t->r1.share_pct, a1, 16),
 	     pct(&t->r10, t->r10.share_pct, a10, 16), rate(&t->r1, lr, 24),
 	     pct(&t->r1, t->r1.wait_pct, w, 16), t->alive, t->procs);
+	print_last_change(o, t);
 }
 
 /* PID: the pid that names the process from here, "?" if none can;
@@ -409,9 +468,10 @@ static void print_gpu(struct out *o, const struct top_gpu *g)
 	sort_key = o->v->sort;
 	qsort(ts, (size_t)nt, sizeof(*ts), cmp_tenant);
 	qsort(ps, (size_t)np, sizeof(*ps), cmp_proc);
-	emit(o, "\033[7m", "  %-16s %-25s %-10s %6s %7s %7s %9s %7s %s",
-	     "TENANT", "USED / LIMIT", "SPILLED", "TARGET", "GPU 1s",
-	     "GPU 10s", "LAUNCH/s", "WAIT", "ALIVE");
+	emit(o, "\033[7m", "  %-16s %-25s %-10s %-11s %-18s %7s %7s %8s %7s "
+	     "%s", "TENANT", "USED / LIMIT", "OVER LIMIT", "TARGET",
+	     "SPILLED / LIMIT", "GPU 1s", "GPU 10s", "LAUNCH/s", "WAIT",
+	     "ALIVE");
 	for (int i = 0; i < nt; i++)
 		print_tenant(o, ts[i]);
 	emit(o, "\033[7m", "  %-8s %-8s %-16s %-8s %-11s %-10s %7s %7s %9s %7s "

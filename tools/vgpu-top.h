@@ -65,6 +65,15 @@ struct top_tenant {
 	uint64_t launches;	/* the sum over its slots in this snapshot */
 	int procs, alive;
 	struct top_rates r1, r10;
+	/* The last change an administrator made (vgpu-ctl, docs/control.md):
+	 * all zero while ctl_changes is 0. */
+	uint64_t ctl_changes;	/* changes so far (a counter) */
+	uint64_t ctl_ns;	/* CLOCK_REALTIME of the last */
+	uint32_t ctl_uid;	/* its maker's real uid */
+	int32_t ctl_pid;	/* its pid in its own namespace */
+	int32_t ctl_host_pid;	/* its pid on the host; 0: the same */
+	uint32_t ctl_fields;	/* VGPU_LEDGER_CTL_* it set */
+	char ctl_user[64];	/* ctl_uid's user name; "": none found */
 };
 
 struct top_gpu {
@@ -189,6 +198,15 @@ void top_print_text(FILE *f, const struct top_snap *s,
 
 const char *top_state_name(enum top_state st);
 const char *top_policy_name(uint32_t policy);
+/* The device bytes t holds past its memory limit; 0 within it or with no
+ * limit. */
+uint64_t top_over_limit(const struct top_tenant *t);
+/* The names of the terms a change set (VGPU_LEDGER_CTL_* in fields, as
+ * vgpu-ctl's options name them: "memory", "compute", "policy",
+ * "host-spill"), into names (room for TOP_CTL_FIELDS); returns how many.
+ * Bits this vgpu-top does not know are left out. */
+#define TOP_CTL_FIELDS	4
+int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS]);
 void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 		    double interval_s);
 void top_print_prometheus(FILE *f, const struct top_snap *s);

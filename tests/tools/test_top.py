@@ -38,10 +38,17 @@ pidns       live slots rewritten as processes of other pid namespaces:
             pid 1 with host pid 4242 shows 4242 and "1" as its own
             namespace's; pid 1 with no host pid, which vgpu-top cannot
             confirm here, shows "?"; an untouched one shows its pid
+control     a tenant's terms changed by vgpu-ctl under a running job: its
+            memory limit lowered below what it holds, then its compute
+            share, policy and spill limit: "over limit by" and the audit
+            (how many changes, the last one's time, uid, user, pid and
+            fields) in --json, --prometheus and --once, exactly; a tenant
+            never changed shows no last change
 Exit 77 is a skip for meson.
 """
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -56,6 +63,7 @@ SIM = os.environ["VGPU_SIM_LIBCUDA"]
 TOP = os.environ["VGPU_TOP"]
 HOLDER = os.environ["TOOLS_HOLDER"]
 DUMP = os.environ["LEDGER_DUMP"]
+CTL = os.environ["VGPU_CTL"]
 KERNELS = os.environ.get("HOLDER_KERNELS") == "1"
 MIB = 1 << 20
 SKIP = 77
@@ -88,7 +96,7 @@ class World:
                  VGPU_SIM_MEMORY="1GiB", VGPU_CONTEXT_OVERHEAD="0")
         if limit:
             e["VGPU_MEMORY_LIMIT"] = limit
-        for k in ("VGPU_SHIM", "VGPU_TOP"):     # the test's own, no options
+        for k in ("VGPU_SHIM", "VGPU_TOP", "VGPU_CTL"):  # the test's own
             e.pop(k, None)
         e.update(extra)
         return e
@@ -225,6 +233,9 @@ def case_json(w):
         for k in ("compute_share_achieved_pct_1s", "launches_per_s_1s",
                   "admission_wait_pct_1s"):
             check(t[k] == 0, name + " " + k + " 0 (no launches)")
+        check(t["over_limit_bytes"] == 0 and t["control_changes"] == 0 and
+              t["last_change"] is None,
+              name + " within its limit, never changed: no last change")
     check(tenants["team-a"]["memory_limit_bytes"] == 256 * MIB and
           tenants["team-a"]["memory_used_bytes"] == 96 * MIB,
           "team-a: 96 MiB of 256 MiB")
@@ -249,6 +260,8 @@ def case_json(w):
     check("\033" not in text, "--once to a pipe: no escape codes")
     check("team-a" in text and "team-b" in text and
           all(str(pid) in text for pid in held), "--once shows them all")
+    check("changes" not in text and "the last at" not in text,
+          "--once: no change made, no last-change line")
     for p in list(w.procs):
         w.stop(p)
     doc = json.loads(w.top("--json", "--interval", "0").stdout)
@@ -329,6 +342,14 @@ def case_prometheus(w):
               name + " compute counters")
     check(prom_get(s, "vgpu_memory_limit_bytes", tenant="free") ==
           float("inf"), "an unlimited tenant's limit is +Inf")
+    for name in ("team-a", "team-b", "free"):
+        check(prom_get(s, "vgpu_tenant_over_limit_bytes", gpu=gpu,
+                       tenant=name) == 0 and
+              prom_get(s, "vgpu_tenant_control_changes_total", gpu=gpu,
+                       tenant=name) == 0 and
+              not any(n == "vgpu_tenant_control_last_change_time_seconds"
+                      for n, _ in s),
+              name + ": not over its limit, no change, no change time")
     for pid, (tenant, size) in held.items():
         check(prom_get(s, "vgpu_process_memory_used_bytes", gpu=gpu,
                        tenant=tenant, pid=str(pid)) == size,
@@ -863,12 +884,143 @@ def case_damaged(w):
     w.stop(b)
 
 
+def ctl_set(w, tenant, *args):
+    """vgpu-ctl set; returns (its pid, CLOCK_REALTIME before, after)."""
+    before = time.time_ns()
+    p = subprocess.Popen([CTL, "set", tenant, "--ledger-dir", w.ledger] +
+                         list(args), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    out, err = p.communicate(timeout=30)
+    if p.returncode != 0:
+        raise Fail("vgpu-ctl set %s %s exited %d: %s" %
+                   (tenant, " ".join(args), p.returncode, err))
+    return p.pid, before, time.time_ns()
+
+
+def user_of(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def case_control(w):
+    w.hold("ctl-team", [64 * MIB, 32 * MIB], "256MiB",
+           VGPU_COMPUTE_LIMIT="30")
+    w.hold("calm", [8 * MIB], "64MiB")
+    _, t0, t1 = ctl_set(w, "ctl-team", "--memory", "64MiB")
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    t = {x["name"]: x for x in doc["gpus"][0]["tenants"]}["ctl-team"]
+    check(t["memory_limit_bytes"] == 64 * MIB and
+          t["memory_used_bytes"] == 96 * MIB and
+          t["over_limit_bytes"] == 32 * MIB,
+          "JSON: 96 MiB held under a 64 MiB limit: over_limit_bytes 32 MiB")
+    check(t["control_changes"] == 1 and
+          t["last_change"]["fields"] == ["memory"] and
+          t0 <= t["last_change"]["time_unix_ns"] <= t1,
+          "JSON: one change, of the memory limit, made just now")
+    pid, t0, t1 = ctl_set(w, "ctl-team", "--compute", "40", "--policy",
+                          "elastic", "--host-spill", "1GiB")
+    uid = os.getuid()
+    doc = json.loads(w.top("--json", "--interval", "0").stdout)
+    ts = {x["name"]: x for x in doc["gpus"][0]["tenants"]}
+    t, calm = ts["ctl-team"], ts["calm"]
+    check(t["over_limit_bytes"] == 32 * MIB and
+          t["memory_limit_bytes"] == 64 * MIB, "JSON: still over by 32 MiB")
+    check(t["compute_share_target_pct"] == 40 and
+          t["compute_policy"] == "elastic" and
+          t["spill_limit_bytes"] == 1 << 30,
+          "JSON: the new terms: 40%, elastic, spill limit 1 GiB")
+    last = t["last_change"]
+    when = last["time_unix_ns"]
+    check(t["control_changes"] == 2 and t0 <= when <= t1,
+          "JSON: control_changes 2, the last between the command's start "
+          "and end")
+    check(last == {"time_unix_ns": when, "uid": uid, "user": user_of(uid),
+                   "pid": pid, "host_pid": None,
+                   "fields": ["compute", "policy", "host-spill"]},
+          "JSON: last_change: uid %d (%s), pid %d, its fields: %s" %
+          (uid, user_of(uid), pid, last))
+    check(calm["over_limit_bytes"] == 0 and calm["control_changes"] == 0 and
+          calm["last_change"] is None,
+          "JSON: the tenant never changed: not over, no last change")
+
+    raw = w.top("--prometheus").stdout
+    s = parse_prom(raw)
+    for name, typ in (("vgpu_tenant_over_limit_bytes", "gauge"),
+                      ("vgpu_tenant_control_changes_total", "counter"),
+                      ("vgpu_tenant_control_last_change_time_seconds",
+                       "gauge"),
+                      ("vgpu_tenant_compute_policy", "gauge")):
+        check("# TYPE %s %s\n" % (name, typ) in raw, "%s is a %s" %
+              (name, typ))
+    check(prom_get(s, "vgpu_tenant_over_limit_bytes", tenant="ctl-team") ==
+          32 * MIB and prom_get(s, "vgpu_tenant_over_limit_bytes",
+                                tenant="calm") == 0,
+          "prometheus: over limit by 32 MiB, and 0")
+    check(prom_get(s, "vgpu_tenant_control_changes_total",
+                   tenant="ctl-team") == 2 and
+          prom_get(s, "vgpu_tenant_control_changes_total",
+                   tenant="calm") == 0, "prometheus: 2 changes, and 0")
+    check(re.search(r'^vgpu_tenant_control_last_change_time_seconds\{[^}]*'
+                    r'tenant="ctl-team"\} %d\.%09d$' %
+                    (when // 10**9, when % 10**9), raw, re.M) and
+          not re.search(r'^vgpu_tenant_control_last_change_time_seconds'
+                        r'\{[^}]*tenant="calm"', raw, re.M),
+          "prometheus: the last change's time, exactly; none for calm")
+    check([prom_get(s, "vgpu_tenant_compute_policy", tenant="ctl-team",
+                    policy=p) for p in ("hard", "elastic", "off")] ==
+          [0, 1, 0] and prom_get(s, "vgpu_tenant_compute_policy",
+                                 tenant="calm", policy="hard") == 1,
+          "prometheus: the policies as a state set")
+    check(prom_get(s, "vgpu_spill_limit_bytes", tenant="ctl-team") ==
+          1 << 30 and prom_get(s, "vgpu_compute_share_target_percent",
+                               tenant="ctl-team") == 40,
+          "prometheus: the new spill limit and share")
+
+    text = w.top("--once", "--interval", "0").stdout
+    lines = text.splitlines()
+    head = [l for l in lines if l.startswith("  TENANT")]
+    check(len(head) == 1 and re.match(
+        r"  TENANT\s+USED / LIMIT\s+OVER LIMIT\s+TARGET\s+SPILLED / LIMIT"
+        r"\s+GPU 1s", head[0]), "--once: the tenant columns")
+    row = [i for i, l in enumerate(lines) if l.startswith("  ctl-team ")]
+    check(len(row) == 1 and re.match(
+        r"  ctl-team\s+96\.0 MiB / 64\.0 MiB\s+32\.0 MiB\s+40% elastic\s+"
+        r"0 B / 1\.0 GiB\s", lines[row[0]]),
+        "--once: used / limit, over limit by 32 MiB, 40%% elastic, "
+        "spilled / limit: %s" % lines[row[0]])
+    col = head[0].index("OVER LIMIT")
+    check(lines[row[0]][col:col + 8] == "32.0 MiB",
+          "--once: 32.0 MiB under OVER LIMIT")
+    user = user_of(uid)
+    want = "    changes 2; the last at %s by uid %d%s pid %d: compute " \
+           "policy host-spill" % (
+               time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                             time.gmtime(when // 10**9)),
+               uid, " (%s)" % text_escaped(user.encode()) if user else "",
+               pid)
+    check(lines[row[0] + 1] == want, "--once: the last change under it: %r"
+          % lines[row[0] + 1])
+    calm_row = [i for i, l in enumerate(lines) if l.startswith("  calm ")]
+    check(len(calm_row) == 1 and
+          re.match(r"  calm\s+8\.0 MiB / 64\.0 MiB\s+-\s+-\s+"
+                   r"0 B / unlimited\s", lines[calm_row[0]]) and
+          "changes" not in lines[calm_row[0] + 1],
+          "--once: calm: not over ('-'), no share, no last change: %s" %
+          lines[calm_row[0]])
+    check(text.count("changes ") == 1, "--once: one last-change line")
+    for p in list(w.procs):
+        w.stop(p)
+
+
 CASES = {"json": case_json, "prometheus": case_prometheus,
          "states": case_states, "compute": case_compute,
          "spilled": case_spilled, "gpus": case_gpus, "empty": case_empty,
          "bad-files": case_bad_files, "args": case_args, "live": case_live,
          "escape": case_escape, "pidns": case_pidns,
-         "damaged": case_damaged}
+         "damaged": case_damaged, "control": case_control}
 
 
 def main():
