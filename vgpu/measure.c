@@ -254,15 +254,8 @@ static void place(const struct vgpu_measure_ctx *c,
 	/* On an idle stream the start event completes at once, before the
 	 * launch has even been made: the launch cannot have started before
 	 * it was issued (less the error of placing events on the host's
-	 * clock, so that a launch is never charged less than it ran). Only
-	 * for a launch issued with its context's launches all complete:
-	 * behind others the start event completes when the one before ends,
-	 * and a
-	 * device clock that has fallen behind the host's over a busy stretch
-	 * (the simulator's does when its host is late; the placement is then
-	 * early by as much) would cut the launch short. */
-	if (p->ref >= 0 && p->idle &&
-	    p->issued > *start + c->ref_err[p->ref]) {
+	 * clock, so that a launch is never charged less than it ran). */
+	if (p->ref >= 0 && p->issued > *start + c->ref_err[p->ref]) {
 		uint64_t end = *start + *len;
 		uint64_t from = p->issued - c->ref_err[p->ref];
 
@@ -610,16 +603,6 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		vgpu_throttle_waited(g->slot, *now - t0);
 }
 
-/* Whether a launch in flight is placed against reference r (which a
- * calibration would record again). */
-static bool placed_against(const struct vgpu_measure_ctx *c, int r)
-{
-	for (unsigned i = 0; i < c->count; i++)
-		if (c->ring[(c->head + i) % RING].ref == r)
-			return true;
-	return false;
-}
-
 /* Admits, makes and measures one launch in c, on g. */
 static int measured(struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -627,14 +610,11 @@ static int measured(struct vgpu_measure_ctx *c,
 {
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
-	uint64_t est, issued, now = P.now();
-	bool probe, idle;
+	uint64_t est, now = P.now();
+	bool probe;
 	int r;
 
-	if (c->ref < 0 || now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS ||
-	    (c->ref_err[c->ref] > VGPU_MEASURE_CAL_RETRY_ERR_NS &&
-	     now - c->ref_ns[c->ref] > VGPU_MEASURE_CAL_RETRY_NS &&
-	     !placed_against(c, 1 - c->ref)))
+	if (c->ref < 0 || now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS)
 		calibrate(c);
 	collect(c, now);
 	estimate_or_probe(c, g, call->kind, call->key, &est, &probe, &now);
@@ -646,13 +626,7 @@ static int measured(struct vgpu_measure_ctx *c,
 			probe_end(g);
 		return r;
 	}
-	/* Idle: nothing of its context's before it, or the last one's end
-	 * already complete (one query, on the capped path only). */
-	idle = c->count == 0;
 	P.event_record(a, call->stream, call->per_thread);
-	/* The launch cannot start before this: the start event, recorded on
-	 * an idle stream, completes before the launch is made (place). */
-	issued = P.now();
 	r = call->launch(call->arg);
 	if (r != 0) {
 		vgpu_throttle_settle(g->slot, 0, est);
@@ -672,8 +646,7 @@ static int measured(struct vgpu_measure_ctx *c,
 	p->gpu = g;
 	p->kind = call->kind;
 	p->ref = c->ref;
-	p->issued = issued;	/* before the launch call: never too late */
-	p->idle = idle;
+	p->issued = now;	/* before the launch call: never too late */
 	c->count++;
 	return r;
 }

@@ -64,13 +64,6 @@ struct vgpu_slot;
 /* Calibration's tries stop after this long; a wait for one spins this
  * long before it yields. */
 #define VGPU_MEASURE_CAL_BUDGET_NS	1000000ull
-/* A reference placed with an error over CAL_RETRY_ERR_NS (no narrow
- * window within the budget: the host was busy) is made again after
- * CAL_RETRY_NS rather than kept for CALIBRATE_NS: with its error the
- * start of a launch on an idle stream cannot be told from the launch
- * call (place), and each is charged the host's time to the call. */
-#define VGPU_MEASURE_CAL_RETRY_ERR_NS	5000ull
-#define VGPU_MEASURE_CAL_RETRY_NS	100000000ull	/* 100 ms */
 #define VGPU_MEASURE_CAL_SPIN_NS	50000ull
 /* The longest sleep of a launch told to wait (it then asks again). */
 #define VGPU_MEASURE_MAX_SLEEP_NS	2000000ull
@@ -120,8 +113,6 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	int kind;
 	int ref;			/* the reference it is placed against */
 	uint64_t issued;		/* host time just before the launch */
-	bool idle;			/* its context's launches were all
-					 * complete when it was issued */
 };
 
 struct vgpu_measure_done {		/* read, to be charged */

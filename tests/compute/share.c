@@ -1,7 +1,7 @@
 /* share.c - what share of the GPU's time a tenant's kernels really get.
  *
  *   share --kernel-us K --seconds S --style async|sync|graph
- *         [--expect PCT --tolerance PTS] [--window-ms MS]
+ *         [--expect PCT --tolerance PTS [--under PTS]] [--window-ms MS]
  *         [--judge kernels|device]
  *
  * Launches vgpu_spin(K us) back to back for S seconds of wall time, then
@@ -12,7 +12,8 @@
  * argument; a graph's kernels count their length, which the simulator
  * keeps exactly); the share is the kernel time inside the window over the
  * window's wall time. Prints "achieved P.PP% ..." and, with --expect,
- * exits 1 when |achieved - expected| > tolerance.
+ * exits 1 when achieved is above expected by more than the tolerance, or
+ * below it by more than --under (default: the tolerance).
  *
  * On the simulator it also prints the share by the device's own record
  * (vgpu_sim_record.h): the time this process's kernels held the device's
@@ -62,6 +63,7 @@ static int die(const char *what, CUresult r)
 int main(int argc, char **argv)
 {
 	double kernel_us = 1000, seconds = 3, expect = -1, tol = 2, window_ms = 0;
+	double under = -1;
 	const char *style = "async", *judge = "kernels";
 	char dir[] = "/tmp/vgpu-share.XXXXXX";
 	CUdevice dev;
@@ -82,6 +84,8 @@ int main(int argc, char **argv)
 			expect = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--tolerance"))
 			tol = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--under"))
+			under = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--window-ms"))
 			window_ms = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--judge"))
@@ -235,9 +239,12 @@ int main(int argc, char **argv)
 		}
 		achieved = device;
 	}
-	if (expect >= 0 && fabs(achieved - expect) > tol) {
-		printf("share: expected %.1f%% +/- %.1f (judged by %s)\n",
-		       expect, tol, judge);
+	if (under < 0)
+		under = tol;
+	if (expect >= 0 &&
+	    (achieved - expect > tol || expect - achieved > under)) {
+		printf("share: expected %.1f%% + %.1f - %.1f (judged by %s)\n",
+		       expect, tol, under, judge);
 		return 1;
 	}
 	free(rec.iv);
