@@ -93,11 +93,15 @@ static void compute_terms(struct vgpu_dev *dv, const struct vgpu_options *o,
 	if (capped(share, dv->policy) != capped(have, policy) ||
 	    (capped(have, policy) && (share != have || dv->policy != policy)))
 		vgpu_log(VGPU_LOG_WARN, "device %d: tenant '%s': pid %d asked "
-			 "for %s; the tenant has %s, which applies (set by the "
-			 "process that started the tenant)", ordinal, ten->name,
-			 (int)getpid(), compute_text(share, dv->policy, a,
-						     sizeof(a)),
-			 compute_text(have, policy, b, sizeof(b)));
+			 "for %s; the tenant has %s, which applies (set by %s)",
+			 ordinal, ten->name, (int)getpid(),
+			 compute_text(share, dv->policy, a, sizeof(a)),
+			 compute_text(have, policy, b, sizeof(b)),
+			 __atomic_load_n(&ten->ctl_fields, __ATOMIC_ACQUIRE) &
+					 (VGPU_LEDGER_CTL_COMPUTE |
+					  VGPU_LEDGER_CTL_POLICY)
+				 ? "vgpu-ctl"
+				 : "the process that started the tenant");
 	dv->share = capped(have, policy) ? have : 100;
 	dv->policy = policy;
 }
@@ -193,9 +197,14 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		dv->capped = capped(dv->share, dv->policy);
 		dv->spatial = dv->capped &&
 			      o->compute_mode == VGPU_MODE_SPATIAL;
-		if (dv->capped)
+		if (dv->capped) {
 			vgpu_throttle_configure(dv->slot, dv->share, dv->policy,
 						vgpu__mono_ns());
+			/* The tenant's share binds a process that asked for
+			 * none (its options left the hooks' flag off). */
+			__atomic_store_n(&vgpu__compute_on, true,
+					 __ATOMIC_RELEASE);
+		}
 		vgpu_log(VGPU_LOG_INFO, "device %d (%s): tenant %s, ledger %s",
 			 ordinal, uuid, o->tenant,
 			 vgpu_ledger_path(dv->ledger));

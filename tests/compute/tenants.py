@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Two tenants on one simulated GPU, through the shim.
 
-usage: tenants.py SHARE_BINARY split|elastic|spatial
+usage: tenants.py SHARE_BINARY split|elastic|spatial|inherit
                   [--record SIM_RECORD] [--judge kernels|device]
 
 split:   tenants at 30% and 70% (hard caps) saturating one device with
@@ -10,6 +10,9 @@ elastic: a 30% elastic tenant alone gets more than 90%; 1.5 s in, a 70%
          tenant arrives, and from 200 ms after that the elastic tenant is
          back at its share (every 100 ms window within 5 points of 30%,
          their mean within 3).
+inherit: a tenant started at 30% (hard) by one process, joined by a second
+         that asks for no share: the two together within 26..32% (the
+         tenant's share binds the second; once it ran uncapped, 82%).
 spatial: VGPU_COMPUTE_MODE=spatial, 25% and 50% tenants on one device
          of 128 SMs at once, each on a green context of its share: their
          throughput (kernels x nominal length / wall) within 3 points of
@@ -38,6 +41,8 @@ def start(share, d, tenant, cap, seconds, policy="hard", windows=False,
                VGPU_LEDGER_DIR=os.path.join(d, "ledger"), VGPU_TENANT=tenant,
                VGPU_COMPUTE_LIMIT=str(cap), VGPU_COMPUTE_POLICY=policy,
                VGPU_CONTEXT_OVERHEAD="0", **(extra or {}))
+    if cap is None:		# no share of its own: the tenant's applies
+        del env["VGPU_COMPUTE_LIMIT"], env["VGPU_COMPUTE_POLICY"]
     args = [share, "--kernel-us", str(us), "--seconds", str(seconds),
             "--style", "async"]
     if windows:
@@ -106,6 +111,26 @@ def main():
                    "the device's record" if by_device else "throughput",
                    "on a green context of %d SMs" % sms if green
                    else "no green context"))
+    elif mode == "inherit":
+        # a starts the tenant at 30% (hard); b joins it asking for no
+        # share: the tenant's binds b too, so the two together get 30%.
+        a = start(share, d, "t", 30, 3)
+        time.sleep(0.3)
+        b = start(share, d, "t", None, 2.5)
+        names[a.pid], names[b.pid] = "a", "b"
+        got = {}
+        for name, p in (("a", a), ("b", b)):
+            out = p.communicate(timeout=60)[0]
+            got[name] = device(out) if by_device else achieved(out)
+        # b runs 2.5 s of a's 3: the tenant's share over a's window is
+        # a's plus b's scaled to it.
+        total = got["a"] + got["b"] * 2.5 / 3
+        ok = total <= 32 and total >= 26
+        failed |= not ok
+        print("%s one tenant at 30%%, a second process asking for none: "
+              "a %.2f%%, b %.2f%% of its window, together %.2f%% (judged "
+              "by %s)" % ("PASS" if ok else "FAIL", got["a"], got["b"],
+                          total, judge))
     elif mode == "split":
         a = start(share, d, "a", 30, 3, us=10000)
         b = start(share, d, "b", 70, 3, us=10000)
