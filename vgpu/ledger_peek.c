@@ -274,6 +274,10 @@ static int open_refused(const char *path, char *err, size_t errlen)
 			   *own ? " (" : "", own, *own ? ")" : "",
 			   (unsigned)getuid(), strerror(e));
 	}
+	if (e == ELOOP)		/* O_NOFOLLOW met a link: as the open refuses it */
+		return say(err, errlen, VGPU_LEDGER_EPERM, "ledger '%s' is a "
+			   "symbolic link: refused (a ledger is a regular "
+			   "file; links are not followed)", path);
 	return say(err, errlen, VGPU_LEDGER_ESYS, "cannot open ledger '%s': "
 		   "%s", path, strerror(e));
 }
