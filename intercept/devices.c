@@ -340,7 +340,7 @@ void vgpu__dev_poll_ledgers(void)
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
 		struct vgpu_dev *dv = vgpu__dev_peek(i);
 
-		if (dv && dv->ledger) {
+		if (dv && dv->slot) {	/* a slot: a ledger joined */
 			vgpu_ledger_poll(dv->ledger);
 			vgpu__dev_watch_terms(dv);
 		}

@@ -245,6 +245,19 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
 
 /* ---- the process lists -------------------------------------------------- */
 
+/* The tenant's processes on the GPU `uuid`, from its ledger: their count,
+ * 0 when none (or no ledger). */
+static unsigned tenant_procs(const char *uuid, struct vgpu_ledger_proc *p)
+{
+	const struct vgpu_options *o = vgpu__options();
+	unsigned n = 0;
+
+	if (vgpu_ledger_peek_procs(o->ledger_dir, uuid, o->tenant, p,
+				   VGPU_NVML_PROCS, &n) != 0)
+		return 0;
+	return n < VGPU_NVML_PROCS ? n : VGPU_NVML_PROCS;
+}
+
 /* In a slice, the processes are the tenant's, each with what the ledger
  * charges it, by NVML's two calls; elsewhere NVML's own list. Each is
  * named by the pid that names it in this process's pid namespace (its
@@ -265,13 +278,8 @@ static nvmlReturn_t procs(const struct nvml_fns *nv, nvmlDevice_t dev,
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
 	if (!count || !slice_of(nv, dev, &s))
 		return real(dev, count, infos);
-	if (!graphics &&
-	    vgpu_ledger_peek_procs(vgpu__options()->ledger_dir, s.uuid,
-				   vgpu__options()->tenant, p, VGPU_NVML_PROCS,
-				   &n) != 0)
-		n = 0;
-	if (n > VGPU_NVML_PROCS)
-		n = VGPU_NVML_PROCS;
+	if (!graphics)
+		n = tenant_procs(s.uuid, p);
 	if (n > *count || (n && !infos)) {
 		*count = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -344,18 +352,6 @@ static bool tenant_pid(const struct vgpu_ledger_proc *p, unsigned n,
 	return false;
 }
 
-/* The tenant's processes on the GPU `uuid`, from its ledger: their count,
- * 0 when none (or no ledger). */
-static unsigned tenant_procs(const char *uuid, struct vgpu_ledger_proc *p)
-{
-	const struct vgpu_options *o = vgpu__options();
-	unsigned n = 0;
-
-	if (vgpu_ledger_peek_procs(o->ledger_dir, uuid, o->tenant, p,
-				   VGPU_NVML_PROCS, &n) != 0)
-		return 0;
-	return n < VGPU_NVML_PROCS ? n : VGPU_NVML_PROCS;
-}
 
 /* The tenant's share of the device over the last sample period: the sum
  * of NVML's own per-process samples (SM and memory) of the tenant's

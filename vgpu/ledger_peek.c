@@ -17,53 +17,76 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+__attribute__((format(printf, 4, 5)))
+static int say(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* The ledger of GPU gpu_uuid in dir: its path into buf. */
+static void ledger_path(const char *dir, const char *gpu_uuid, char *buf,
+			size_t len)
+{
+	snprintf(buf, len, "%s/%s.v%d%s", dir, gpu_uuid, VGPU_LEDGER_VERSION,
+		 VGPU_LEDGER_SUFFIX);
+}
+
+/* Reads the file into base (VGPU_LEDGER_FILE_SIZE bytes) and checks it:
+ * a regular file of the layout's size, magic and version. *stp (if not
+ * NULL): the file's stat. */
+static int read_checked(int fd, const char *path, unsigned char *base,
+			struct stat *stp, char *err, size_t errlen)
+{
+	const struct vgpu_ledger_header *h = (const void *)base;
+	struct stat st;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size != (off_t)VGPU_LEDGER_FILE_SIZE ||
+	    pread(fd, base, VGPU_LEDGER_FILE_SIZE, 0) !=
+		    (ssize_t)VGPU_LEDGER_FILE_SIZE ||
+	    h->magic != VGPU_LEDGER_MAGIC ||
+	    h->layout_version != VGPU_LEDGER_VERSION ||
+	    h->file_size != VGPU_LEDGER_FILE_SIZE)
+		return say(err, errlen, VGPU_LEDGER_EBADFILE, "'%s' is not a "
+			   "usable ledger of layout version %d (wrong type, "
+			   "size, magic or version)", path,
+			   VGPU_LEDGER_VERSION);
+	if (stp)
+		*stp = st;
+	return 0;
+}
+
 /* The whole file, copied (not mapped: a file truncated meanwhile is then
  * a short read, not a SIGBUS), and checked; NULL with *rc set if not.
  * *stp (if not NULL): the file's stat. */
 static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
 				     int *rc, struct stat *stp)
 {
-	const struct vgpu_ledger_header *h;
 	unsigned char *base;
 	char path[4200];
-	struct stat st;
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s.v%d%s", dir, gpu_uuid,
-		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
+	ledger_path(dir, gpu_uuid, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		*rc = VGPU_LEDGER_ESYS;
 		return NULL;
 	}
-	*rc = VGPU_LEDGER_EBADFILE;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_size != (off_t)VGPU_LEDGER_FILE_SIZE) {
-		close(fd);
-		return NULL;
-	}
 	base = malloc(VGPU_LEDGER_FILE_SIZE);
-	if (!base) {
-		close(fd);
-		*rc = VGPU_LEDGER_ENOMEM;
-		return NULL;
-	}
-	if (pread(fd, base, VGPU_LEDGER_FILE_SIZE, 0) !=
-	    (ssize_t)VGPU_LEDGER_FILE_SIZE) {
-		close(fd);
-		free(base);
-		return NULL;
-	}
+	*rc = !base ? VGPU_LEDGER_ENOMEM
+		    : read_checked(fd, path, base, stp, NULL, 0);
 	close(fd);
-	h = (const struct vgpu_ledger_header *)base;
-	if (h->magic != VGPU_LEDGER_MAGIC ||
-	    h->layout_version != VGPU_LEDGER_VERSION ||
-	    h->file_size != VGPU_LEDGER_FILE_SIZE) {
+	if (*rc) {
 		free(base);
 		return NULL;
 	}
-	if (stp)
-		*stp = st;
 	return base;
 }
 
@@ -226,18 +249,6 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 
 /* ---- a tenant's whole record, for vgpu-ctl show ------------------------- */
 
-__attribute__((format(printf, 4, 5)))
-static int say(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* "owned by alice (uid 1000), mode 0600" of path, or "" if not known. */
 static void owner_of(const char *path, char *buf, size_t len)
@@ -311,26 +322,6 @@ static unsigned live_slots(int fd, const unsigned char *base, unsigned t)
 	return n;
 }
 
-/* Reads the file into base (VGPU_LEDGER_FILE_SIZE bytes) and checks it. */
-static int read_checked(int fd, const char *path, unsigned char *base,
-			char *err, size_t errlen)
-{
-	const struct vgpu_ledger_header *h = (const void *)base;
-	struct stat st;
-
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_size != (off_t)VGPU_LEDGER_FILE_SIZE ||
-	    pread(fd, base, VGPU_LEDGER_FILE_SIZE, 0) !=
-		    (ssize_t)VGPU_LEDGER_FILE_SIZE ||
-	    h->magic != VGPU_LEDGER_MAGIC ||
-	    h->layout_version != VGPU_LEDGER_VERSION ||
-	    h->file_size != VGPU_LEDGER_FILE_SIZE)
-		return say(err, errlen, VGPU_LEDGER_EBADFILE, "'%s' is not a "
-			   "usable ledger of layout version %d (wrong type, "
-			   "size, magic or version)", path,
-			   VGPU_LEDGER_VERSION);
-	return 0;
-}
 
 int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
 			    const char *tenant, struct vgpu_ledger_tenant *out,
@@ -342,8 +333,7 @@ int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
 
 	if (!dir || !gpu_uuid || !tenant || !out || !live)
 		return say(err, errlen, VGPU_LEDGER_EINVAL, "bad arguments");
-	snprintf(path, sizeof(path), "%s/%s.v%d%s", dir, gpu_uuid,
-		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
+	ledger_path(dir, gpu_uuid, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return open_refused(path, err, errlen);
@@ -352,7 +342,7 @@ int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
 		rc = say(err, errlen, VGPU_LEDGER_ENOMEM, "out of memory");
 		goto out_close;
 	}
-	rc = read_checked(fd, path, base, err, errlen);
+	rc = read_checked(fd, path, base, NULL, err, errlen);
 	if (rc)
 		goto out_free;
 	t = tenant_index(base, tenant);
