@@ -157,7 +157,11 @@ struct vgpu_ledger_tenant {
 	int32_t ctl_pid;		/* its pid (own namespace) */
 	int32_t ctl_host_pid;		/* its pid on the host; 0: the same */
 	uint32_t ctl_fields;		/* VGPU_LEDGER_CTL_* it set */
-	uint64_t reserved[20];
+	/* 1 while an administrator has the tenant suspended (vgpu-ctl
+	 * suspend; 0 after resume), set under the lock with a change. */
+	uint32_t suspended;
+	uint32_t reserved0;
+	uint64_t reserved[19];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -165,6 +169,12 @@ struct vgpu_ledger_tenant {
 #define VGPU_LEDGER_CTL_COMPUTE	0x2u	/* compute.share_pct */
 #define VGPU_LEDGER_CTL_POLICY	0x4u	/* compute.policy */
 #define VGPU_LEDGER_CTL_SPILL	0x8u	/* spill_limit */
+#define VGPU_LEDGER_CTL_SUSPEND	0x10u	/* suspended (suspend, resume) */
+
+/* A process slot's flags (vgpu_ledger_slot.flags). */
+#define VGPU_LEDGER_SLOT_CONTROL	0x1u	/* watches for suspension */
+#define VGPU_LEDGER_SLOT_SUSPENDED	0x2u	/* holds its launches, memory
+						 * moved to the host */
 
 /* One process's share of one GPU. */
 struct vgpu_ledger_slot {
@@ -173,12 +183,15 @@ struct vgpu_ledger_slot {
 	uint32_t generation;		/* bumped at each claim */
 	int32_t pid;			/* getpid() of the owner */
 	int32_t host_pid;		/* pid on the host; 0: not known */
-	uint32_t flags;			/* zero */
+	uint32_t flags;			/* VGPU_LEDGER_SLOT_* (atomic) */
 	uint64_t start_ns;		/* CLOCK_REALTIME at join */
 	uint64_t allocs;		/* successful reservations */
 	uint64_t frees;			/* releases */
 	uint64_t failures;		/* reservations refused over a limit */
-	uint64_t reserved0;
+	/* The tenant's ctl_changes whose suspension state this process
+	 * has carried out (flags' SUSPENDED says which): written by
+	 * processes watching for suspension (VGPU_LEDGER_SLOT_CONTROL). */
+	uint64_t ctl_acked;
 	uint64_t usage[VGPU_LEDGER_KIND_SLOTS];	/* bytes per kind (lock) */
 	uint64_t launches;		/* reserved for the launch counters */
 	uint64_t launches_throttled;
@@ -301,7 +314,9 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_uid, 336, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_pid, 340, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_host_pid, 344, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_fields, 348, 4);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 352, 160);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, suspended, 352, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 356, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 360, 152);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");
@@ -315,7 +330,7 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, start_ns, 24, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, allocs, 32, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, frees, 40, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, failures, 48, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, reserved0, 56, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, ctl_acked, 56, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, usage, 64, 128);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launches, 192, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_slot, launches_throttled, 200, 8);

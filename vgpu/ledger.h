@@ -179,6 +179,25 @@ int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
 			    const char *tenant, struct vgpu_ledger_tenant *out,
 			    unsigned *live, char *err, size_t errlen);
 
+/* A live process of a tenant as vgpu-ctl suspend and resume see it. */
+struct vgpu_ledger_ctlproc {
+	int32_t pid;		/* in its own pid namespace */
+	int32_t host_pid;	/* 0: not known */
+	uint32_t flags;		/* VGPU_LEDGER_SLOT_* */
+	uint64_t ctl_acked;	/* the change its suspension state carries out */
+	uint64_t device_bytes;	/* device kinds */
+	uint64_t host_bytes;	/* SPILLED: moved to or made on the host */
+};
+
+/* A copy of tenant's record in *rec and its live processes (their slots'
+ * locks tested) in out (the first max; *count: all), read as
+ * vgpu_ledger_peek_record reads; same returns. */
+int vgpu_ledger_peek_control(const char *dir, const char *gpu_uuid,
+			     const char *tenant,
+			     struct vgpu_ledger_tenant *rec,
+			     struct vgpu_ledger_ctlproc *out, unsigned max,
+			     unsigned *count, char *err, size_t errlen);
+
 /* ---- ledger_join.c: tenants and slots ---------------------------------- */
 
 /* What a joiner asks of its tenant. A tenant's terms are set by the
@@ -318,6 +337,7 @@ struct vgpu_ledger_change {
 	uint32_t share_pct;	/* 1..99 caps; 0 or 100: no cap (stored 0) */
 	uint32_t policy;	/* enum vgpu_compute_policy (options.h) */
 	uint64_t spill_limit;	/* host bytes for SPILLED */
+	uint32_t suspend;	/* 1 suspend, 0 resume (VGPU_LEDGER_CTL_SUSPEND) */
 	uint32_t uid;		/* the maker's real uid */
 	int32_t pid;		/* getpid() */
 	int32_t host_pid;	/* vgpu_host_pid() */
@@ -348,5 +368,17 @@ int vgpu_ledger_ctl_set(struct vgpu_ledger *l, const char *tenant,
 /* s's tenant's ctl_changes (acquire): when it moves, the terms changed.
  * One load; for the shim's checks at synchronisations and allocations. */
 uint64_t vgpu_ledger_ctl_changes(const struct vgpu_slot *s);
+
+/* Whether s's tenant is suspended now (acquire). */
+bool vgpu_ledger_suspended(const struct vgpu_slot *s);
+
+/* s's slot's flags: `set` bits set, `clear` bits cleared (release). */
+void vgpu_ledger_slot_flags(struct vgpu_slot *s, uint32_t set, uint32_t clear);
+/* s's process has carried out its tenant's suspension state as of change
+ * `changes` (ctl_changes): stored after the flags (release), so a reader
+ * that loads ctl_acked first sees the flags that answer it. */
+void vgpu_ledger_slot_ack(struct vgpu_slot *s, uint64_t changes);
+/* s's slot's flags now. */
+uint32_t vgpu_ledger_slot_flags_get(const struct vgpu_slot *s);
 
 #endif

@@ -16,7 +16,8 @@
 #include <string.h>
 
 #define CTL_ALL (VGPU_LEDGER_CTL_MEMORY | VGPU_LEDGER_CTL_COMPUTE | \
-		 VGPU_LEDGER_CTL_POLICY | VGPU_LEDGER_CTL_SPILL)
+		 VGPU_LEDGER_CTL_POLICY | VGPU_LEDGER_CTL_SPILL | \
+		 VGPU_LEDGER_CTL_SUSPEND)
 
 static bool caps(uint32_t share, uint32_t policy)
 {
@@ -34,8 +35,12 @@ static int check(const char *tenant, const struct vgpu_ledger_change *c,
 	if (!c->fields || (c->fields & ~CTL_ALL))
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
 			"a change sets at least one of the memory limit, the "
-			"compute share or policy, the spill limit (fields "
-			"0x%x)", c->fields);
+			"compute share or policy, the spill limit, the "
+			"suspension (fields 0x%x)", c->fields);
+	if ((c->fields & VGPU_LEDGER_CTL_SUSPEND) && c->suspend > 1)
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
+			"suspend %u: expected 0 (resume) or 1 (suspend)",
+			c->suspend);
 	if ((c->fields & VGPU_LEDGER_CTL_COMPUTE) && c->share_pct > 100)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
 			"compute share %u%%: expected 0..100", c->share_pct);
@@ -87,6 +92,8 @@ static void apply(struct vgpu_ledger_tenant *ten,
 		vgpu__st(&ten->spill_limit, c->spill_limit);
 	if (c->fields & (VGPU_LEDGER_CTL_COMPUTE | VGPU_LEDGER_CTL_POLICY))
 		set_compute(ten, c);
+	if (c->fields & VGPU_LEDGER_CTL_SUSPEND)
+		__atomic_store_n(&ten->suspended, c->suspend, __ATOMIC_RELAXED);
 	vgpu__st(&ten->ctl_ns, now);
 	__atomic_store_n(&ten->ctl_uid, c->uid, __ATOMIC_RELAXED);
 	__atomic_store_n(&ten->ctl_pid, c->pid, __ATOMIC_RELAXED);
@@ -191,4 +198,27 @@ out_unlock:
 uint64_t vgpu_ledger_ctl_changes(const struct vgpu_slot *s)
 {
 	return __atomic_load_n(&s->ten->ctl_changes, __ATOMIC_ACQUIRE);
+}
+
+bool vgpu_ledger_suspended(const struct vgpu_slot *s)
+{
+	return __atomic_load_n(&s->ten->suspended, __ATOMIC_ACQUIRE) != 0;
+}
+
+void vgpu_ledger_slot_flags(struct vgpu_slot *s, uint32_t set, uint32_t clear)
+{
+	if (clear)
+		__atomic_fetch_and(&s->rec->flags, ~clear, __ATOMIC_RELEASE);
+	if (set)
+		__atomic_fetch_or(&s->rec->flags, set, __ATOMIC_RELEASE);
+}
+
+void vgpu_ledger_slot_ack(struct vgpu_slot *s, uint64_t changes)
+{
+	__atomic_store_n(&s->rec->ctl_acked, changes, __ATOMIC_RELEASE);
+}
+
+uint32_t vgpu_ledger_slot_flags_get(const struct vgpu_slot *s)
+{
+	return __atomic_load_n(&s->rec->flags, __ATOMIC_ACQUIRE);
 }

@@ -323,40 +323,99 @@ static unsigned live_slots(int fd, const unsigned char *base, unsigned t)
 }
 
 
+/* The file of dir's GPU read into *base (malloc'd) with tenant's index in
+ * *t; *fd stays open for the locks' tests. 0, or an error said in err. */
+static int read_tenant(const char *dir, const char *gpu_uuid,
+		       const char *tenant, int *fd, unsigned char **base,
+		       int *t, char *err, size_t errlen)
+{
+	char path[4200];
+	int rc;
+
+	ledger_path(dir, gpu_uuid, path, sizeof(path));
+	*base = NULL;
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (*fd < 0)
+		return open_refused(path, err, errlen);
+	*base = malloc(VGPU_LEDGER_FILE_SIZE);
+	if (!*base) {
+		rc = say(err, errlen, VGPU_LEDGER_ENOMEM, "out of memory");
+		goto fail;
+	}
+	rc = read_checked(*fd, path, *base, NULL, err, errlen);
+	if (rc)
+		goto fail;
+	*t = tenant_index(*base, tenant);
+	if (*t >= 0)
+		return 0;
+	rc = say(err, errlen, VGPU_LEDGER_ENOENT, "ledger '%s' has no tenant "
+		 "'%s'", path, tenant);
+fail:
+	free(*base);
+	*base = NULL;
+	close(*fd);
+	return rc;
+}
+
 int vgpu_ledger_peek_record(const char *dir, const char *gpu_uuid,
 			    const char *tenant, struct vgpu_ledger_tenant *out,
 			    unsigned *live, char *err, size_t errlen)
 {
-	unsigned char *base = NULL;
-	char path[4200];
+	unsigned char *base;
 	int fd, rc, t;
 
 	if (!dir || !gpu_uuid || !tenant || !out || !live)
 		return say(err, errlen, VGPU_LEDGER_EINVAL, "bad arguments");
-	ledger_path(dir, gpu_uuid, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return open_refused(path, err, errlen);
-	base = malloc(VGPU_LEDGER_FILE_SIZE);
-	if (!base) {
-		rc = say(err, errlen, VGPU_LEDGER_ENOMEM, "out of memory");
-		goto out_close;
-	}
-	rc = read_checked(fd, path, base, NULL, err, errlen);
+	rc = read_tenant(dir, gpu_uuid, tenant, &fd, &base, &t, err, errlen);
 	if (rc)
-		goto out_free;
-	t = tenant_index(base, tenant);
-	if (t < 0) {
-		rc = say(err, errlen, VGPU_LEDGER_ENOENT, "ledger '%s' has no "
-			 "tenant '%s'", path, tenant);
-		goto out_free;
-	}
+		return rc;
 	memcpy(out, base + VGPU_LEDGER_TENANTS_OFFSET +
 	       (size_t)t * VGPU_LEDGER_TENANT_SIZE, sizeof(*out));
 	*live = live_slots(fd, base, (unsigned)t);
-out_free:
 	free(base);
-out_close:
 	close(fd);
-	return rc;
+	return 0;
+}
+
+int vgpu_ledger_peek_control(const char *dir, const char *gpu_uuid,
+			     const char *tenant,
+			     struct vgpu_ledger_tenant *rec,
+			     struct vgpu_ledger_ctlproc *out, unsigned max,
+			     unsigned *count, char *err, size_t errlen)
+{
+	unsigned char *base;
+	unsigned n = 0;
+	int fd, rc, t;
+
+	if (!dir || !gpu_uuid || !tenant || !rec || !count || (max && !out))
+		return say(err, errlen, VGPU_LEDGER_EINVAL, "bad arguments");
+	rc = read_tenant(dir, gpu_uuid, tenant, &fd, &base, &t, err, errlen);
+	if (rc)
+		return rc;
+	memcpy(rec, base + VGPU_LEDGER_TENANTS_OFFSET +
+	       (size_t)t * VGPU_LEDGER_TENANT_SIZE, sizeof(*rec));
+	for (unsigned i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		const struct vgpu_ledger_slot *s =
+			(const void *)(base + VGPU_LEDGER_SLOTS_OFFSET +
+				       (size_t)i * VGPU_LEDGER_SLOT_SIZE);
+		uint64_t dev = 0;
+
+		if (s->state != VGPU_SLOT_ACTIVE || s->tenant != (uint32_t)t ||
+		    !slot_alive(fd, i))
+			continue;
+		for (int k = 0; k < VGPU_USAGE_COUNT; k++)
+			if (VGPU_USAGE_IS_DEVICE(k))
+				dev += s->usage[k];
+		if (n < max)
+			out[n] = (struct vgpu_ledger_ctlproc){
+				.pid = s->pid, .host_pid = s->host_pid,
+				.flags = s->flags, .ctl_acked = s->ctl_acked,
+				.device_bytes = dev,
+				.host_bytes = s->usage[VGPU_USAGE_SPILLED] };
+		n++;
+	}
+	*count = n;
+	free(base);
+	close(fd);
+	return 0;
 }

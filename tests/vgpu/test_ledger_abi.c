@@ -109,7 +109,9 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, ctl_pid, 340, 4);
 	PIN(vgpu_ledger_tenant, ctl_host_pid, 344, 4);
 	PIN(vgpu_ledger_tenant, ctl_fields, 348, 4);
-	PIN(vgpu_ledger_tenant, reserved, 352, 160);
+	PIN(vgpu_ledger_tenant, suspended, 352, 4);
+	PIN(vgpu_ledger_tenant, reserved0, 356, 4);
+	PIN(vgpu_ledger_tenant, reserved, 360, 152);
 }
 
 Test(ledger_abi, compute)
@@ -140,7 +142,7 @@ Test(ledger_abi, slot)
 	PIN(vgpu_ledger_slot, allocs, 32, 8);
 	PIN(vgpu_ledger_slot, frees, 40, 8);
 	PIN(vgpu_ledger_slot, failures, 48, 8);
-	PIN(vgpu_ledger_slot, reserved0, 56, 8);
+	PIN(vgpu_ledger_slot, ctl_acked, 56, 8);
 	PIN(vgpu_ledger_slot, usage, 64, 128);
 	PIN(vgpu_ledger_slot, launches, 192, 8);
 	PIN(vgpu_ledger_slot, launches_throttled, 200, 8);
@@ -156,4 +158,12 @@ Test(ledger_abi, ctl_fields)
 	cr_expect_eq(VGPU_LEDGER_CTL_COMPUTE, 0x2u);
 	cr_expect_eq(VGPU_LEDGER_CTL_POLICY, 0x4u);
 	cr_expect_eq(VGPU_LEDGER_CTL_SPILL, 0x8u);
+	cr_expect_eq(VGPU_LEDGER_CTL_SUSPEND, 0x10u);
+}
+
+/* The bits of vgpu_ledger_slot.flags. */
+Test(ledger_abi, slot_flags)
+{
+	cr_expect_eq(VGPU_LEDGER_SLOT_CONTROL, 0x1u);
+	cr_expect_eq(VGPU_LEDGER_SLOT_SUSPENDED, 0x2u);
 }
