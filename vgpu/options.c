@@ -331,6 +331,15 @@ static const struct vgpu_opt_desc options[VGPU_OPT_COUNT] = {
 		.offset = FIELD(context_overhead),
 		.parse = parse_size_opt,
 	},
+	[VGPU_OPT_CONTROL] = {
+		.name = "VGPU_CONTROL",
+		.kind = VGPU_KIND_BOOL, .def = 0, .max = 1,
+		.expect = "a boolean: " BOOL_FORMS,
+		.doc = "let vgpu-ctl suspend the tenant: allocations made "
+		       "movable to the host, a thread that watches the ledger",
+		.offset = FIELD(control),
+		.parse = parse_bool_opt,
+	},
 	[VGPU_OPT_HOST_SPILL_LIMIT] = {
 		.name = "VGPU_HOST_SPILL_LIMIT",
 		.kind = VGPU_KIND_SIZE,

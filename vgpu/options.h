@@ -26,6 +26,7 @@ enum vgpu_opt_id {
 	VGPU_OPT_OVERCOMMIT,
 	VGPU_OPT_HOST_SPILL_LIMIT,
 	VGPU_OPT_CONTEXT_OVERHEAD,
+	VGPU_OPT_CONTROL,
 	VGPU_OPT_LEDGER_DIR,
 	VGPU_OPT_LEDGER_GROUP,
 	VGPU_OPT_TENANT,
@@ -95,6 +96,7 @@ struct vgpu_options {
 	int overcommit;			/* enum vgpu_overcommit */
 	uint64_t host_spill_limit;	/* bytes or VGPU_UNLIMITED */
 	uint64_t context_overhead;	/* bytes charged per context */
+	bool control;			/* vgpu-ctl may suspend the tenant */
 	char ledger_dir[VGPU_PATH_MAX];
 	char ledger_group[VGPU_GROUP_MAX];	/* "": none */
 	char tenant[VGPU_TENANT_MAX];
