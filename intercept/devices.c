@@ -8,6 +8,7 @@
  * across a driver call.
  */
 #include "devices.h"
+#include "overcommit.h"
 #include "ledger.h"
 #include "throttle.h"
 #include "track.h"
@@ -187,6 +188,7 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 	r = join(dv, o, uuid, physical, err, sizeof(err));
 	if (r == 0) {
 		dv->overcommit = overcommit_mode(o, ordinal);
+		dv->control = o->control;
 		if (dv->overcommit != VGPU_OVERCOMMIT_OFF)
 			vgpu_ledger_set_spill_limit(dv->slot,
 						    o->host_spill_limit);
@@ -210,6 +212,17 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 			 vgpu_ledger_path(dv->ledger));
 		warn_oversize(o, ordinal, uuid, physical);
 		__atomic_store_n(&dv->state, VGPU_DEV_READY, __ATOMIC_RELEASE);
+		if (dv->control) {
+			/* vgpu-ctl counts it as suspendable from now. */
+			vgpu_ledger_slot_flags(dv->slot,
+					       VGPU_LEDGER_SLOT_CONTROL, 0);
+			vgpu__control_start();
+		} else if (vgpu_ledger_suspended(dv->slot)) {
+			vgpu_log(VGPU_LOG_WARN, "device %d: tenant %s is "
+				 "suspended (vgpu-ctl), but this process was "
+				 "started without VGPU_CONTROL: it runs",
+				 ordinal, o->tenant);
+		}
 		return;
 	}
 	if (o->on_error == VGPU_ON_ERROR_WARN) {
@@ -335,6 +348,25 @@ void vgpu__dev_leave_all(void)
 	}
 }
 
+/* A limit lowered below what the tenant holds, host overcommit and no
+ * control thread (which does it under a hold, control.c): at a
+ * synchronisation of this thread, the least recently used ranges go to the
+ * host until the tenant fits. Other threads of the process may launch
+ * meanwhile, as they may when an allocation makes room (overcommit.md). */
+static void fit_limit(struct vgpu_dev *dv)
+{
+	CUcontext cur = NULL;
+	uint64_t failed;
+
+	__atomic_store_n(&dv->fit_due, false, __ATOMIC_RELAXED);
+	if (vgpu_ledger_tenant_used(dv->slot) <=
+	    vgpu_ledger_tenant_limit(dv->slot))
+		return;
+	if (vgpu__real.cuCtxGetCurrent &&
+	    vgpu__real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
+		vgpu__move_ranges(dv, VGPU_MOVE_FIT, &failed);
+}
+
 void vgpu__dev_poll_ledgers(void)
 {
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
@@ -343,6 +375,8 @@ void vgpu__dev_poll_ledgers(void)
 		if (dv && dv->slot) {	/* a slot: a ledger joined */
 			vgpu_ledger_poll(dv->ledger);
 			vgpu__dev_watch_terms(dv);
+			if (__atomic_load_n(&dv->fit_due, __ATOMIC_RELAXED))
+				fit_limit(dv);
 		}
 	}
 }
@@ -391,6 +425,12 @@ void vgpu__dev_terms_changed(struct vgpu_dev *dv)
 			 __ATOMIC_RELAXED);
 	terms_read(dv);
 	pthread_mutex_unlock(&terms_lock);
+	/* A limit now below use: host overcommit moves ranges out at the
+	 * next synchronisation (the control thread, if any, on its own). */
+	if (dv->overcommit == VGPU_OVERCOMMIT_HOST && !dv->control &&
+	    vgpu_ledger_tenant_used(dv->slot) >
+		    vgpu_ledger_tenant_limit(dv->slot))
+		__atomic_store_n(&dv->fit_due, true, __ATOMIC_RELAXED);
 }
 
 void vgpu__dev_fork_child(void)

@@ -5,6 +5,7 @@
 
 #include "shim.h"
 #include "account.h"
+#include "control.h"
 #include "ledger.h"
 #include "measure.h"
 
@@ -27,6 +28,9 @@ struct vgpu_dev {
 	uint64_t ctl_seen;	/* the tenant's ctl_changes when its terms
 				 * were last read (atomic) */
 	int overcommit;		/* enum vgpu_overcommit, AUTO resolved */
+	bool control;		/* VGPU_CONTROL: may be suspended (control.c) */
+	bool fit_due;		/* over a lowered limit: move to the host at
+				 * the next synchronisation (atomic) */
 	bool spatial;		/* VGPU_COMPUTE_MODE=spatial asked for */
 	CUcontext primary;	/* the primary context, once retained */
 	int spatial_state;	/* 0 not tried, 1 built or building, 2 failed */
@@ -97,6 +101,13 @@ static inline void vgpu__dev_watch_terms(struct vgpu_dev *dv)
 			     __atomic_load_n(&dv->ctl_seen, __ATOMIC_RELAXED),
 			     0))
 		vgpu__dev_terms_changed(dv);
+}
+
+/* Allocations become movable ranges (overcommit.c): with host overcommit,
+ * or to be suspended to the host (VGPU_CONTROL). */
+static inline bool vgpu__dev_movable(const struct vgpu_dev *dv)
+{
+	return dv->overcommit == VGPU_OVERCOMMIT_HOST || dv->control;
 }
 
 /* The current context's device, attached; NULL when there is no current
@@ -173,6 +184,10 @@ static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv->slot)
 		return CUDA_SUCCESS;
+	if (__builtin_expect(__atomic_load_n(&vgpu__control_on,
+					     __ATOMIC_RELAXED), 0) &&
+	    VGPU_USAGE_IS_DEVICE(kind))
+		vgpu__control_wait();	/* suspended: after the resume */
 	vgpu__dev_watch_terms(dv);
 	rc = vgpu_account_reserve(dv->slot, dv->ordinal, kind, bytes);
 	if (__builtin_expect(rc == VGPU_ACCOUNT_OK, 1))

@@ -239,16 +239,25 @@ static void note_uses(CUfunction f, void **params)
  * throttle if a share is set. */
 static CUresult launch_slow(const struct call *c)
 {
+	bool gated = __atomic_load_n(&vgpu__control_on, __ATOMIC_RELAXED);
+	CUresult r;
+
+	if (gated)	/* waits while the process is suspended */
+		vgpu__gate_enter();
 	if (vgpu__movable_any())
 		note_uses(c->f, c->params);
-	return __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
-	       throttled(c) : call_real(c);
+	r = __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
+	    throttled(c) : call_real(c);
+	if (gated)
+		vgpu__gate_leave();
+	return r;
 }
 
 /* vgpu__compute_on may be turned on by vgpu-ctl while threads launch
  * (devices.c): a relaxed load, the same one instruction as a plain one. */
 #define FAST (__builtin_expect(!__atomic_load_n(&vgpu__compute_on,	\
 						__ATOMIC_RELAXED), 1) &&	\
+	      !__atomic_load_n(&vgpu__control_on, __ATOMIC_RELAXED) &&	\
 	      !vgpu__movable_any())
 
 /* ---- the hooks ---------------------------------------------------------- */
@@ -413,6 +422,8 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 					      unsigned int numDevices,
 					      unsigned int flags)
 {
+	CUresult r;
+
 	if (!vgpu__real.cuLaunchCooperativeKernelMultiDevice)
 		return CUDA_ERROR_NOT_FOUND;
 	if (__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED)) {
@@ -423,6 +434,9 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 			 "each device");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	return vgpu__real.cuLaunchCooperativeKernelMultiDevice(
-		launchParamsList, numDevices, flags);
+	vgpu__gate_enter();	/* VGPU_CONTROL: waits while suspended */
+	r = vgpu__real.cuLaunchCooperativeKernelMultiDevice(launchParamsList,
+							    numDevices, flags);
+	vgpu__gate_leave();
+	return r;
 }

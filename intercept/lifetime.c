@@ -10,6 +10,8 @@
  *    is loaded on the first call that needs it (real.c's vgpu__real_load,
  *    another pthread_once); each device joins its ledger on first use
  *    (devices.c's vgpu__dev_attach).
+ * 1b. with VGPU_CONTROL, the first device's attach starts the control
+ *    thread (control.c): the shim's one thread, signals blocked.
  * 2. a thread's first capped launch in a context arms its exit handler (a
  *    pthread key, vgpu__lifetime_watch_thread, the core's thread_watch
  *    primitive).
@@ -25,8 +27,11 @@
  * 4. thread exit: the thread's capped launches are charged and its
  *    measuring events given back (launch.c, vgpu/measure.c), unless the
  *    process is leaving.
- * 5. exit (a library destructor): every ledger is left, its slots given
- *    back; from then on thread-exit handlers do nothing (vgpu__leaving).
+ * 5. exit (a library destructor): the control thread (VGPU_CONTROL,
+ *    control.c) is stopped after its pass; then every ledger is left, its
+ *    slots given back; from then on thread-exit handlers do nothing
+ *    (vgpu__leaving). A pass that does not end within a second leaves
+ *    the ledgers as a killed process does.
  *    A process killed by a signal never gets here: the others reclaim its
  *    usage when they notice (the ledger's per-slot locks).
  */
@@ -52,6 +57,7 @@ static void child_after_fork(void)
 	vgpu__pools_fork_child();
 	vgpu__launch_fork_child();
 	vgpu__overcommit_fork_child();
+	vgpu__control_fork_child();
 	vgpu__dev_fork_child();
 }
 
@@ -87,6 +93,7 @@ void vgpu__lifetime_watch_thread(void)
 
 __attribute__((destructor)) static void at_exit(void)
 {
-	if (__atomic_load_n(&used_cuda, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&used_cuda, __ATOMIC_ACQUIRE) &&
+	    vgpu__control_exit())
 		vgpu__dev_leave_all();
 }

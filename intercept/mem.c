@@ -26,9 +26,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!dv || !dptr || bytesize == 0)
 		return vgpu__real.cuMemAlloc_v2(dptr, bytesize);
-	if (dv->slot && dv->overcommit == VGPU_OVERCOMMIT_HOST) {
-		/* Movable device memory; no room: the least recently used
-		 * ranges go to the host first, then this one if need be. */
+	if (dv->slot && vgpu__dev_movable(dv)) {
+		/* Movable device memory; no room (host overcommit): the
+		 * least recently used ranges go to the host first, then this
+		 * one if need be. */
 		r = vgpu__alloc_movable(dv, dptr, bytesize);
 		if (r == CUDA_ERROR_OUT_OF_MEMORY &&
 		    vgpu__make_room(dv, bytesize))

@@ -656,6 +656,122 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 	return fits(dv, bytes);
 }
 
+/* ---- moves for vgpu-ctl: suspension, a lowered limit (control.c) -------- */
+
+/* Takes dv's next range to move for how, skipping those in skip: to the
+ * host the least recently used on the device, to the device the most
+ * recently used spilled range that fits the slice now; -1 if none. */
+static int take_next(struct vgpu_dev *dv, enum vgpu_move how,
+		     const bool *skip)
+{
+	bool up = how == VGPU_MOVE_RESUME;
+	int want = up ? SPILL_HOST : SPILL_DEVICE, best = -1;
+	uint64_t limit = 0, used = 0;
+
+	if (up) {
+		limit = vgpu_ledger_tenant_limit(dv->slot);
+		used = vgpu_ledger_tenant_used(dv->slot);
+		if (used > limit)
+			return -1;
+	}
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS; i++) {
+		if (skip[i] || spills[i].state != want ||
+		    spills[i].dev != dv->ordinal ||
+		    (up && spills[i].size > limit - used))
+			continue;
+		if (best < 0 || (up ? last_use(i) > last_use(best)
+				    : last_use(i) < last_use(best)))
+			best = i;
+	}
+	if (best >= 0)
+		take(best);
+	pthread_mutex_unlock(&spill_lock);
+	return best;
+}
+
+/* The context range i was made in, or dv's primary one. */
+static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
+{
+	CUcontext c;
+
+	pthread_mutex_lock(&spill_lock);
+	c = spills[i].ctx;
+	pthread_mutex_unlock(&spill_lock);
+	return c ? c : __atomic_load_n(&dv->primary, __ATOMIC_ACQUIRE);
+}
+
+/* Makes c current on this thread and synchronises it, once per pass
+ * (done[] holds the contexts synchronised so far). */
+static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
+{
+	CUcontext popped;
+
+	if (!c || !vgpu__real.cuCtxPushCurrent_v2 ||
+	    vgpu__real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+		return false;
+	for (int k = 0; k < *ndone; k++)
+		if (done[k] == c)
+			return true;
+	if (vgpu__real.cuCtxSynchronize() != CUDA_SUCCESS) {
+		vgpu__real.cuCtxPopCurrent_v2(&popped);
+		return false;
+	}
+	if (*ndone < 16)
+		done[(*ndone)++] = c;
+	return true;
+}
+
+unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
+			   uint64_t *failed)
+{
+	static bool skip[MAX_SPILLS];	/* the control thread's alone */
+	CUcontext done[16], popped;
+	int ndone = 0;
+	unsigned moved = 0;
+
+	if (failed)
+		*failed = 0;
+	if (!dv || !dv->slot || !have_vmm())
+		return 0;
+	memset(skip, 0, sizeof(skip));
+	for (int n = 0; n < MAX_SPILLS; n++) {
+		bool up = how == VGPU_MOVE_RESUME, ok;
+		int i;
+
+		if (how == VGPU_MOVE_FIT && fits(dv, 0))
+			break;
+		if ((i = take_next(dv, how, skip)) < 0)
+			break;
+		skip[i] = true;
+		ok = enter_ctx(owner_ctx(i, dv), done, &ndone);
+		if (ok) {
+			ok = move(i, dv, up);
+			vgpu__real.cuCtxPopCurrent_v2(&popped);
+		}
+		if (!ok && failed)
+			*failed += spills[i].size;
+		settle(i, ok == up ? SPILL_DEVICE : SPILL_HOST);
+		moved += ok;
+	}
+	return moved;
+}
+
+uint64_t vgpu__resident_movable(int ordinal, bool on_device)
+{
+	int want = on_device ? SPILL_DEVICE : SPILL_HOST;
+	uint64_t bytes = 0;
+
+	if (!__atomic_load_n(&vgpu__movable_count, __ATOMIC_RELAXED))
+		return 0;
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS; i++)
+		if (spills[i].state == want && spills[i].dev == ordinal)
+			bytes += spills[i].size;
+	pthread_mutex_unlock(&spill_lock);
+	return bytes;
+}
+
 /* Kernel arguments that point into a movable range mark it used. */
 void vgpu__note_use(CUdeviceptr p)
 {

@@ -20,6 +20,19 @@ CUresult vgpu__alloc_movable(struct vgpu_dev *dv, CUdeviceptr *dptr,
 /* host mode: spills the least recently used resident ranges until bytes
  * fit the slice; whether they do. */
 bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes);
+/* What vgpu__move_ranges does: every range of the device to the host
+ * (suspend); the least recently used to the host until the tenant's usage
+ * is within its limit (fit); the most recently used spilled ranges back
+ * while they fit the slice (resume). */
+enum vgpu_move { VGPU_MOVE_SUSPEND, VGPU_MOVE_FIT, VGPU_MOVE_RESUME };
+/* dv's movable ranges moved as how says, each after its context (the one
+ * it was made in, else the primary) is made current on this thread and
+ * synchronised. For the control thread (control.c) with the process's
+ * launches held. The number moved; *failed: the bytes that could not be. */
+unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
+			   uint64_t *failed);
+/* Bytes of ordinal's movable ranges on the device (or on the host). */
+uint64_t vgpu__resident_movable(int ordinal, bool on_device);
 /* A kernel argument p: the movable range holding it was used now. */
 void vgpu__note_use(CUdeviceptr p);
 extern unsigned vgpu__movable_count;

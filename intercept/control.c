@@ -1,0 +1,335 @@
+/* control.c - a tenant suspended and resumed by an administrator
+ * (vgpu-ctl suspend/resume, docs/control.md), and a lowered memory limit
+ * met by moving memory to the host.
+ *
+ * Only with VGPU_CONTROL: then the process's allocations of at least the
+ * mapping granularity are movable ranges (overcommit.c), and a thread of
+ * the shim's own, the control thread, started at the first device's
+ * attach, looks at the tenant's record of each attached device every
+ * CONTROL_POLL_MS. It does all the work, so a process that makes no driver
+ * call at all is suspended as quickly as a busy one:
+ *
+ *   suspend  hold the process's launches (the gate, below), wait for
+ *            those already inside to return, synchronise each context
+ *            that owns a range, move every range of the device to the
+ *            host at the same address, mark the slot SUSPENDED;
+ *   resume   move the ranges back while they fit the slice and the
+ *            device has room, clear SUSPENDED, let the launches go. Ranges
+ *            the device had no room for are retried every second, each
+ *            time under a brief hold;
+ *   fit      a tenant over its (lowered) limit: the least recently used
+ *            ranges go to the host until it fits, under a brief hold.
+ *
+ * After each state it acknowledges the change it carried out in its slot
+ * (ctl_acked), which vgpu-ctl waits for.
+ *
+ * The gate. Launch hooks of such a process pass through it (launch.c):
+ * one atomic increment, a load of `hold`, one decrement. The control
+ * thread sets hold, then waits for the count to reach zero: a launch that
+ * entered before it set hold has left, one that comes after sees hold and
+ * waits (sequentially consistent on both sides, so one of the two always
+ * sees the other). Allocations of device memory wait at their charge
+ * while hold is set (vgpu__control_wait), unless the thread is inside the
+ * gate (a graph launch that allocates), which the control thread waits
+ * for instead.
+ */
+#include "control.h"
+#include "overcommit.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define CONTROL_POLL_MS 50
+/* A resume the device had no room for is tried again this often. */
+#define RETRY_NS 1000000000ull
+
+bool vgpu__control_on;
+
+static unsigned in_gate;	/* launches inside the gate (atomic) */
+static int hold;		/* launches and allocations wait (atomic) */
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static __thread int gate_depth;
+static __thread bool is_control_thread;
+
+/* Held by the control thread for a pass, never while it sleeps; the exit
+ * path takes it before the ledgers are left. */
+static pthread_mutex_t pass_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool started;		/* the thread exists (in this process) */
+static bool stopping;		/* the process is leaving (atomic) */
+
+struct dev_ctl {
+	bool suspended;		/* this process carried out a suspension */
+	uint64_t retry_ns;	/* resume left ranges on the host: retry at */
+};
+static struct dev_ctl devctl[VGPU_MAX_DEVICES];
+
+static uint64_t now_ns(void)
+{
+	return vgpu__mono_ns();
+}
+
+/* ---- the gate ------------------------------------------------------------- */
+
+static void wait_unheld(void)
+{
+	pthread_mutex_lock(&hold_mu);
+	while (__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
+		struct timespec until;
+
+		/* Timed: a hold set and cleared between the load and the
+		 * wait is never missed for long. */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 100 * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&hold_cv, &hold_mu, &until);
+	}
+	pthread_mutex_unlock(&hold_mu);
+}
+
+void vgpu__gate_enter(void)
+{
+	if (gate_depth++ || is_control_thread)
+		return;
+	for (;;) {
+		__atomic_add_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&hold, __ATOMIC_SEQ_CST))
+			return;
+		__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
+		wait_unheld();
+	}
+}
+
+void vgpu__gate_leave(void)
+{
+	if (--gate_depth || is_control_thread)
+		return;
+	__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
+}
+
+void vgpu__control_wait(void)
+{
+	if (gate_depth || is_control_thread ||
+	    !__atomic_load_n(&hold, __ATOMIC_SEQ_CST))
+		return;
+	wait_unheld();
+}
+
+static void set_hold(bool on)
+{
+	pthread_mutex_lock(&hold_mu);
+	__atomic_store_n(&hold, on, __ATOMIC_SEQ_CST);
+	if (!on)
+		pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+}
+
+/* Sets hold and waits until no launch is inside the gate. */
+static void hold_launches(void)
+{
+	struct timespec pause = { 0, 200000 };
+
+	set_hold(true);
+	while (__atomic_load_n(&in_gate, __ATOMIC_SEQ_CST) &&
+	       !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+		nanosleep(&pause, NULL);
+}
+
+static bool any_suspended(void)
+{
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+		if (devctl[i].suspended)
+			return true;
+	return false;
+}
+
+/* ---- one device ------------------------------------------------------------ */
+
+static void size_text(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 30))
+		snprintf(buf, len, "%.2f GiB", (double)b / (1ull << 30));
+	else
+		snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
+}
+
+static void suspend(struct vgpu_dev *dv, struct dev_ctl *c)
+{
+	uint64_t failed, left = 0;
+	char a[32], b[32];
+
+	hold_launches();
+	vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, &failed);
+	c->suspended = true;
+	vgpu_ledger_slot_flags(dv->slot, VGPU_LEDGER_SLOT_SUSPENDED, 0);
+	for (int k = 0; k < VGPU_USAGE_COUNT; k++)
+		if (VGPU_USAGE_IS_DEVICE(k))
+			left += vgpu_ledger_slot_usage(dv->slot, k);
+	size_text(vgpu__resident_movable(dv->ordinal, false), a, sizeof(a));
+	size_text(left, b, sizeof(b));
+	vgpu_log(failed ? VGPU_LOG_WARN : VGPU_LOG_INFO, "device %d: "
+		 "suspended by vgpu-ctl: launches held, %s on the host, %s "
+		 "still charged on the device%s", dv->ordinal, a, b,
+		 failed ? " (some ranges could not be moved: the spill "
+		 "limit or host memory)" : "");
+}
+
+static void resume(struct vgpu_dev *dv, struct dev_ctl *c)
+{
+	uint64_t failed;
+
+	vgpu__move_ranges(dv, VGPU_MOVE_RESUME, &failed);
+	c->suspended = false;
+	c->retry_ns = failed ? now_ns() + RETRY_NS : 0;
+	vgpu_ledger_slot_flags(dv->slot, 0, VGPU_LEDGER_SLOT_SUSPENDED);
+	if (failed) {
+		char a[32];
+
+		size_text(failed, a, sizeof(a));
+		vgpu_log(VGPU_LOG_WARN, "device %d: resumed by vgpu-ctl; %s "
+			 "stays on the host until the device has room (tried "
+			 "again every second)", dv->ordinal, a);
+	} else {
+		vgpu_log(VGPU_LOG_INFO, "device %d: resumed by vgpu-ctl",
+			 dv->ordinal);
+	}
+}
+
+/* Whether the tenant holds more than its limit with ranges that could go. */
+static bool over_limit(struct vgpu_dev *dv)
+{
+	return vgpu_ledger_tenant_used(dv->slot) >
+		       vgpu_ledger_tenant_limit(dv->slot) &&
+	       vgpu__resident_movable(dv->ordinal, true);
+}
+
+static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
+{
+	uint64_t changes = vgpu_ledger_ctl_changes(dv->slot);
+	bool want = vgpu_ledger_suspended(dv->slot);
+	uint32_t flags = vgpu_ledger_slot_flags_get(dv->slot);
+
+	/* Set once, and again after the ledger file moved. */
+	if (!(flags & VGPU_LEDGER_SLOT_CONTROL))
+		vgpu_ledger_slot_flags(dv->slot, VGPU_LEDGER_SLOT_CONTROL, 0);
+	vgpu__dev_watch_terms(dv);	/* an idle process's share too */
+	if (want && !c->suspended) {
+		suspend(dv, c);
+	} else if (!want && c->suspended) {
+		resume(dv, c);
+	} else if (want && vgpu__resident_movable(dv->ordinal, true)) {
+		/* Made while suspended (an allocation already past the
+		 * gate): out too. */
+		hold_launches();
+		vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, NULL);
+	} else if (!want && c->retry_ns && now_ns() >= c->retry_ns) {
+		uint64_t failed;
+
+		hold_launches();
+		vgpu__move_ranges(dv, VGPU_MOVE_RESUME, &failed);
+		c->retry_ns = failed ? now_ns() + RETRY_NS : 0;
+	}
+	if (!want && over_limit(dv)) {
+		hold_launches();
+		vgpu__move_ranges(dv, VGPU_MOVE_FIT, NULL);
+	}
+	if (c->suspended == want &&
+	    __atomic_load_n(&vgpu_ledger_slot_record(dv->slot)->ctl_acked,
+			    __ATOMIC_RELAXED) != changes)
+		vgpu_ledger_slot_ack(dv->slot, changes);
+}
+
+static void *control_main(void *arg)
+{
+	struct timespec pause = { 0, CONTROL_POLL_MS * 1000000L };
+
+	(void)arg;
+	is_control_thread = true;
+	while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&pass_mu);
+		for (int i = 0; i < VGPU_MAX_DEVICES &&
+				!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
+		     i++) {
+			struct vgpu_dev *dv = vgpu__dev_peek(i);
+
+			if (dv && dv->slot && dv->control)
+				pass_device(dv, &devctl[i]);
+		}
+		set_hold(any_suspended());
+		pthread_mutex_unlock(&pass_mu);
+		nanosleep(&pause, NULL);
+	}
+	return NULL;
+}
+
+void vgpu__control_start(void)
+{
+	static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+	sigset_t all, old;
+	pthread_attr_t attr;
+	pthread_t t;
+
+	pthread_mutex_lock(&start_mu);
+	if (started) {
+		pthread_mutex_unlock(&start_mu);
+		return;
+	}
+	/* The thread takes no signal of the job's. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, control_main, NULL) == 0) {
+		started = true;
+		__atomic_store_n(&vgpu__control_on, true, __ATOMIC_RELEASE);
+	} else {
+		vgpu_log(VGPU_LOG_ERROR, "VGPU_CONTROL: cannot start the "
+			 "control thread (%s); this process cannot be "
+			 "suspended", strerror(errno));
+	}
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_mutex_unlock(&start_mu);
+}
+
+bool vgpu__control_exit(void)
+{
+	struct timespec until;
+	bool ok;
+
+	if (!started)
+		return true;
+	__atomic_store_n(&stopping, true, __ATOMIC_RELEASE);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	/* A pass in progress ends first; one stuck (a move in a driver
+	 * call) is not waited for: the ledgers are not left then, and the
+	 * others reclaim this process's charges when it is gone. */
+	ok = pthread_mutex_timedlock(&pass_mu, &until) == 0;
+	if (!ok)
+		vgpu_log(VGPU_LOG_DEBUG, "exit: the control thread is busy; "
+			 "leaving the ledgers to reclaim this process");
+	return ok;
+}
+
+void vgpu__control_fork_child(void)
+{
+	/* The thread is the parent's: the child starts its own when it
+	 * attaches a device again. */
+	pthread_mutex_init(&hold_mu, NULL);
+	pthread_cond_init(&hold_cv, NULL);
+	pthread_mutex_init(&pass_mu, NULL);
+	__atomic_store_n(&hold, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&in_gate, 0, __ATOMIC_RELAXED);
+	gate_depth = 0;
+	started = false;
+	__atomic_store_n(&vgpu__control_on, false, __ATOMIC_RELAXED);
+	memset(devctl, 0, sizeof(devctl));
+}

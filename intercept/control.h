@@ -1,0 +1,26 @@
+/* control.h - suspension by vgpu-ctl and the launch gate (control.c). */
+#ifndef VGPU_CONTROL_H
+#define VGPU_CONTROL_H
+
+#include <stdbool.h>
+
+/* Set once the control thread runs (VGPU_CONTROL): launches pass the gate
+ * and allocations may wait (atomic). */
+extern bool vgpu__control_on;
+
+/* The control thread, started once per process (again in a forked child
+ * that attaches a device). */
+void vgpu__control_start(void);
+/* At exit, before the ledgers are left: stops the thread; false if a pass
+ * did not end in time (the ledgers must not be left then). */
+bool vgpu__control_exit(void);
+void vgpu__control_fork_child(void);
+
+/* A launch hook's way in and out: waits while the process is held. */
+void vgpu__gate_enter(void);
+void vgpu__gate_leave(void);
+/* An allocation of device memory waits here while the process is held
+ * (not inside the gate, nor on the control thread). */
+void vgpu__control_wait(void);
+
+#endif
