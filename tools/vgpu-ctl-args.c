@@ -22,6 +22,10 @@ const char ctl_usage[] =
 "                        [--policy hard|elastic|off] [--host-spill SIZE]\n"
 "                        [--ledger-dir DIR]\n"
 "    vgpu-ctl show TENANT [--gpu N|UUID] [--ledger-dir DIR]\n"
+"    vgpu-ctl suspend TENANT [--gpu N|UUID] [--wait SECONDS]\n"
+"                            [--ledger-dir DIR]\n"
+"    vgpu-ctl resume TENANT [--gpu N|UUID] [--wait SECONDS]\n"
+"                           [--ledger-dir DIR]\n"
 "\n"
 "DESCRIPTION\n"
 "    set changes the terms of TENANT in the ledger of each GPU it is on\n"
@@ -34,6 +38,14 @@ const char ctl_usage[] =
 "    show prints the terms, the usage, how far over its limit the tenant\n"
 "    is, and the last change. At least one option is needed for set.\n"
 "\n"
+"    suspend holds the launches of TENANT's processes (they wait, they do\n"
+"    not fail), lets what is in flight finish and moves their device\n"
+"    memory to the host at the same addresses, freeing the GPU's memory\n"
+"    for others; resume moves it back and lets the launches go. Only\n"
+"    processes started with VGPU_CONTROL=1 can be suspended (idle ones\n"
+"    too, within 1 s); the others are named. Both wait until every such\n"
+"    process has carried the change out, and print what each holds where.\n"
+"\n"
 "OPTIONS\n"
 "    --gpu N|UUID      N: the CUDA device N (as the driver shows it, after\n"
 "                      CUDA_VISIBLE_DEVICES); UUID: a GPU's UUID or a\n"
@@ -43,6 +55,8 @@ const char ctl_usage[] =
 "    --compute PCT     share of the GPU's time, 1-100 (100: no cap)\n"
 "    --policy P        compute policy: hard, elastic or off\n"
 "    --host-spill SIZE host memory the tenant may spill to (overcommit)\n"
+"    --wait SECONDS    suspend, resume: how long to wait for the processes\n"
+"                      (default 30; 0: do not wait)\n"
 "    --ledger-dir DIR  the ledgers' directory (default $VGPU_LEDGER_DIR,\n"
 "                      else /dev/shm/vgpu)\n"
 "    -h, --help        this text\n"
@@ -54,8 +68,11 @@ const char ctl_usage[] =
 "EXIT STATUS\n"
 "    0 done; 64 usage; 65 bad value or tenant name; 66 no such tenant;\n"
 "    67 no such GPU or no ledger; 68 driver unusable (--gpu N);\n"
-"    74 ledger unusable; 75 the tenant's lock was held too long (a stopped\n"
-"    process: its pid is named); 77 permission denied.\n"
+"    69 suspend: a process of the tenant cannot be suspended (started\n"
+"    without VGPU_CONTROL; the others are); 74 ledger unusable; 75 the\n"
+"    tenant's lock was held too long (a stopped process: its pid is\n"
+"    named), or a process did not carry out a suspend or resume within\n"
+"    --wait (the change stays made); 77 permission denied.\n"
 "\n"
 "SEE ALSO\n"
 "    docs/control.md, vgpu-top, vgpu-run\n";
@@ -135,9 +152,28 @@ static int option(struct ctl_args *a, const char *opt, const char *val,
 		a->dir = val;
 		return 0;
 	}
+	if (!strcmp(opt, "--wait") &&
+	    (a->cmd == CTL_SUSPEND || a->cmd == CTL_RESUME)) {
+		const char *p = val;
+
+		rc = vgpu__parse_whole(&p, &n);
+		if (rc == 0 && *p)
+			rc = VGPU_PARSE_TRAILING;
+		if (rc == 0 && n > 3600)
+			rc = VGPU_PARSE_RANGE;
+		if (rc)
+			return bad(err, errlen, CTL_EXIT_VALUE, "--wait '%s' "
+				   "%s; expected whole seconds, 0 to 3600",
+				   val, vgpu__parse_strerror(rc));
+		a->wait_ms = (unsigned)n * 1000u;
+		return 0;
+	}
 	if (a->cmd != CTL_SET)
-		return bad(err, errlen, CTL_EXIT_USAGE, "%s: show takes only "
-			   "--gpu and --ledger-dir", opt);
+		return bad(err, errlen, CTL_EXIT_USAGE, "%s: %s takes only "
+			   "--gpu%s and --ledger-dir", opt,
+			   a->cmd == CTL_SHOW ? "show" : a->cmd == CTL_SUSPEND
+			   ? "suspend" : "resume",
+			   a->cmd == CTL_SHOW ? "" : ", --wait");
 	if (!strcmp(opt, "--memory")) {
 		rc = parse_opt(VGPU_OPT_MEMORY_LIMIT, opt, val, &c->mem_limit,
 			       err, errlen);
@@ -167,7 +203,7 @@ static bool takes_value(const char *opt)
 {
 	static const char *const names[] = {
 		"--gpu", "--ledger-dir", "--dir", "--memory", "--compute",
-		"--policy", "--host-spill",
+		"--policy", "--host-spill", "--wait",
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -198,9 +234,15 @@ static int parse_command(struct ctl_args *a, const char *cmd, char *err,
 		a->cmd = CTL_SET;
 	else if (!strcmp(cmd, "show"))
 		a->cmd = CTL_SHOW;
-	else
+	else if (!strcmp(cmd, "suspend") || !strcmp(cmd, "resume")) {
+		a->cmd = cmd[0] == 's' ? CTL_SUSPEND : CTL_RESUME;
+		a->change.fields = VGPU_LEDGER_CTL_SUSPEND;
+		a->change.suspend = a->cmd == CTL_SUSPEND;
+		a->wait_ms = 30000;
+	} else
 		return bad(err, errlen, CTL_EXIT_USAGE, "unknown command '%s': "
-			   "expected set or show (vgpu-ctl --help)", cmd);
+			   "expected set, show, suspend or resume (vgpu-ctl "
+			   "--help)", cmd);
 	return 0;
 }
 
@@ -251,7 +293,8 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err,
 	}
 	if (argc < 3)
 		return bad(err, errlen, CTL_EXIT_USAGE, "usage: vgpu-ctl set|"
-			   "show TENANT [OPTIONS] (vgpu-ctl --help)");
+			   "show|suspend|resume TENANT [OPTIONS] (vgpu-ctl "
+			   "--help)");
 	rc = parse_command(a, argv[1], err, errlen);
 	if (rc)
 		return rc;

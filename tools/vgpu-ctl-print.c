@@ -91,13 +91,18 @@ static void when_text(uint64_t ns, char *buf, size_t len)
 		 (unsigned)(ns / 1000000u % 1000u));
 }
 
-static void fields_text(uint32_t f, char *buf, size_t len)
+static void fields_text(const struct vgpu_ledger_tenant *t, char *buf,
+			size_t len)
 {
-	snprintf(buf, len, "%s%s%s%s",
+	uint32_t f = t->ctl_fields;
+
+	snprintf(buf, len, "%s%s%s%s%s",
 		 f & VGPU_LEDGER_CTL_MEMORY ? " memory" : "",
 		 f & VGPU_LEDGER_CTL_COMPUTE ? " compute" : "",
 		 f & VGPU_LEDGER_CTL_POLICY ? " policy" : "",
-		 f & VGPU_LEDGER_CTL_SPILL ? " host-spill" : "");
+		 f & VGPU_LEDGER_CTL_SPILL ? " host-spill" : "",
+		 !(f & VGPU_LEDGER_CTL_SUSPEND) ? ""
+		 : t->suspended ? " suspend" : " resume");
 	if (!buf[0])
 		snprintf(buf, len, " nothing");
 }
@@ -130,7 +135,7 @@ static void print_last_change(const struct vgpu_ledger_tenant *t)
 	}
 	when_text(t->ctl_ns, when, sizeof(when));
 	who_text(t, who, sizeof(who));
-	fields_text(t->ctl_fields, what, sizeof(what));
+	fields_text(t, what, sizeof(what));
 	printf("  changes          %llu; the last at %s by %s:%s\n",
 	       (unsigned long long)t->ctl_changes, when, who, what);
 }
@@ -157,6 +162,8 @@ void ctl_print_show(const char *uuid, const char *path,
 	}
 	compute_text(t, a, sizeof(a));
 	printf("  compute share    %s\n", a);
+	printf("  state            %s\n", t->suspended ?
+	       "suspended (vgpu-ctl resume lets it go on)" : "running");
 	ctl_size(t->spill_limit, a, sizeof(a));
 	ctl_size(t->usage[VGPU_USAGE_SPILLED], b, sizeof(b));
 	printf("  host spill       limit %s, spilled %s\n", a, b);
@@ -190,10 +197,51 @@ void ctl_print_set(const char *uuid, const struct vgpu_ledger_tenant *t,
 		ctl_size(over, b, sizeof(b));
 		printf("vgpu-ctl: tenant '%s' on %s holds %s: over limit by "
 		       "%s; its new allocations are refused until its usage "
-		       "is below the limit\n", nm, uuid, a, b);
+		       "is below the limit (with host overcommit or "
+		       "VGPU_CONTROL, its least recently used movable ranges "
+		       "go to the host first)\n", nm, uuid, a, b);
 	}
 	if (!live)
 		printf("vgpu-ctl: note: tenant '%s' has no live process on "
 		       "%s: the next process to start it sets its terms "
 		       "anew\n", shown(t->name, nm, sizeof(nm)), uuid);
+}
+
+void ctl_print_suspend(const char *uuid, const struct vgpu_ledger_tenant *t,
+		       const struct vgpu_ledger_ctlproc *p, unsigned n,
+		       bool done, unsigned wait_ms)
+{
+	bool want = t->suspended != 0;
+	const char *verb = want ? "suspended" : "resumed";
+	char nm[256], a[64], b[64];
+
+	shown(t->name, nm, sizeof(nm));
+	printf("vgpu-ctl: tenant '%s' on %s: %s (change %llu)", nm, uuid,
+	       done ? verb : want ? "suspend asked" : "resume asked",
+	       (unsigned long long)t->ctl_changes);
+	if (!done && wait_ms)
+		printf("; not every process answered within %u s: the change "
+		       "stays made, they carry it out when they can",
+		       wait_ms / 1000u);
+	else if (!done)
+		printf("; not waited for (--wait 0)");
+	printf("\n");
+	for (unsigned i = 0; i < n && i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		bool watches = p[i].flags & VGPU_LEDGER_SLOT_CONTROL;
+		bool is = p[i].flags & VGPU_LEDGER_SLOT_SUSPENDED;
+
+		ctl_size(p[i].device_bytes, a, sizeof(a));
+		ctl_size(p[i].host_bytes, b, sizeof(b));
+		if (!watches)
+			printf("  pid %d: started without VGPU_CONTROL: "
+			       "cannot be suspended; its launches go on, %s "
+			       "on the device\n", p[i].pid, a);
+		else
+			printf("  pid %d: %s; %s on the device, %s on the "
+			       "host\n", p[i].pid,
+			       p[i].ctl_acked >= t->ctl_changes && is == want
+			       ? verb : "not yet", a, b);
+	}
+	if (!n)
+		printf("  no live process of the tenant on this GPU\n");
 }

@@ -4,14 +4,18 @@
  *   vgpu-ctl set TENANT [--gpu N|UUID] [--memory SIZE] [--compute PCT]
  *                       [--policy P] [--host-spill SIZE] [--ledger-dir DIR]
  *   vgpu-ctl show TENANT [--gpu N|UUID] [--ledger-dir DIR]
+ *   vgpu-ctl suspend|resume TENANT [--gpu N|UUID] [--wait S] [--ledger-dir D]
  *
  * The GPUs are the ledger files of the directory (one per physical GPU);
  * --gpu N asks the driver which GPU device N is, in a child process, as
  * vgpu-run does. set opens each ledger for writing through the core's
  * checked open (an administrator's open: nothing created, the kernel's
  * write permission decides) and changes the tenant there under its lock
- * (vgpu/ledger_ctl.c); show reads a copy of the file. Failures exit with
- * the CTL_EXIT_* codes (vgpu-ctl.h).
+ * (vgpu/ledger_ctl.c); show reads a copy of the file. suspend and resume
+ * are changes too (the tenant's `suspended`), carried out by each process's
+ * control thread (intercept/control.c): they then read copies of the file
+ * until every process that watches has acknowledged the change. Failures
+ * exit with the CTL_EXIT_* codes (vgpu-ctl.h).
  */
 #include "vgpu-ctl.h"
 #include "vgpu-run.h"
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ERR_MAX 8192
@@ -190,6 +195,69 @@ static int set_one(const struct ctl_args *a, const char *uuid, bool chosen)
 	return 0;
 }
 
+/* Whether every live process that watches has carried out change `seq`
+ * (suspended as want says); *unwatched: those that do not watch. */
+static bool answered(const struct vgpu_ledger_ctlproc *p, unsigned n,
+		     uint64_t seq, bool want, unsigned *unwatched)
+{
+	bool all = true;
+
+	*unwatched = 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (!(p[i].flags & VGPU_LEDGER_SLOT_CONTROL))
+			++*unwatched;
+		else if (p[i].ctl_acked < seq ||
+			 !(p[i].flags & VGPU_LEDGER_SLOT_SUSPENDED) != !want)
+			all = false;
+	}
+	return all;
+}
+
+/* suspend or resume on one GPU: the change, then the wait for the
+ * processes' answers (copies of the file every 20 ms). */
+static int suspend_one(const struct ctl_args *a, const char *uuid,
+		       bool chosen)
+{
+	static struct vgpu_ledger_ctlproc procs[VGPU_LEDGER_MAX_SLOTS];
+	struct vgpu_ledger_access access = { .control = true };
+	struct timespec pause = { 0, 20 * 1000000L };
+	struct vgpu_ledger_tenant after, now;
+	static char err[ERR_MAX];
+	struct vgpu_ledger *l;
+	bool want = a->cmd == CTL_SUSPEND, done = false;
+	unsigned n = 0, unwatched = 0;
+	int rc;
+
+	rc = vgpu_ledger_open_with(a->dir, uuid, 0, &access, &l, err,
+				   sizeof(err));
+	if (rc)
+		return fail(rc == VGPU_LEDGER_ENOENT ? CTL_EXIT_NOGPU :
+			    code_of(rc), err);
+	rc = vgpu_ledger_ctl_set(l, a->tenant, &a->change, &after, err,
+				 sizeof(err));
+	vgpu_ledger_close(l);
+	if (rc == VGPU_LEDGER_ENOENT && !chosen)
+		return 1;
+	if (rc)
+		return fail(code_of(rc), err);
+	for (unsigned waited = 0;; waited += 20) {
+		rc = vgpu_ledger_peek_control(a->dir, uuid, a->tenant, &now,
+					      procs, VGPU_LEDGER_MAX_SLOTS, &n,
+					      err, sizeof(err));
+		if (rc)
+			return fail(code_of(rc), err);
+		done = answered(procs, n, after.ctl_changes, want, &unwatched);
+		if (done || waited >= a->wait_ms)
+			break;
+		nanosleep(&pause, NULL);
+	}
+	now.ctl_changes = after.ctl_changes;
+	ctl_print_suspend(uuid, &now, procs, n, done, a->wait_ms);
+	if (!done && a->wait_ms)
+		return CTL_EXIT_TIMEOUT;
+	return want && unwatched ? CTL_EXIT_UNAVAILABLE : 0;
+}
+
 static int show_one(const struct ctl_args *a, const char *uuid, bool chosen)
 {
 	static char err[ERR_MAX], path[VRUN_PATH_MAX + 128];
@@ -221,7 +289,8 @@ static int run(const struct ctl_args *a)
 		return rc;
 	for (int i = 0; i < t.n; i++) {
 		rc = a->cmd == CTL_SET ? set_one(a, t.uuid[i], t.chosen)
-				       : show_one(a, t.uuid[i], t.chosen);
+		     : a->cmd == CTL_SHOW ? show_one(a, t.uuid[i], t.chosen)
+		     : suspend_one(a, t.uuid[i], t.chosen);
 		if (rc == 0)
 			found++;
 		else if (rc != 1 && !first)

@@ -14,20 +14,24 @@
 
 #include "ledger.h"
 
-/* Exit codes (docs/control.md): 64-68 as vgpu-run's, 74, 75 and 77 as
- * sysexits.h's EX_IOERR, EX_TEMPFAIL and EX_NOPERM. */
+/* Exit codes (docs/control.md): 64-68 as vgpu-run's, 69, 74, 75 and 77 as
+ * sysexits.h's EX_UNAVAILABLE, EX_IOERR, EX_TEMPFAIL and EX_NOPERM. */
 #define CTL_EXIT_USAGE		64	/* bad command line */
 #define CTL_EXIT_VALUE		65	/* a bad option value or tenant name */
 #define CTL_EXIT_NOTENANT	66	/* no ledger chosen has the tenant */
 #define CTL_EXIT_NOGPU		67	/* no ledger, or --gpu names none */
 #define CTL_EXIT_DRIVER		68	/* --gpu N: the driver is unusable */
+#define CTL_EXIT_UNAVAILABLE	69	/* suspend: a process cannot be
+					 * (no VGPU_CONTROL) */
 #define CTL_EXIT_LEDGER		74	/* a ledger unusable (damaged, I/O) */
-#define CTL_EXIT_TIMEOUT	75	/* the tenant's lock held too long */
+#define CTL_EXIT_TIMEOUT	75	/* the tenant's lock held too long, or
+					 * suspend/resume not carried out by
+					 * every process within --wait */
 #define CTL_EXIT_PERM		77	/* this user may not write (read) it */
 
 #define CTL_MAX_GPUS		64
 
-enum ctl_cmd { CTL_SET, CTL_SHOW };
+enum ctl_cmd { CTL_SET, CTL_SHOW, CTL_SUSPEND, CTL_RESUME };
 
 /* The command line, parsed; strings point into argv. */
 struct ctl_args {
@@ -38,7 +42,9 @@ struct ctl_args {
 	unsigned gpu_index;
 	const char *dir;		/* --ledger-dir, $VGPU_LEDGER_DIR or
 					 * /dev/shm/vgpu */
-	struct vgpu_ledger_change change;	/* set: the fields given */
+	struct vgpu_ledger_change change;	/* set: the fields given;
+						 * suspend, resume: SUSPEND */
+	unsigned wait_ms;		/* suspend, resume: --wait */
 	bool help;
 	const char *probe_driver;	/* internal: --probe-gpus DRIVER */
 };
@@ -64,6 +70,13 @@ void ctl_size(uint64_t bytes, char *buf, size_t len);
  * terms, usage, "over limit by", the last change. */
 void ctl_print_show(const char *uuid, const char *path,
 		    const struct vgpu_ledger_tenant *t, unsigned live);
+
+/* What a suspend or resume did on one GPU: the record as the change left
+ * it (*t), the processes as they answered (n of them), whether every
+ * process that watches carried it out. */
+void ctl_print_suspend(const char *uuid, const struct vgpu_ledger_tenant *t,
+		       const struct vgpu_ledger_ctlproc *p, unsigned n,
+		       bool done, unsigned wait_ms);
 
 /* What a set did, from the record as it left it. */
 void ctl_print_set(const char *uuid, const struct vgpu_ledger_tenant *t,
