@@ -6,8 +6,11 @@
 #define VGPU_CTL_TEST_H
 
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +60,8 @@ static inline void ctl_job_start(struct ctl_job *j, char *const argv[])
 	j->pid = fork();
 	cr_assert_geq(j->pid, 0);
 	if (j->pid == 0) {
+		/* Never outlives the test (a job left suspended waits). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(in[0], STDIN_FILENO);
 		dup2(out[1], STDOUT_FILENO);
 		close(in[1]);
@@ -93,6 +98,37 @@ static inline void ctl_job_stop(struct ctl_job *j)
 	fclose(j->out);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "job status %#x", status);
+}
+
+/* ---- the simulated device's used memory (its NVML) ----------------------- */
+
+struct nvml_memory {
+	unsigned long long total, free, used;
+};
+
+static inline uint64_t device_used(void)
+{
+	static int (*init)(void);
+	static int (*get)(unsigned, void **);
+	static int (*info)(void *, struct nvml_memory *);
+	struct nvml_memory m;
+	void *dev;
+
+	if (!init) {
+		void *h = dlopen(TEST_SIM_DIR "/libnvidia-ml.so.1", RTLD_NOW);
+
+		cr_assert_not_null(h, "%s", dlerror());
+		init = (int (*)(void))dlsym(h, "nvmlInit_v2");
+		get = (int (*)(unsigned, void **))dlsym(h,
+				"nvmlDeviceGetHandleByIndex_v2");
+		info = (int (*)(void *, struct nvml_memory *))dlsym(h,
+				"nvmlDeviceGetMemoryInfo");
+		cr_assert(init && get && info);
+		cr_assert_eq(init(), 0);
+	}
+	cr_assert_eq(get(0, &dev), 0);
+	cr_assert_eq(info(dev, &m), 0);
+	return m.used;
 }
 
 #endif /* VGPU_CTL_TEST_H */
