@@ -248,7 +248,9 @@ static int parse_tenant(const struct vgpu_opt_desc *d, const char *s,
 #define BOOL_FORMS	"1/true/yes/on or 0/false/no/off"
 #define FIELD(f)	offsetof(struct vgpu_options, f)
 
-static const char *const policy_names[] = { "hard", "elastic", "off", NULL };
+static const char *const policy_names[] = {
+	"hard", "elastic", "off", "opportunistic", NULL
+};
 static const char *const mode_names[] = { "time", "spatial", NULL };
 static const char *const overcommit_names[] = {
 	"off", "managed", "host", "auto", NULL
@@ -289,11 +291,12 @@ static const struct vgpu_opt_desc options[VGPU_OPT_COUNT] = {
 		.name = "VGPU_COMPUTE_POLICY",
 		.alias = "GPU_CORE_UTILIZATION_POLICY",
 		.kind = VGPU_KIND_ENUM, .values = policy_names,
-		.def = VGPU_POLICY_HARD, .max = VGPU_POLICY_OFF,
-		.expect = "hard, elastic or off",
+		.def = VGPU_POLICY_HARD, .max = VGPU_POLICY_OPPORTUNISTIC,
+		.expect = "hard, elastic, off or opportunistic",
 		.alias_expect = "default, force or disable",
 		.doc = "hard: never above the share; elastic: idle time lent "
-		       "out; off: not enforced",
+		       "out; off: not enforced; opportunistic: only time no "
+		       "guaranteed tenant wants",
 		.offset = FIELD(compute_policy),
 		.parse = parse_enum_opt, .alias_parse = parse_hami_policy,
 	},

@@ -42,6 +42,8 @@ enum vgpu_compute_policy {
 	VGPU_POLICY_HARD,	/* never above the share */
 	VGPU_POLICY_ELASTIC,	/* share guaranteed, idle time lent out */
 	VGPU_POLICY_OFF,	/* compute limits not enforced */
+	VGPU_POLICY_OPPORTUNISTIC,	/* only time no guaranteed tenant
+					 * wants (docs/compute.md) */
 };
 
 enum vgpu_compute_mode {

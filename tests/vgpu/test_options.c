@@ -242,6 +242,10 @@ Test(load, compute_policy_and_mode)
 	cr_assert_eq(o.compute_policy, VGPU_POLICY_HARD);
 	load_one(&o, "VGPU_COMPUTE_POLICY", "off");
 	cr_assert_eq(o.compute_policy, VGPU_POLICY_OFF);
+	load_one(&o, "VGPU_COMPUTE_POLICY", "opportunistic");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_OPPORTUNISTIC);
+	load_one(&o, "VGPU_COMPUTE_POLICY", "Opportunistic");
+	cr_assert_eq(o.compute_policy, VGPU_POLICY_OPPORTUNISTIC);
 	load_one(&o, "VGPU_COMPUTE_MODE", "spatial");
 	cr_assert_eq(o.compute_mode, VGPU_MODE_SPATIAL);
 	load_one(&o, "VGPU_COMPUTE_MODE", "time");
@@ -632,7 +636,10 @@ Test(errors, enums_and_bools)
 	static const struct bad_var bad[] = {
 		{ "VGPU_COMPUTE_POLICY", "", "is empty" },
 		{ "VGPU_COMPUTE_POLICY", "soft",
-		  "is not a known value; expected hard, elastic or off" },
+		  "is not a known value; expected hard, elastic, off or "
+		  "opportunistic" },
+		{ "VGPU_COMPUTE_POLICY", "opportunist",
+		  "is not a known value" },
 		{ "VGPU_COMPUTE_POLICY", "-1", "expected hard, elastic" },
 		{ "VGPU_COMPUTE_MODE", "space", "expected time or spatial" },
 		{ "VGPU_OVERCOMMIT", "yes", "expected off, managed, host or "
