@@ -88,7 +88,7 @@ enum vgpu_ledger_slot_state {
 };
 
 /* At offset 0 of the file. Written once by the creator, read-only after,
- * except `joins`. */
+ * except `joins` and `opportunistic_ns`. */
 struct vgpu_ledger_header {
 	uint64_t magic;			/* VGPU_LEDGER_MAGIC: "VGPULEDG" */
 	uint32_t layout_version;	/* VGPU_LEDGER_VERSION */
@@ -110,14 +110,27 @@ struct vgpu_ledger_header {
 	uint32_t max_shares;		/* VGPU_LEDGER_MAX_SHARES */
 	uint32_t share_size;		/* VGPU_LEDGER_SHARE_SIZE */
 	uint32_t share_holders;		/* VGPU_LEDGER_SHARE_HOLDERS */
-	uint64_t reserved[44];		/* zero */
+	/* CLOCK_MONOTONIC of the last time an opportunistic tenant of this
+	 * GPU asked to launch (coarse: moved by 1 ms or more); 0 never.
+	 * Guaranteed tenants watch it (docs/compute.md). */
+	uint64_t opportunistic_ns;
+	uint64_t reserved[43];		/* zero */
+};
+
+/* vgpu_ledger_compute.policy: the values of VGPU_COMPUTE_POLICY. */
+enum vgpu_ledger_policy {
+	VGPU_LEDGER_POLICY_HARD = 0,		/* never above the share */
+	VGPU_LEDGER_POLICY_ELASTIC = 1,		/* idle time lent out */
+	VGPU_LEDGER_POLICY_OFF = 2,		/* not enforced */
+	VGPU_LEDGER_POLICY_OPPORTUNISTIC = 3,	/* only time no guaranteed
+						 * tenant wants */
 };
 
 /* The compute throttle's per-tenant state (vgpu/throttle.c, docs/compute.md):
  * every field is changed with single atomic operations, never under a lock. */
 struct vgpu_ledger_compute {
 	uint32_t share_pct;		/* 0: no compute limit; 1..100 */
-	uint32_t policy;		/* the throttle's policy (hard, elastic) */
+	uint32_t policy;		/* enum vgpu_ledger_policy */
 	uint32_t turn;			/* slot index + 1 of a starved waiter; 0 none */
 	uint32_t flags;
 	int64_t tokens_ns;		/* token bucket: GPU time available */
@@ -267,7 +280,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_header, shares_offset, 144, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_header, max_shares, 148, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_header, share_size, 152, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_header, share_holders, 156, 4);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_header, reserved, 160, 352);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, opportunistic_ns, 160, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_header, reserved, 168, 344);
 
 _Static_assert(sizeof(struct vgpu_ledger_shares) == VGPU_LEDGER_SHARES_HEAD,
 	       "shares head size");

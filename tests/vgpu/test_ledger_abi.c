@@ -67,7 +67,8 @@ Test(ledger_abi, header)
 	PIN(vgpu_ledger_header, max_shares, 148, 4);
 	PIN(vgpu_ledger_header, share_size, 152, 4);
 	PIN(vgpu_ledger_header, share_holders, 156, 4);
-	PIN(vgpu_ledger_header, reserved, 160, 352);
+	PIN(vgpu_ledger_header, opportunistic_ns, 160, 8);
+	PIN(vgpu_ledger_header, reserved, 168, 344);
 }
 
 Test(ledger_abi, shares)
