@@ -46,9 +46,11 @@ static int check(const char *tenant, const struct vgpu_ledger_change *c,
 			"compute share %u%%: expected 0..100", c->share_pct);
 	if ((c->fields & VGPU_LEDGER_CTL_POLICY) &&
 	    c->policy != VGPU_POLICY_HARD && c->policy != VGPU_POLICY_ELASTIC &&
-	    c->policy != VGPU_POLICY_OFF)
+	    c->policy != VGPU_POLICY_OFF &&
+	    c->policy != VGPU_POLICY_OPPORTUNISTIC)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
-			"compute policy %u: expected hard, elastic or off",
+			"compute policy %u: expected hard, elastic, off or "
+			"opportunistic",
 			c->policy);
 	return 0;
 }

@@ -544,6 +544,28 @@ static bool lent_room(const struct vgpu_measure_ctx *c,
 	       vgpu_throttle_lent(g->slot, now);
 }
 
+/* Whether one more launch of estimate est may join c's launches in
+ * flight. An opportunistic tenant's: while their estimates, its own
+ * included, add up to at most VGPU_MEASURE_OPP_QUEUE_NS (one at least),
+ * so what it has queued when a guaranteed tenant launches is short. Any
+ * other's: below VGPU_MEASURE_DEPTH, or while lent_room allows. */
+static bool room(const struct vgpu_measure_ctx *c,
+		 const struct vgpu_measure_gpu *g, uint64_t est, uint64_t now)
+{
+	uint64_t sum = est;
+
+	if (g->slot && vgpu_throttle_opportunistic(g->slot)) {
+		if (!c->count)
+			return true;
+		if (!est || c->count + 1 >= RING)
+			return false;
+		for (unsigned i = 0; i < c->count; i++)
+			sum += c->ring[(c->head + i) % RING].estimate;
+		return sum <= VGPU_MEASURE_OPP_QUEUE_NS;
+	}
+	return c->count < VGPU_MEASURE_DEPTH || lent_room(c, g, est, now);
+}
+
 /* With no estimate anywhere, the launch goes alone: after this thread's
  * earlier ones (read, blocking), and while no other thread's probe is in
  * flight (polling, up to PROBE_MAX_NS). Sets *est, *probe (it is the
@@ -561,8 +583,7 @@ static void estimate_or_probe(struct vgpu_measure_ctx *c,
 		settle_oldest(c, true);
 		*est = estimate(c, g, kind, key);
 	}
-	while (c->count >= VGPU_MEASURE_DEPTH &&
-	       !lent_room(c, g, *est, *now)) {
+	while (!room(c, g, *est, *now)) {
 		settle_oldest(c, true);
 		*est = estimate(c, g, kind, key);
 	}
@@ -651,6 +672,20 @@ static int measured(struct vgpu_measure_ctx *c,
 	return r;
 }
 
+/* A launch not measured, made as it is; while an opportunistic tenant
+ * shares its GPU, its tenant is stamped active first (a coarse clock; a
+ * store at most once a millisecond), so that the other yields to it. */
+static int unmeasured(struct vgpu_measure_ctx *c,
+		      const struct vgpu_measure_call *call)
+{
+	struct vgpu_slot *s;
+
+	if (c && P.announced && (s = P.announced(c->ctx)) != NULL)
+		vgpu_throttle_announce(s, P.now_coarse ? P.now_coarse()
+						       : P.now());
+	return call->launch(call->arg);
+}
+
 int vgpu_measure_launch(struct vgpu_measure_thread *t,
 			const struct vgpu_measure_call *call)
 {
@@ -670,7 +705,7 @@ int vgpu_measure_launch(struct vgpu_measure_thread *t,
 	/* A GPU once found measured stays so for the context (prim.h). */
 	if (c && !(g = c->gpu))
 		g = c->gpu = P.gpu(c->ctx);
-	r = g ? measured(c, g, call) : call->launch(call->arg);
+	r = g ? measured(c, g, call) : unmeasured(c, call);
 	if (sctx)
 		P.ctx_pop();
 	return r;

@@ -51,6 +51,11 @@ struct vgpu_slot;
  * thread late to wake (a loaded machine) does not leave the GPU idle; when
  * a competitor arrives, what it has queued is at most one burst. */
 #define VGPU_MEASURE_LENT_QUEUE_NS	VGPU_THROTTLE_BURST_NS
+/* An opportunistic tenant keeps launches in flight (up to the ring) while
+ * their estimates add up to at most this much, one at least: enough to
+ * keep the GPU fed when it is alone, little for a guaranteed tenant's
+ * first kernel to wait behind once it launches (docs/compute.md). */
+#define VGPU_MEASURE_OPP_QUEUE_NS	4000000ull	/* 4 ms */
 #define VGPU_MEASURE_CTXS	4	/* contexts a thread keeps state for */
 /* Context teardowns are counted per handle, in this many buckets. */
 #define VGPU_MEASURE_EPOCHS	256

@@ -29,6 +29,7 @@ struct vgpu_prim_event;
 
 /* A GPU as the measuring sees it (measure.h). */
 struct vgpu_measure_gpu;
+struct vgpu_slot;
 
 /* event_query's answers. */
 enum {
@@ -105,9 +106,18 @@ struct vgpu_prim {
 	bool (*event_elapsed)(struct vgpu_prim_event *a,
 			      struct vgpu_prim_event *b, uint64_t *ns);
 
+	/* The slot of the tenant to stamp active for a launch in ctx
+	 * (current) that is not measured (gpu answered NULL): set while an
+	 * opportunistic tenant shares ctx's device, so that it yields to
+	 * this one (docs/compute.md); else NULL. Optional (NULL: never). */
+	struct vgpu_slot *(*announced)(struct vgpu_prim_ctx *ctx);
+
 	/* The host's monotonic clock, ns: the throttle's clock, one for all
 	 * the processes of a host (CLOCK_MONOTONIC). Never 0, never back. */
 	uint64_t (*now)(void);
+	/* The same clock read cheaply: up to a few ms behind now, never
+	 * ahead of it. Optional (NULL: now is used). */
+	uint64_t (*now_coarse)(void);
 	/* Sleeps about ns, holding nothing; 0 yields the CPU once. */
 	void (*sleep)(uint64_t ns);
 	/* Arranges that the calling thread's exit calls

@@ -20,6 +20,13 @@
 #include "ledger_internal.h"
 #include "options.h"
 
+_Static_assert((int)VGPU_POLICY_HARD == (int)VGPU_LEDGER_POLICY_HARD &&
+	       (int)VGPU_POLICY_ELASTIC == (int)VGPU_LEDGER_POLICY_ELASTIC &&
+	       (int)VGPU_POLICY_OFF == (int)VGPU_LEDGER_POLICY_OFF &&
+	       (int)VGPU_POLICY_OPPORTUNISTIC ==
+	       (int)VGPU_LEDGER_POLICY_OPPORTUNISTIC,
+	       "the option's values are the ledger's");
+
 /* ---- atomics on the compute block --------------------------------------- */
 
 static inline int64_t tokens_ld(struct vgpu_ledger_compute *c)
@@ -59,7 +66,7 @@ static void clamp_burst(struct vgpu_ledger_compute *c, int64_t t)
 }
 
 /* The share when it caps, else 0. */
-static unsigned capped_share(struct vgpu_ledger_compute *c)
+static unsigned capped_share(const struct vgpu_ledger_compute *c)
 {
 	unsigned share = vgpu__ld32(&c->share_pct);
 
@@ -67,6 +74,11 @@ static unsigned capped_share(struct vgpu_ledger_compute *c)
 	    vgpu__ld32(&c->policy) == VGPU_POLICY_OFF)
 		return 0;
 	return share;
+}
+
+static bool opportunistic(const struct vgpu_ledger_compute *c)
+{
+	return vgpu__ld32(&c->policy) == VGPU_POLICY_OPPORTUNISTIC;
 }
 
 /* ---- the bucket ------------------------------------------------------------ */
@@ -112,7 +124,9 @@ static void stamp(struct vgpu_ledger_compute *c, uint64_t until)
 		vgpu__st(&c->active_ns, until);
 }
 
-/* Whether a tenant of this GPU other than s's was active lately. */
+/* Whether a guaranteed (not opportunistic) tenant of this GPU other than
+ * s's was active lately: an opportunistic tenant takes nothing an elastic
+ * one is lent. */
 static bool others_active(struct vgpu_slot *s, uint64_t now)
 {
 	struct vgpu_ledger_tenant *ten = s->l->tenants;
@@ -120,7 +134,8 @@ static bool others_active(struct vgpu_slot *s, uint64_t now)
 
 	for (uint32_t i = 0; i < VGPU_LEDGER_MAX_TENANTS; i++) {
 		if (i == s->tenant_index ||
-		    vgpu__ld32(&ten[i].state) != VGPU_TENANT_ACTIVE)
+		    vgpu__ld32(&ten[i].state) != VGPU_TENANT_ACTIVE ||
+		    opportunistic(&ten[i].compute))
 			continue;
 		a = vgpu__ld(&ten[i].compute.active_ns);
 		/* Further ahead than any wait: a stamp of another boot. */
@@ -130,6 +145,79 @@ static bool others_active(struct vgpu_slot *s, uint64_t now)
 			return true;
 	}
 	return false;
+}
+
+/* ---- the opportunistic class ------------------------------------------------ */
+
+/* Whether a guaranteed tenant's stamp says it wants the whole GPU: an
+ * uncapped one (its launches stamp it only while an opportunistic tenant
+ * is about, measure.c) or an elastic one (lent the GPU when alone). A hard
+ * cap wants only its share: the opportunistic tenant runs beside it,
+ * keeping little in flight (measure.c), and its bucket makes up at once,
+ * from the burst, for what the other's kernels delayed. */
+static bool wants_all(const struct vgpu_ledger_compute *c)
+{
+	return !capped_share(c) ||
+	       vgpu__ld32(&c->policy) == VGPU_POLICY_ELASTIC;
+}
+
+/* 0 when no guaranteed tenant of the GPU that wants all of it has been
+ * active within VGPU_THROTTLE_OPP_WINDOW_NS; else the wall time until the
+ * last such one's window ends. */
+static uint64_t guaranteed_busy(struct vgpu_slot *s, uint64_t now)
+{
+	struct vgpu_ledger_tenant *ten = s->l->tenants;
+	uint64_t a, end, wait = 0;
+
+	for (uint32_t i = 0; i < VGPU_LEDGER_MAX_TENANTS; i++) {
+		struct vgpu_ledger_compute *c = &ten[i].compute;
+
+		if (i == s->tenant_index ||
+		    vgpu__ld32(&ten[i].state) != VGPU_TENANT_ACTIVE ||
+		    opportunistic(c) || !(a = vgpu__ld(&c->active_ns)) ||
+		    a > now + VGPU_THROTTLE_CLOCK_SKEW_NS || !wants_all(c))
+			continue;
+		end = a + VGPU_THROTTLE_OPP_WINDOW_NS;
+		if (end > now && end - now > wait)
+			wait = end - now;
+	}
+	return wait;
+}
+
+/* The GPU's signal that an opportunistic tenant is about: its last ask,
+ * stored at most once per VGPU_THROTTLE_STAMP_NS. */
+static void opportunistic_stamp(struct vgpu_slot *s, uint64_t now)
+{
+	uint64_t *p = &s->l->hdr->opportunistic_ns;
+	uint64_t a = vgpu__ld(p);
+
+	if (now > a + VGPU_THROTTLE_STAMP_NS ||
+	    a > now + VGPU_THROTTLE_CLOCK_SKEW_NS)
+		vgpu__st(p, now);
+}
+
+uint64_t vgpu_throttle_opportunistic_ns(const struct vgpu_slot *s)
+{
+	return vgpu__ld(&s->l->hdr->opportunistic_ns);
+}
+
+bool vgpu_throttle_opportunistic_near(const struct vgpu_slot *s,
+				      uint64_t now_ns)
+{
+	uint64_t a = vgpu_throttle_opportunistic_ns(s);
+
+	return a && a <= now_ns + VGPU_THROTTLE_CLOCK_SKEW_NS &&
+	       a + VGPU_THROTTLE_OPP_LINGER_NS > now_ns;
+}
+
+bool vgpu_throttle_opportunistic(const struct vgpu_slot *s)
+{
+	return opportunistic(&s->ten->compute);
+}
+
+void vgpu_throttle_announce(struct vgpu_slot *s, uint64_t now_ns)
+{
+	stamp(&s->ten->compute, now_ns);
 }
 
 /* Wall time until the bucket holds `need`, given that it holds t < need. */
@@ -226,6 +314,13 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	uint64_t wait;
 	int64_t t;
 
+	if (opportunistic(c)) {
+		/* Yields to the guaranteed; beside them, or alone, it is
+		 * held to its share if it has one (as hard). */
+		opportunistic_stamp(s, now_ns);
+		if ((wait = guaranteed_busy(s, now_ns)) != 0)
+			return wait;
+	}
 	if (!share) {
 		admitted(s, c, now_ns);
 		return 0;
@@ -304,7 +399,8 @@ int vgpu_throttle_configure(struct vgpu_slot *s, unsigned share_pct,
 
 	if (share_pct > 100 || (policy != VGPU_POLICY_HARD &&
 				policy != VGPU_POLICY_ELASTIC &&
-				policy != VGPU_POLICY_OFF))
+				policy != VGPU_POLICY_OFF &&
+				policy != VGPU_POLICY_OPPORTUNISTIC))
 		return VGPU_LEDGER_EINVAL;
 	if (vgpu__ld32(&c->share_pct) == share_pct &&
 	    vgpu__ld32(&c->policy) == (uint32_t)policy &&

@@ -61,14 +61,21 @@ struct vgpu_slot;
 #define VGPU_THROTTLE_STARVE_NS		50000000ull	/* 50 ms */
 #define VGPU_THROTTLE_TURN_NS		100000000ull	/* 100 ms */
 #define VGPU_THROTTLE_TURN_WAIT_NS	1000000ull	/* 1 ms */
+/* Opportunistic: a launch waits while a guaranteed tenant that wants the
+ * whole GPU (uncapped or elastic) was active within this window; a
+ * guaranteed process publishes its activity while an opportunistic
+ * tenant asked to launch within LINGER_NS (docs/compute.md). */
+#define VGPU_THROTTLE_OPP_WINDOW_NS	50000000ull	/* 50 ms */
+#define VGPU_THROTTLE_OPP_LINGER_NS	1000000000ull	/* 1 s */
 /* A single charge or measurement larger than this is taken as this. */
 #define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
 
 /* Sets the compute share of the slot's tenant on this GPU: share_pct
  * 1..99 caps it; 0 or 100 means no cap. policy: VGPU_POLICY_HARD (never
  * above the share), VGPU_POLICY_ELASTIC (the share is guaranteed; a tenant
- * alone on the GPU gets all of it) or VGPU_POLICY_OFF (no cap), from
- * vgpu/options.h. The most recent caller's settings apply to the whole
+ * alone on the GPU gets all of it), VGPU_POLICY_OFF (no cap) or
+ * VGPU_POLICY_OPPORTUNISTIC (only time no guaranteed tenant wants; with a
+ * share, never above it either), from vgpu/options.h. The most recent caller's settings apply to the whole
  * tenant; the shim passes the tenant's own terms (set by its first
  * process, as the memory limit is: vgpu_ledger_join_terms), so a later
  * process does not change them. When they differ from the tenant's
@@ -86,9 +93,16 @@ int vgpu_throttle_configure(struct vgpu_slot *s, unsigned share_pct,
  * before asking again; nothing was charged.
  * A launch goes when the bucket holds at least min(estimate, burst) (so a
  * known length never overdraws it); uncapped tenants always go.
- * Elastic: a launch that does not fit still goes when no other tenant of
- * this GPU has been active within VGPU_THROTTLE_ACTIVE_NS; then the bucket
- * is set to 0, so no debt is kept for lent time.
+ * Elastic: a launch that does not fit still goes when no other
+ * guaranteed (not opportunistic) tenant of this GPU has been active within
+ * VGPU_THROTTLE_ACTIVE_NS; then the bucket is set to 0, so no debt is kept
+ * for lent time.
+ * Opportunistic: stamps the GPU's opportunistic_ns, then waits (nothing
+ * charged) while another tenant that is uncapped or elastic was active
+ * within VGPU_THROTTLE_OPP_WINDOW_NS (the wait: until the last one's
+ * window ends); else goes as an uncapped tenant, or, with a share, as a
+ * hard one. Reads the other tenants' records (at most
+ * VGPU_LEDGER_MAX_TENANTS) on every admission.
  * The go path is O(1): a few atomic operations on the tenant's block, no
  * system call; only the elastic not-fitting path reads the other tenants'
  * records (at most VGPU_LEDGER_MAX_TENANTS). */
@@ -121,6 +135,27 @@ void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
  * against its share. Reads the other tenants' records (at most
  * VGPU_LEDGER_MAX_TENANTS) only for an elastic tenant. */
 bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns);
+
+/* The opportunistic class (docs/compute.md). */
+
+/* Whether s's tenant is opportunistic (one load). */
+bool vgpu_throttle_opportunistic(const struct vgpu_slot *s);
+
+/* The GPU's opportunistic_ns (one load): it moves while an opportunistic
+ * tenant of the GPU asks to launch, so a process compares it with the
+ * value it last saw to know that one is about, without a clock read. */
+uint64_t vgpu_throttle_opportunistic_ns(const struct vgpu_slot *s);
+
+/* Whether an opportunistic tenant of s's GPU asked to launch within
+ * VGPU_THROTTLE_OPP_LINGER_NS of now_ns. */
+bool vgpu_throttle_opportunistic_near(const struct vgpu_slot *s,
+				      uint64_t now_ns);
+
+/* A launch of s's tenant that is not measured (an uncapped tenant) made
+ * at now_ns: the tenant is stamped active, so that opportunistic tenants
+ * yield to it. One load; a store at most once per VGPU_THROTTLE_STAMP_NS.
+ * now_ns may be a coarse clock (a few ms behind). */
+void vgpu_throttle_announce(struct vgpu_slot *s, uint64_t now_ns);
 
 /* Accounts one launch that was told to wait, and the wall time it waited
  * in all: the tenant's compute.wait_ns, the slot's launch_wait_ns and

@@ -246,6 +246,71 @@ Test(throttle, elastic_lends_only_when_no_other_tenant_is_active)
 	vgpu_ledger_close(l);
 }
 
+/* ---- the opportunistic class ------------------------------------------------ */
+
+Test(throttle, opportunistic_yields_to_an_announced_uncapped_tenant)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *o = capped(l, "opp", 0, VGPU_POLICY_OPPORTUNISTIC);
+	struct vgpu_slot *g = ledger_join_ok(l, "guaranteed",
+					     VGPU_LEDGER_UNLIMITED);
+	uint64_t now = T0 + SEC;
+
+	cr_expect(vgpu_throttle_opportunistic(o));
+	cr_expect(!vgpu_throttle_opportunistic(g));
+	cr_expect_eq(vgpu_throttle_opportunistic_ns(g), 0, "none yet");
+	cr_expect(!vgpu_throttle_opportunistic_near(g, now));
+	cr_expect_eq(vgpu_throttle_admit(o, now, MS), 0, "alone: goes");
+	cr_expect_eq(vgpu_throttle_opportunistic_ns(g), now, "the GPU's sign");
+	cr_expect(vgpu_throttle_opportunistic_near(g, now + SEC / 2));
+	cr_expect(!vgpu_throttle_opportunistic_near(g, now + 2 * SEC));
+	/* The sign is stored at most once a millisecond. */
+	vgpu_throttle_admit(o, now + MS / 2, MS);
+	cr_expect_eq(vgpu_throttle_opportunistic_ns(g), now);
+	/* The guaranteed tenant launches: the other waits out its window. */
+	vgpu_throttle_announce(g, now + MS);
+	cr_expect_eq(vgpu_throttle_admit(o, now + 2 * MS, MS),
+		     VGPU_THROTTLE_OPP_WINDOW_NS - MS);
+	cr_expect_eq(vgpu_ledger_slot_record(o)->launches, 2, "nothing counted");
+	cr_expect_eq(vgpu_throttle_admit(o, now + MS +
+					 VGPU_THROTTLE_OPP_WINDOW_NS, MS), 0);
+	vgpu_ledger_close(l);
+}
+
+Test(throttle, opportunistic_runs_beside_a_hard_cap_and_never_blocks_elastic)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *o = capped(l, "opp", 0, VGPU_POLICY_OPPORTUNISTIC);
+	struct vgpu_slot *h = capped(l, "hard", 30, VGPU_POLICY_HARD);
+	struct vgpu_slot *e = capped(l, "elastic", 20, VGPU_POLICY_ELASTIC);
+	uint64_t now = T0 + SEC;
+
+	/* The hard tenant is active (told to wait): it wants its share
+	 * only, so the opportunistic one still goes. */
+	vgpu_throttle_settle(h, SEC, 0);
+	cr_expect_gt(vgpu_throttle_admit(h, now, MS), 0);
+	cr_expect_eq(vgpu_throttle_admit(o, now, MS), 0);
+	/* An elastic tenant is lent the GPU whatever the opportunistic one
+	 * does (the hard one is idle by now), and then blocks it. */
+	now += VGPU_THROTTLE_MAX_WAIT_NS + VGPU_THROTTLE_ACTIVE_NS;
+	cr_expect_eq(vgpu_throttle_admit(o, now, MS), 0);
+	vgpu_throttle_settle(e, 5 * SEC, 0);
+	cr_expect_eq(vgpu_throttle_admit(e, now, MS), 0, "lent");
+	cr_expect_neq(vgpu_throttle_admit(o, now + MS, MS), 0);
+	vgpu_ledger_close(l);
+}
+
+Test(throttle, opportunistic_with_a_share_is_held_to_it)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *o = capped(l, "opp", 30, VGPU_POLICY_OPPORTUNISTIC);
+
+	/* Alone, as a hard 30%: 3 ms of GPU time takes 10 ms. */
+	cr_expect_eq(vgpu_throttle_admit(o, T0, 3 * MS), 10 * MS);
+	cr_expect_eq(vgpu_throttle_admit(o, T0 + 10 * MS, 3 * MS), 0);
+	vgpu_ledger_close(l);
+}
+
 /* ---- threads ---------------------------------------------------------------- */
 
 #define THREADS 8
