@@ -61,10 +61,22 @@ static bool capped(unsigned share, int policy)
 	return share > 0 && share < 100 && policy != VGPU_POLICY_OFF;
 }
 
+/* Whether launches go through the throttle: a share that caps, or the
+ * opportunistic class (with or without a share). */
+static bool throttled(unsigned share, int policy)
+{
+	return capped(share, policy) || policy == VGPU_POLICY_OPPORTUNISTIC;
+}
+
 static const char *compute_text(unsigned share, int policy, char *buf,
 				size_t len)
 {
-	if (!capped(share, policy))
+	if (policy == VGPU_POLICY_OPPORTUNISTIC && !capped(share, policy))
+		snprintf(buf, len, "the opportunistic class (no share)");
+	else if (policy == VGPU_POLICY_OPPORTUNISTIC)
+		snprintf(buf, len, "the opportunistic class, at most %u%%",
+			 share);
+	else if (!capped(share, policy))
 		snprintf(buf, len, "no compute limit");
 	else
 		snprintf(buf, len, "a compute share of %u%% (%s)", share,
@@ -91,8 +103,10 @@ static void compute_terms(struct vgpu_dev *dv, const struct vgpu_options *o,
 	dv->policy = o->compute_policy;
 	if (vgpu_ledger_set_terms(dv->slot))
 		return;
-	if (capped(share, dv->policy) != capped(have, policy) ||
-	    (capped(have, policy) && (share != have || dv->policy != policy)))
+	if (throttled(share, dv->policy) != throttled(have, policy) ||
+	    (throttled(have, policy) &&
+	     ((capped(have, policy) && share != have) ||
+	      dv->policy != policy)))
 		vgpu_log(VGPU_LOG_WARN, "device %d: tenant '%s': pid %d asked "
 			 "for %s; the tenant has %s, which applies (set by %s)",
 			 ordinal, ten->name, (int)getpid(),
@@ -196,12 +210,13 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 		dv->gpu = (struct vgpu_measure_gpu){ .ordinal = ordinal,
 			.ledger = dv->ledger, .slot = dv->slot };
 		dv->ctl_seen = vgpu_ledger_ctl_changes(dv->slot);
-		dv->capped = capped(dv->share, dv->policy);
-		dv->spatial = dv->capped &&
+		dv->capped = throttled(dv->share, dv->policy);
+		dv->spatial = capped(dv->share, dv->policy) &&
 			      o->compute_mode == VGPU_MODE_SPATIAL;
 		if (dv->capped) {
-			vgpu_throttle_configure(dv->slot, dv->share, dv->policy,
-						vgpu__mono_ns());
+			vgpu_throttle_configure(dv->slot,
+				capped(dv->share, dv->policy) ? dv->share : 0,
+				dv->policy, vgpu__mono_ns());
 			/* The tenant's share binds a process that asked for
 			 * none (its options left the hooks' flag off). */
 			__atomic_store_n(&vgpu__compute_on, true,
@@ -399,13 +414,13 @@ static void terms_read(struct vgpu_dev *dv)
 					 __ATOMIC_ACQUIRE);
 	int policy = (int)__atomic_load_n(&ten->compute.policy,
 					  __ATOMIC_ACQUIRE);
-	bool cap = capped(share, policy);
+	bool cap = throttled(share, policy);
 	char buf[48];
 
 	if (cap == __atomic_load_n(&dv->capped, __ATOMIC_RELAXED) &&
 	    (!cap || (share == dv->share && policy == dv->policy)))
 		return;
-	dv->share = cap ? share : 100;
+	dv->share = capped(share, policy) ? share : 100;
 	dv->policy = policy;
 	if (cap)	/* the device first: the hooks test the flag first */
 		__atomic_store_n(&vgpu__compute_on, true, __ATOMIC_RELEASE);
@@ -431,6 +446,35 @@ void vgpu__dev_terms_changed(struct vgpu_dev *dv)
 	    vgpu_ledger_tenant_used(dv->slot) >
 		    vgpu_ledger_tenant_limit(dv->slot))
 		__atomic_store_n(&dv->fit_due, true, __ATOMIC_RELAXED);
+}
+
+/* ---- an opportunistic tenant on the GPU ----------------------------------- */
+
+/* A device not capped publishes nothing at its launches (one flag test
+ * and the driver's call) until an opportunistic tenant asks for its GPU:
+ * then its launches go to the core, which stamps the tenant active
+ * (prim.c's `announced`, vgpu/measure.c), and the opportunistic tenant
+ * yields. Stops once none has asked for VGPU_THROTTLE_OPP_LINGER_NS; the
+ * hooks' flag stays on (a launch then costs the core's look-up of its
+ * context and device). A capped device's admissions stamp it already. */
+void vgpu__dev_opportunistic(struct vgpu_dev *dv)
+{
+	bool on;
+
+	__atomic_store_n(&dv->opp_seen, vgpu_throttle_opportunistic_ns(dv->slot),
+			 __ATOMIC_RELAXED);
+	on = !__atomic_load_n(&dv->capped, __ATOMIC_ACQUIRE) &&
+	     vgpu_throttle_opportunistic_near(dv->slot, vgpu__mono_coarse_ns());
+	if (on == __atomic_load_n(&dv->announcing, __ATOMIC_RELAXED))
+		return;
+	if (on)		/* the flag first: the hooks test it first */
+		__atomic_store_n(&vgpu__compute_on, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&dv->announcing, on, __ATOMIC_RELEASE);
+	vgpu_log(VGPU_LOG_INFO, "device %d: %s", dv->ordinal, on
+		 ? "an opportunistic tenant shares the GPU: launches are "
+		   "announced to it"
+		 : "no opportunistic tenant for a second: launches no "
+		   "longer announced");
 }
 
 void vgpu__dev_fork_child(void)

@@ -8,6 +8,7 @@
 #include "control.h"
 #include "ledger.h"
 #include "measure.h"
+#include "throttle.h"
 
 #include <time.h>
 
@@ -27,6 +28,11 @@ struct vgpu_dev {
 	int policy;		/* enum vgpu_compute_policy */
 	uint64_t ctl_seen;	/* the tenant's ctl_changes when its terms
 				 * were last read (atomic) */
+	bool announcing;	/* not capped, and an opportunistic tenant
+				 * shares the GPU: launches stamp the
+				 * tenant active (atomic; devices.c) */
+	uint64_t opp_seen;	/* the GPU's opportunistic_ns when last
+				 * looked at (atomic) */
 	int overcommit;		/* enum vgpu_overcommit, AUTO resolved */
 	bool control;		/* VGPU_CONTROL: may be suspended (control.c) */
 	bool fit_due;		/* over a lowered limit: move to the host at
@@ -50,6 +56,17 @@ static inline uint64_t vgpu__mono_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CLOCK_MONOTONIC at the last tick (a few ms behind, never ahead): the
+ * vDSO reads it without the time source. */
+static inline uint64_t vgpu__mono_coarse_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+		return vgpu__mono_ns();
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -94,13 +111,26 @@ void vgpu__dev_poll_ledgers(void);
  * throttle on for the device and the process (docs/control.md). */
 void vgpu__dev_terms_changed(struct vgpu_dev *dv);
 
-/* One load and a compare: at synchronisations, allocations and frees. */
+/* An opportunistic tenant began or stopped asking for dv's GPU (its
+ * opportunistic_ns moved, or stayed still while dv announces): an
+ * uncapped device starts or stops stamping its tenant active at its
+ * launches (docs/compute.md, "The opportunistic class"). */
+void vgpu__dev_opportunistic(struct vgpu_dev *dv);
+
+/* One load and a compare each, the second branch taken only while an
+ * opportunistic tenant is about: at synchronisations, allocations and
+ * frees. */
 static inline void vgpu__dev_watch_terms(struct vgpu_dev *dv)
 {
 	if (__builtin_expect(vgpu_ledger_ctl_changes(dv->slot) !=
 			     __atomic_load_n(&dv->ctl_seen, __ATOMIC_RELAXED),
 			     0))
 		vgpu__dev_terms_changed(dv);
+	if (__builtin_expect(vgpu_throttle_opportunistic_ns(dv->slot) !=
+			     __atomic_load_n(&dv->opp_seen, __ATOMIC_RELAXED) ||
+			     __atomic_load_n(&dv->announcing, __ATOMIC_RELAXED),
+			     0))
+		vgpu__dev_opportunistic(dv);
 }
 
 /* Allocations become movable ranges (overcommit.c): with host overcommit,

@@ -89,6 +89,19 @@ static const struct vgpu_measure_gpu *gpu(struct vgpu_prim_ctx *ctx)
 	return &dv->gpu;
 }
 
+/* Set while an opportunistic tenant shares the device of a process that
+ * is not capped on it (devices.c): its launches stamp its tenant active. */
+static struct vgpu_slot *announced(struct vgpu_prim_ctx *ctx)
+{
+	struct vgpu_dev *dv = vgpu__dev_current();
+
+	(void)ctx;
+	if (!dv || !dv->slot ||
+	    !__atomic_load_n(&dv->announcing, __ATOMIC_RELAXED))
+		return NULL;
+	return dv->slot;
+}
+
 /* ---- streams and events ------------------------------------------------- */
 
 static struct vgpu_prim_stream *stream_create(void)
@@ -172,6 +185,11 @@ static uint64_t now(void)
 	return vgpu__mono_ns();
 }
 
+static uint64_t now_coarse(void)
+{
+	return vgpu__mono_coarse_ns();
+}
+
 static void nap(uint64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / 1000000000u),
@@ -199,7 +217,9 @@ const struct vgpu_prim vgpu__prim = {
 	.event_query = event_query,
 	.event_sync = event_sync,
 	.event_elapsed = event_elapsed,
+	.announced = announced,
 	.now = now,
+	.now_coarse = now_coarse,
 	.sleep = nap,
 	/* lifetime.c runs vgpu__launch_thread_exit at the thread's exit. */
 	.thread_watch = vgpu__lifetime_watch_thread,
