@@ -70,7 +70,11 @@ static void compute_text(const struct vgpu_ledger_tenant *t, char *buf,
 {
 	uint32_t share = t->compute.share_pct, policy = t->compute.policy;
 
-	if (share == 0 || share >= 100 || policy == VGPU_POLICY_OFF)
+	if ((share == 0 || share >= 100) &&
+	    policy == VGPU_POLICY_OPPORTUNISTIC)
+		snprintf(buf, len, "no share; only time no guaranteed tenant "
+			 "wants (opportunistic)");
+	else if (share == 0 || share >= 100 || policy == VGPU_POLICY_OFF)
 		snprintf(buf, len, "none (policy %s)", policy_name(policy));
 	else
 		snprintf(buf, len, "%u%% (%s)", share, policy_name(policy));

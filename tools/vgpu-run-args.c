@@ -23,7 +23,7 @@ const char vrun_usage[] =
 "\n"
 "  --memory SIZE         device memory slice (8GiB, 4096m, unlimited)\n"
 "  --compute PCT         share of the GPU's time, 1-100\n"
-"  --policy hard|elastic|off   compute policy\n"
+"  --policy hard|elastic|off|opportunistic   compute policy\n"
 "  --overcommit MODE     off, managed, host or auto\n"
 "  --gpu auto|INDEX|UUID the GPU to run on (auto: placed by the ledger)\n"
 "  --place spread|binpack  how --gpu auto chooses (default spread)\n"

@@ -23,11 +23,17 @@ const char *top_state_name(enum top_state st)
 	return "unknown";
 }
 
+/* The policies a tenant's compute share can have: a state set, one
+ * sample each (PROM_POLICY), 1 for the tenant's. */
+#define PROM_POLICIES	4
+
 const char *top_policy_name(uint32_t policy)
 {
-	static const char *const names[] = { "hard", "elastic", "off" };
+	static const char *const names[] = {
+		"hard", "elastic", "off", "opportunistic"
+	};
 
-	return policy < 3 ? names[policy] : "unknown";
+	return policy < PROM_POLICIES ? names[policy] : "unknown";
 }
 
 uint64_t top_over_limit(const struct top_tenant *t)
@@ -305,9 +311,6 @@ void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 
 enum prom_level { PROM_GPU, PROM_TENANT, PROM_KIND, PROM_POLICY, PROM_PROC };
 
-/* The policies a tenant's compute share can have: a state set, one
- * sample each (PROM_POLICY), 1 for the tenant's. */
-#define PROM_POLICIES	3
 
 struct prom_metric {
 	const char *name, *type, *help;

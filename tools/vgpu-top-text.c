@@ -373,10 +373,14 @@ static void print_last_change(struct out *o, const struct top_tenant *t)
 	     n ? what : " nothing");
 }
 
-/* TARGET: the compute share and its policy; "-" with no share. */
+/* TARGET: the compute share and its policy; "-" with no share, and the
+ * policy alone for an opportunistic tenant with none. */
 static void target_text(const struct top_tenant *t, char *buf, size_t len)
 {
-	if (t->share_pct == 0 || t->share_pct >= 100)
+	if ((t->share_pct == 0 || t->share_pct >= 100) &&
+	    t->policy == VGPU_LEDGER_POLICY_OPPORTUNISTIC)
+		snprintf(buf, len, "%s", top_policy_name(t->policy));
+	else if (t->share_pct == 0 || t->share_pct >= 100)
 		snprintf(buf, len, "-");
 	else
 		snprintf(buf, len, "%" PRIu32 "%% %s", t->share_pct,
@@ -403,7 +407,7 @@ static void print_tenant(struct out *o, const struct top_tenant *t)
 		snprintf(over, sizeof(over), "-");
 	target_text(t, tgt, sizeof(tgt));
 	emit(o, by ? TOP_ATTR_OVER : NULL,
-	     "  %-16.16s %-25s %-10s %-11s %-18s %7s %7s %8s %7s %3d/%d",
+	     "  %-16.16s %-25s %-10s %-17s %-18s %7s %7s %8s %7s %3d/%d",
 	     top_escape(t->name, TOP_ESC_TEXT, name, sizeof(name)), um, over,
 	     tgt, sm, pct(&t->r1, t->r1.share_pct, a1, 16),
 	     pct(&t->r10, t->r10.share_pct, a10, 16), rate(&t->r1, lr, 24),
@@ -468,7 +472,7 @@ static void print_gpu(struct out *o, const struct top_gpu *g)
 	sort_key = o->v->sort;
 	qsort(ts, (size_t)nt, sizeof(*ts), cmp_tenant);
 	qsort(ps, (size_t)np, sizeof(*ps), cmp_proc);
-	emit(o, "\033[7m", "  %-16s %-25s %-10s %-11s %-18s %7s %7s %8s %7s "
+	emit(o, "\033[7m", "  %-16s %-25s %-10s %-17s %-18s %7s %7s %8s %7s "
 	     "%s", "TENANT", "USED / LIMIT", "OVER LIMIT", "TARGET",
 	     "SPILLED / LIMIT", "GPU 1s", "GPU 10s", "LAUNCH/s", "WAIT",
 	     "ALIVE");

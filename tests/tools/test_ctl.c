@@ -200,7 +200,8 @@ Test(ctl, bad_arguments_name_what_was_wrong)
 		"whole percentage from 1 to 100\n", "set", "t", "--compute",
 		"101");
 	REFUSED(65, "vgpu-ctl: --policy \"soft\" is not a known value; "
-		"expected hard, elastic or off\n", "set", "t", "--policy",
+		"expected hard, elastic, off or opportunistic\n", "set", "t",
+		"--policy",
 		"soft");
 	REFUSED(65, "vgpu-ctl: --gpu 'x1' is not a number; expected a GPU "
 		"index (0 to 63) or a GPU UUID (GPU-...)\n", "set", "t",
