@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Two tenants on one simulated GPU, through the shim.
 
-usage: tenants.py SHARE_BINARY split|elastic|spatial|inherit
+usage: tenants.py SHARE_BINARY split|elastic|spatial|inherit|opp-alone|
+                  opp-yield-1000|opp-yield-200|opp-capped|opp-ctl
                   [--record SIM_RECORD] [--judge kernels|device]
+                  [--ctl VGPU_CTL]
 
 split:   tenants at 30% and 70% (hard caps) saturating one device with
          10 ms kernels for 3 s: each within 3 points of its cap.
@@ -17,6 +19,24 @@ spatial: VGPU_COMPUTE_MODE=spatial, 25% and 50% tenants on one device
          of 128 SMs at once, each on a green context of its share: their
          throughput (kernels x nominal length / wall) within 3 points of
          25 and 50, and a message saying which green context each got.
+opp-alone: an opportunistic tenant alone gets at least 80% of what an
+         uncapped one got alone just before it (2 s each, 1 ms kernels).
+opp-yield-1000, opp-yield-200: an uncapped (guaranteed) tenant alone for
+         2 s, then again beside an opportunistic one already running, with
+         1 ms or 200 us kernels: beside it, at least 90% of what it got
+         alone; once it stops, the opportunistic one gets the device again
+         (its 100 ms windows from 300 ms after, mean above 50%).
+opp-capped: a hard 30% tenant and an opportunistic one, 3 s: the 30% one
+         within 22..38%, the opportunistic one at least 45% (the rest).
+         Loose: the charge of a capped tenant's launch cut by another
+         measured tenant's ends moves it 20..38% from run to run here
+         (docs/compute.md, "The opportunistic class").
+opp-ctl: two uncapped tenants; 1 s in, `vgpu-ctl set a --policy
+         opportunistic` (--ctl): from 300 ms after, a's 100 ms windows
+         average below 10% and b's above 80%.
+The opp modes judge by the device's record whatever --judge says: the
+tolerances are loose (a shared two-core machine); the strict numbers are
+the benchmark's (tests/bench/opp-bench.py).
 
 --judge kernels (the default) judges by what each tenant measured of its
 own kernels (their start and end stamps; spatial: the throughput);
@@ -84,6 +104,88 @@ def print_record(sim_record, d, names):
               (name, " ".join(per.get(pid, ["none"]))))
 
 
+def wins_between(out, lo, hi):
+    """The device's 100 ms windows of a run that lie within [lo, hi] ms."""
+    return [s for t, s in windows(out, True) if t >= lo and t + 100 <= hi]
+
+
+def mono_ms():
+    return time.clock_gettime(time.CLOCK_MONOTONIC) * 1e3
+
+
+def opp_mode(share, mode, d, opts, names):
+    """The opportunistic class's modes; returns True when they passed."""
+    ok = True
+    if mode == "opp-alone":
+        ref = start(share, os.path.join(d, "ref"), "u", 100, 2)
+        base = device(ref.communicate(timeout=60)[0])
+        o = start(share, d, "o", 100, 2, policy="opportunistic")
+        names[o.pid] = "o"
+        got = device(o.communicate(timeout=60)[0])
+        ok = got >= 0.8 * base
+        print("%s an opportunistic tenant alone: %.2f%% of the device, "
+              "an uncapped one alone %.2f%% (at least 80%% of it asked)" %
+              ("PASS" if ok else "FAIL", got, base))
+    elif mode.startswith("opp-yield-"):
+        us = int(mode.rsplit("-", 1)[1])
+        ref = start(share, os.path.join(d, "ref"), "g", 100, 2, us=us)
+        base = device(ref.communicate(timeout=60)[0])
+        o = start(share, d, "o", 100, 4, policy="opportunistic",
+                  windows=True, us=us)
+        time.sleep(0.7)
+        g = start(share, d, "g", 100, 2, us=us)
+        names[o.pid], names[g.pid] = "o", "g"
+        got = device(g.communicate(timeout=60)[0])
+        g_end = mono_ms()
+        out = o.communicate(timeout=60)[0]
+        after = wins_between(out, g_end + 300, g_end + 1200)
+        mean = sum(after) / len(after) if after else 0
+        ok_g = got >= 0.9 * base
+        ok_o = bool(after) and mean > 50
+        ok = ok_g and ok_o
+        print("%s a guaranteed tenant, %d us kernels: %.2f%% beside an "
+              "opportunistic one, %.2f%% alone (at least 90%% of it "
+              "asked)" % ("PASS" if ok_g else "FAIL", us, got, base))
+        print("%s the opportunistic one once it stopped: mean %.2f%%, "
+              "windows %s" % ("PASS" if ok_o else "FAIL", mean,
+                              " ".join("%.0f" % s for s in after)))
+    elif mode == "opp-capped":
+        h = start(share, d, "h", 30, 3)
+        o = start(share, d, "o", 100, 3, policy="opportunistic")
+        names[h.pid], names[o.pid] = "h", "o"
+        got_h = device(h.communicate(timeout=60)[0])
+        got_o = device(o.communicate(timeout=60)[0])
+        ok = 22 <= got_h <= 38 and got_o >= 45
+        print("%s a hard 30%% tenant %.2f%%, an opportunistic one beside "
+              "it %.2f%% (22..38 and at least 45 asked)" %
+              ("PASS" if ok else "FAIL", got_h, got_o))
+    else:
+        a = start(share, d, "a", 100, 3, windows=True)
+        b = start(share, d, "b", 100, 3, windows=True)
+        names[a.pid], names[b.pid] = "a", "b"
+        time.sleep(1)
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        ctl = subprocess.run([opts["--ctl"], "set", "a", "--policy",
+                              "opportunistic", "--ledger-dir",
+                              os.path.join(d, "ledger")], env=env,
+                             stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        at = mono_ms()
+        print(ctl.stdout.strip())
+        out_a = a.communicate(timeout=60)[0]
+        out_b = b.communicate(timeout=60)[0]
+        wa = wins_between(out_a, at + 300, at + 1800)
+        wb = wins_between(out_b, at + 300, at + 1800)
+        ma = sum(wa) / len(wa) if wa else 100
+        mb = sum(wb) / len(wb) if wb else 0
+        ok = ctl.returncode == 0 and bool(wa) and ma < 10 and mb > 80
+        print("%s vgpu-ctl set --policy opportunistic on a running tenant: "
+              "from 300 ms after, it %.2f%% (windows %s), the other %.2f%%"
+              % ("PASS" if ok else "FAIL", ma,
+                 " ".join("%.0f" % s for s in wa), mb))
+    return ok
+
+
 def main():
     share, mode = sys.argv[1], sys.argv[2]
     opts = dict(zip(sys.argv[3::2], sys.argv[4::2]))
@@ -92,7 +194,9 @@ def main():
     d = tempfile.mkdtemp(prefix="vgpu-tenants-")
     failed = False
     names = {}
-    if mode == "spatial":
+    if mode.startswith("opp-"):
+        failed = not opp_mode(share, mode, d, opts, names)
+    elif mode == "spatial":
         extra = dict(VGPU_COMPUTE_MODE="spatial", VGPU_SIM_SM_COUNT="128",
                      VGPU_LOG_LEVEL="info")
         a = start(share, d, "a", 25, 3, extra=extra)
