@@ -53,6 +53,7 @@ int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS])
 		{ VGPU_LEDGER_CTL_COMPUTE, "compute" },
 		{ VGPU_LEDGER_CTL_POLICY, "policy" },
 		{ VGPU_LEDGER_CTL_SPILL, "host-spill" },
+		{ VGPU_LEDGER_CTL_SUSPEND, "suspension" },
 	};
 	int n = 0;
 
@@ -175,6 +176,10 @@ static void json_tenant(FILE *f, const struct top_tenant *t)
 	fprintf(f, ",\n%s\"processes\": %d", in, t->procs);
 	fprintf(f, ",\n%s\"processes_alive\": %d", in, t->alive);
 	json_rates(f, in, &t->r1, &t->r10);
+	fprintf(f, ",\n%s\"suspended\": %s", in,
+		t->suspended ? "true" : "false");
+	fprintf(f, ",\n%s\"processes_suspended\": %d", in,
+		t->procs_suspended);
 	fprintf(f, ",\n%s\"control_changes\": %" PRIu64, in, t->ctl_changes);
 	json_last_change(f, in, t);
 	fprintf(f, "\n        }");
@@ -220,6 +225,10 @@ static void json_proc(FILE *f, const struct top_gpu *g,
 		PRIu64, in, p->launches, in, p->launches_throttled);
 	fprintf(f, ",\n%s\"admission_wait_ns\": %" PRIu64, in, p->wait_ns);
 	fprintf(f, ",\n%s\"gpu_time_ns\": %" PRIu64, in, p->gpu_time_ns);
+	fprintf(f, ",\n%s\"can_be_suspended\": %s", in,
+		p->flags & VGPU_LEDGER_SLOT_CONTROL ? "true" : "false");
+	fprintf(f, ",\n%s\"suspended\": %s", in,
+		p->flags & VGPU_LEDGER_SLOT_SUSPENDED ? "true" : "false");
 	json_rates(f, in, &p->r1, &p->r10);
 	fprintf(f, "\n        }");
 }
@@ -382,6 +391,8 @@ static bool t_ctl_time(const void *r, int k, char *b, size_t n)
 	(void)k;
 	return TEN_(r)->ctl_changes && fmt_seconds(TEN_(r)->ctl_ns, b, n);
 }
+static bool t_suspended(const void *r, int k, char *b, size_t n)
+{ (void)k; return fmt_u64(TEN_(r)->suspended, b, n); }
 static bool t_procs(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_u64((uint64_t)TEN_(r)->procs, b, n); }
 static bool t_alive(const void *r, int k, char *b, size_t n)
@@ -400,6 +411,12 @@ static bool p_gpu_time(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_seconds(PROC_(r)->gpu_time_ns, b, n); }
 static bool p_alive(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_u64(PROC_(r)->state == TOP_ALIVE, b, n); }
+static bool p_suspended(const void *r, int k, char *b, size_t n)
+{
+	(void)k;
+	return fmt_u64((PROC_(r)->flags & VGPU_LEDGER_SLOT_SUSPENDED) != 0, b,
+		       n);
+}
 static bool p_start(const void *r, int k, char *b, size_t n)
 { (void)k; return fmt_seconds(PROC_(r)->start_ns, b, n); }
 
@@ -441,6 +458,9 @@ static const struct prom_metric metrics[] = {
 	{ "vgpu_tenant_control_changes_total", "counter",
 	  "Changes an administrator made to the tenant's terms (vgpu-ctl).",
 	  PROM_TENANT, t_ctl_changes },
+	{ "vgpu_tenant_suspended", "gauge",
+	  "1 while the tenant is suspended (vgpu-ctl suspend), else 0.",
+	  PROM_TENANT, t_suspended },
 	{ "vgpu_tenant_control_last_change_time_seconds", "gauge",
 	  "When the last change to the tenant's terms was made (Unix time; "
 	  "no sample before the first).", PROM_TENANT, t_ctl_time },
@@ -459,6 +479,10 @@ static const struct prom_metric metrics[] = {
 	  "Device memory charged to the process.", PROM_PROC, p_used },
 	{ "vgpu_process_spilled_bytes", "gauge",
 	  "Spilled host memory of the process.", PROM_PROC, p_spilled },
+	{ "vgpu_process_suspended", "gauge",
+	  "1 while the process holds its launches with its memory moved to "
+	  "the host (it carried out a suspension), else 0.", PROM_PROC,
+	  p_suspended },
 	{ "vgpu_process_launches_total", "counter",
 	  "Launches admitted by the compute throttle.", PROM_PROC, p_launches },
 	{ "vgpu_process_launches_throttled_total", "counter",

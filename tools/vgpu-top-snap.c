@@ -239,6 +239,7 @@ static void read_tenant(struct top_tenant *t, uint32_t index,
 	t->policy = ld32(&r->compute.policy);
 	t->gpu_time_ns = ld64(&r->compute.gpu_time_ns);
 	t->wait_ns = ld64(&r->compute.wait_ns);
+	t->suspended = ld32(&r->suspended) != 0;
 	read_ctl(t, r);
 }
 
@@ -264,6 +265,7 @@ static void read_slot(struct top_proc *p, uint32_t index,
 	p->launches_throttled = ld64(&r->launches_throttled);
 	p->wait_ns = ld64(&r->launch_wait_ns);
 	p->gpu_time_ns = ld64(&r->gpu_time_ns);
+	p->flags = ld32(&r->flags);
 }
 
 /* ---- pids --------------------------------------------------------------------- */
@@ -385,6 +387,8 @@ static void read_slots(struct top_gpu *g, const unsigned char *base, int fd,
 		if (t) {
 			t->procs++;
 			t->alive += p->state == TOP_ALIVE;
+			t->procs_suspended += p->state == TOP_ALIVE &&
+				(p->flags & VGPU_LEDGER_SLOT_SUSPENDED);
 			t->launches = add_sat(t->launches, p->launches);
 		}
 		g->nprocs++;

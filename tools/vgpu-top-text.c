@@ -412,6 +412,10 @@ static void print_tenant(struct out *o, const struct top_tenant *t)
 	     tgt, sm, pct(&t->r1, t->r1.share_pct, a1, 16),
 	     pct(&t->r10, t->r10.share_pct, a10, 16), rate(&t->r1, lr, 24),
 	     pct(&t->r1, t->r1.wait_pct, w, 16), t->alive, t->procs);
+	if (t->suspended)
+		emit(o, NULL, "    SUSPENDED by vgpu-ctl: %d of %d live "
+		     "processes hold their launches, memory on the host",
+		     t->procs_suspended, t->alive);
 	print_last_change(o, t);
 }
 

@@ -49,6 +49,7 @@ struct top_proc {
 	uint64_t used;		/* the device kinds' sum */
 	uint64_t allocs, frees, failures;
 	uint64_t launches, launches_throttled, wait_ns, gpu_time_ns;
+	uint32_t flags;		/* VGPU_LEDGER_SLOT_*: can be suspended, is */
 	struct top_rates r1, r10;
 };
 
@@ -74,6 +75,8 @@ struct top_tenant {
 	int32_t ctl_host_pid;	/* its pid on the host; 0: the same */
 	uint32_t ctl_fields;	/* VGPU_LEDGER_CTL_* it set */
 	char ctl_user[64];	/* ctl_uid's user name; "": none found */
+	bool suspended;		/* vgpu-ctl suspend in force */
+	int procs_suspended;	/* its live processes that carried it out */
 };
 
 struct top_gpu {
@@ -205,7 +208,7 @@ uint64_t top_over_limit(const struct top_tenant *t);
  * vgpu-ctl's options name them: "memory", "compute", "policy",
  * "host-spill"), into names (room for TOP_CTL_FIELDS); returns how many.
  * Bits this vgpu-top does not know are left out. */
-#define TOP_CTL_FIELDS	4
+#define TOP_CTL_FIELDS	5
 int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS]);
 void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 		    double interval_s);

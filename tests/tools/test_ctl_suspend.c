@@ -136,6 +136,18 @@ Test(ctl_suspend, busy_tenant_gives_its_memory_to_another_and_comes_back)
 	cr_expect_eq(device_used(), 0, "the device back to zero");
 }
 
+/* Whether the first sample of metric (its name and "{") has value v. */
+static bool metric_is(const char *text, const char *metric, const char *v)
+{
+	const char *p = strstr(text, metric), *end;
+	size_t n = strlen(v);
+
+	if (!p || !(end = strchr(p, '\n')))
+		return false;
+	return (size_t)(end - p) > n + 1 && end[-(long)n - 1] == ' ' &&
+	       strncmp(end - n, v, n) == 0;
+}
+
 /* ---- an idle process: no driver call, suspended by its control thread ---- */
 
 Test(ctl_suspend, idle_process_is_suspended_within_a_second)
@@ -156,8 +168,19 @@ Test(ctl_suspend, idle_process_is_suspended_within_a_second)
 		      (unsigned long long)device_used());
 	CTL_RUN(&r, 0, "show", "idle");
 	cr_expect(strstr(r.out, "  state            suspended"), "%s", r.out);
+	/* vgpu-top's metrics say so, for the tenant and its process. */
+	RUN(&r, TEST_VGPU_TOP, "--prometheus", "--dir",
+	    runtest_path("ledger"));
+	cr_expect(metric_is(r.out, "vgpu_tenant_suspended{", "1"), "%s",
+		  r.out);
+	cr_expect(metric_is(r.out, "vgpu_process_suspended{", "1"), "%s",
+		  r.out);
 	CTL_RUN(&r, 0, "resume", "idle", "--wait", "5");
 	cr_assert_eq(device_used(), held);
+	RUN(&r, TEST_VGPU_TOP, "--prometheus", "--dir",
+	    runtest_path("ledger"));
+	cr_expect(metric_is(r.out, "vgpu_tenant_suspended{", "0"), "%s",
+		  r.out);
 	job_status(&a, &pass, &bad);
 	cr_expect_eq(pass, 1);
 	cr_expect_eq(bad, 0);
