@@ -382,6 +382,17 @@ static void fit_limit(struct vgpu_dev *dv)
 		vgpu__move_ranges(dv, VGPU_MOVE_FIT, &failed);
 }
 
+bool vgpu__dev_any_capped(void)
+{
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+		struct vgpu_dev *dv = vgpu__dev_peek(i);
+
+		if (dv && __atomic_load_n(&dv->capped, __ATOMIC_ACQUIRE))
+			return true;
+	}
+	return false;
+}
+
 void vgpu__dev_poll_ledgers(void)
 {
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {

@@ -105,6 +105,9 @@ void vgpu__dev_leave_all(void);
  * synchronisation hooks, so a job that has stopped allocating still
  * follows its ledger file when it is deleted or replaced. */
 void vgpu__dev_poll_ledgers(void);
+/* Whether an attached device has a compute share that caps (not only
+ * announcing to an opportunistic tenant). */
+bool vgpu__dev_any_capped(void);
 
 /* The tenant's terms changed by vgpu-ctl (its ctl_changes moved): the
  * device's compute terms read again; a share that now caps turns the

@@ -426,7 +426,8 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 
 	if (!vgpu__real.cuLaunchCooperativeKernelMultiDevice)
 		return CUDA_ERROR_NOT_FOUND;
-	if (__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED)) {
+	if (__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED) &&
+	    vgpu__dev_any_capped()) {
 		vgpu_log(VGPU_LOG_ERROR, "cuLaunchCooperativeKernelMultiDevice "
 			 "is refused while a compute share is set "
 			 "(VGPU_COMPUTE_LIMIT): its launches cannot be "
