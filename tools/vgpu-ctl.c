@@ -166,14 +166,15 @@ static int code_of(int rc)
 	}
 }
 
-/* One GPU: 0 done, 1 the tenant is not there, or an exit code. */
-static int set_one(const struct ctl_args *a, const char *uuid, bool chosen)
+/* a's change made in uuid's ledger, the record as it left it in *after:
+ * 0 done, 1 the tenant is not there (and --gpu did not name it), or an
+ * exit code (said). */
+static int change(const struct ctl_args *a, const char *uuid, bool chosen,
+		  struct vgpu_ledger_tenant *after)
 {
 	struct vgpu_ledger_access access = { .control = true };
-	struct vgpu_ledger_tenant after, now;
 	static char err[ERR_MAX];
 	struct vgpu_ledger *l;
-	unsigned live = 1;
 	int rc;
 
 	rc = vgpu_ledger_open_with(a->dir, uuid, 0, &access, &l, err,
@@ -181,13 +182,24 @@ static int set_one(const struct ctl_args *a, const char *uuid, bool chosen)
 	if (rc)
 		return fail(rc == VGPU_LEDGER_ENOENT ? CTL_EXIT_NOGPU :
 			    code_of(rc), err);
-	rc = vgpu_ledger_ctl_set(l, a->tenant, &a->change, &after, err,
+	rc = vgpu_ledger_ctl_set(l, a->tenant, &a->change, after, err,
 				 sizeof(err));
 	vgpu_ledger_close(l);
 	if (rc == VGPU_LEDGER_ENOENT && !chosen)
 		return 1;
+	return rc ? fail(code_of(rc), err) : 0;
+}
+
+/* One GPU: 0 done, 1 the tenant is not there, or an exit code. */
+static int set_one(const struct ctl_args *a, const char *uuid, bool chosen)
+{
+	struct vgpu_ledger_tenant after, now;
+	unsigned live = 1;
+	int rc;
+
+	rc = change(a, uuid, chosen, &after);
 	if (rc)
-		return fail(code_of(rc), err);
+		return rc;
 	if (vgpu_ledger_peek_record(a->dir, uuid, a->tenant, &now, &live,
 				    NULL, 0) != 0)
 		live = 1;	/* not known: no note */
@@ -219,27 +231,16 @@ static int suspend_one(const struct ctl_args *a, const char *uuid,
 		       bool chosen)
 {
 	static struct vgpu_ledger_ctlproc procs[VGPU_LEDGER_MAX_SLOTS];
-	struct vgpu_ledger_access access = { .control = true };
 	struct timespec pause = { 0, 20 * 1000000L };
 	struct vgpu_ledger_tenant after, now;
 	static char err[ERR_MAX];
-	struct vgpu_ledger *l;
 	bool want = a->cmd == CTL_SUSPEND, done = false;
 	unsigned n = 0, unwatched = 0;
 	int rc;
 
-	rc = vgpu_ledger_open_with(a->dir, uuid, 0, &access, &l, err,
-				   sizeof(err));
+	rc = change(a, uuid, chosen, &after);
 	if (rc)
-		return fail(rc == VGPU_LEDGER_ENOENT ? CTL_EXIT_NOGPU :
-			    code_of(rc), err);
-	rc = vgpu_ledger_ctl_set(l, a->tenant, &a->change, &after, err,
-				 sizeof(err));
-	vgpu_ledger_close(l);
-	if (rc == VGPU_LEDGER_ENOENT && !chosen)
-		return 1;
-	if (rc)
-		return fail(code_of(rc), err);
+		return rc;
 	for (unsigned waited = 0;; waited += 20) {
 		rc = vgpu_ledger_peek_control(a->dir, uuid, a->tenant, &now,
 					      procs, VGPU_LEDGER_MAX_SLOTS, &n,
