@@ -112,6 +112,9 @@ if python3 -c 'import torch' 2>/dev/null; then
 		step "torch-1.5x-$mode" env LD_PRELOAD=$shim VGPU_MEMORY_LIMIT=4GiB \
 			VGPU_OVERCOMMIT=$mode python3 tests/gpu/torch_overcommit.py
 	done
+	# vgpu-ctl on a training job: 30% -> 60%, suspend (its memory off the
+	# GPU, no step made), resume (every loss equal to an undisturbed run's).
+	step torch-control python3 tests/gpu/torch_control.py "$build"
 fi
 
 echo "== libvgpu GPU check: $(date -u +%FT%TZ) =="
