@@ -15,8 +15,9 @@
  *            host at the same address, mark the slot SUSPENDED;
  *   resume   move the ranges back while they fit the slice and the
  *            device has room, clear SUSPENDED, let the launches go. Ranges
- *            the device had no room for are retried every second, each
- *            time under a brief hold;
+ *            left on the host that fit the slice (the device had no room,
+ *            or a lowered limit was raised again) are brought back under
+ *            a brief hold, at most once a second while the device refuses;
  *   fit      a tenant over its (lowered) limit: the least recently used
  *            ranges go to the host until it fits, under a brief hold.
  *
@@ -64,7 +65,8 @@ static bool stopping;		/* the process is leaving (atomic) */
 
 struct dev_ctl {
 	bool suspended;		/* this process carried out a suspension */
-	uint64_t retry_ns;	/* resume left ranges on the host: retry at */
+	uint64_t retry_ns;	/* ranges on the host that fit the slice are
+				 * brought back from then on */
 };
 static struct dev_ctl devctl[VGPU_MAX_DEVICES];
 
@@ -229,7 +231,11 @@ static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
 		 * gate): out too. */
 		hold_launches();
 		vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, NULL);
-	} else if (!want && c->retry_ns && now_ns() >= c->retry_ns) {
+	} else if (!want && now_ns() >= c->retry_ns &&
+		   vgpu__host_range_fits(dv)) {
+		/* Left on the host by a resume the device had no room for,
+		 * or by a lowered limit since raised: back, at most once a
+		 * second while the device refuses. */
 		uint64_t failed;
 
 		hold_launches();

@@ -757,6 +757,27 @@ unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
 	return moved;
 }
 
+bool vgpu__host_range_fits(struct vgpu_dev *dv)
+{
+	uint64_t limit, used;
+	bool fit = false;
+
+	if (!dv || !dv->slot ||
+	    !__atomic_load_n(&spilled_host, __ATOMIC_RELAXED))
+		return false;
+	limit = vgpu_ledger_tenant_limit(dv->slot);
+	used = vgpu_ledger_tenant_used(dv->slot);
+	if (used >= limit)
+		return false;
+	pthread_mutex_lock(&spill_lock);
+	for (int i = 0; i < MAX_SPILLS && !fit; i++)
+		fit = spills[i].state == SPILL_HOST &&
+		      spills[i].dev == dv->ordinal &&
+		      spills[i].size <= limit - used;
+	pthread_mutex_unlock(&spill_lock);
+	return fit;
+}
+
 uint64_t vgpu__resident_movable(int ordinal, bool on_device)
 {
 	int want = on_device ? SPILL_DEVICE : SPILL_HOST;

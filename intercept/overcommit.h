@@ -31,6 +31,8 @@ enum vgpu_move { VGPU_MOVE_SUSPEND, VGPU_MOVE_FIT, VGPU_MOVE_RESUME };
  * launches held. The number moved; *failed: the bytes that could not be. */
 unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
 			   uint64_t *failed);
+/* Whether one of dv's ranges on the host would fit its slice now. */
+bool vgpu__host_range_fits(struct vgpu_dev *dv);
 /* Bytes of ordinal's movable ranges on the device (or on the host). */
 uint64_t vgpu__resident_movable(int ordinal, bool on_device);
 /* A kernel argument p: the movable range holding it was used now. */

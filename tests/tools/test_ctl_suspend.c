@@ -271,7 +271,7 @@ static void lowered_limit(char *tenant, bool control)
 	base = runtest_ledger(runtest_path("ledger"), NULL);
 	t = runtest_tenant(base, tenant);
 	cr_assert_not_null(t);
-	for (int i = 0; i < 200 && t->used > 256 * MIB; i++)
+	for (int i = 0; i < 1000 && t->used > 256 * MIB; i++)
 		ctl_sleep_ms(10);
 	cr_expect_leq(t->used, 256 * MIB, "ledger used %llu",
 		      (unsigned long long)t->used);
@@ -280,6 +280,18 @@ static void lowered_limit(char *tenant, bool control)
 	cr_expect_geq(t->usage[VGPU_USAGE_SPILLED], 400 * MIB);
 	job_status(&a, &pass, &bad);
 	cr_expect_eq(bad, 0, "%llu elements wrong", bad);
+	if (control) {
+		/* Raised again: the control thread brings the ranges back. */
+		CTL_RUN(&r, 0, "set", tenant, "--memory", "1GiB");
+		for (int i = 0; i < 1000 && (device_used() < held ||
+					      t->usage[VGPU_USAGE_SPILLED]); i++)
+			ctl_sleep_ms(10);
+		cr_expect_eq(device_used(), held, "device holds %llu",
+			     (unsigned long long)device_used());
+		cr_expect_eq(t->usage[VGPU_USAGE_SPILLED], 0);
+		job_status(&a, &pass, &bad);
+		cr_expect_eq(bad, 0, "%llu elements wrong", bad);
+	}
 	job_quit(&a);
 	cr_expect_eq(t->used, 0);
 	runtest_unmap(base);
