@@ -151,6 +151,12 @@ Test(ctl, a_user_who_may_not_write_the_ledger_is_refused)
 		 "it (its owner, root, or with mode 0660 its group's members) "
 		 "may change its tenants\n", path);
 	cr_expect_str_eq(r.err, want);
+	/* suspend and resume are changes: refused alike. */
+	RUN(&r, NOBODY, CTL, "suspend", "t");
+	cr_expect(runtest_exited(&r, 77), "status %#x: %s", r.status, r.err);
+	cr_expect_str_eq(r.err, want);
+	RUN(&r, NOBODY, CTL, "resume", "t");
+	cr_expect(runtest_exited(&r, 77), "status %#x: %s", r.status, r.err);
 	RUN(&r, NOBODY, CTL, "show", "t");
 	cr_expect(runtest_exited(&r, 77), "status %#x: %s", r.status, r.err);
 	snprintf(want, sizeof(want), "vgpu-ctl: ledger '%s' (owned by root "
@@ -159,6 +165,7 @@ Test(ctl, a_user_who_may_not_write_the_ledger_is_refused)
 	cr_expect_str_eq(r.err, want);
 	cr_expect_eq(tenant(&base, "t")->mem_limit, 512 * MIB, "unchanged");
 	cr_expect_eq(tenant(&base, "t")->ctl_changes, 0);
+	cr_expect_eq(tenant(&base, "t")->suspended, 0);
 	/* The directory closed to others: refused there, by name. */
 	cr_assert_eq(chmod(runtest_path("ledger"), 0700), 0);
 	RUN(&r, NOBODY, CTL, "set", "t", "--memory", "1GiB");
