@@ -174,7 +174,10 @@ struct vgpu_ledger_tenant {
 	 * suspend; 0 after resume), set under the lock with a change. */
 	uint32_t suspended;
 	uint32_t reserved0;
-	uint64_t reserved[19];
+	/* An opportunistic tenant's queued work ends here (CLOCK_MONOTONIC,
+	 * ns; the throttle's model of it, all its processes together). */
+	uint64_t opp_queue_ns;
+	uint64_t reserved[18];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -330,7 +333,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_host_pid, 344, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_fields, 348, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, suspended, 352, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 356, 4);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 360, 152);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, opp_queue_ns, 360, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 368, 144);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

@@ -382,6 +382,16 @@ static void fit_limit(struct vgpu_dev *dv)
 		vgpu__move_ranges(dv, VGPU_MOVE_FIT, &failed);
 }
 
+void vgpu__dev_watch_all(void)
+{
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+		struct vgpu_dev *dv = vgpu__dev_peek(i);
+
+		if (dv && dv->slot)
+			vgpu__dev_watch_terms(dv);
+	}
+}
+
 bool vgpu__dev_any_capped(void)
 {
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {

@@ -105,6 +105,11 @@ void vgpu__dev_leave_all(void);
  * synchronisation hooks, so a job that has stopped allocating still
  * follows its ledger file when it is deleted or replaced. */
 void vgpu__dev_poll_ledgers(void);
+/* Every attached device's watch (vgpu__dev_watch_terms): from the uncapped
+ * launch path every 256th launch of a thread, so a process that never
+ * synchronises, allocates or frees still sees a share set by vgpu-ctl and
+ * an opportunistic neighbour. */
+void vgpu__dev_watch_all(void);
 /* Whether an attached device has a compute share that caps (not only
  * announcing to an opportunistic tenant). */
 bool vgpu__dev_any_capped(void);

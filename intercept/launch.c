@@ -253,12 +253,30 @@ static CUresult launch_slow(const struct call *c)
 	return r;
 }
 
-/* vgpu__compute_on may be turned on by vgpu-ctl while threads launch
- * (devices.c): a relaxed load, the same one instruction as a plain one. */
-#define FAST (__builtin_expect(!__atomic_load_n(&vgpu__compute_on,	\
-						__ATOMIC_RELAXED), 1) &&	\
-	      !__atomic_load_n(&vgpu__control_on, __ATOMIC_RELAXED) &&	\
-	      !vgpu__movable_any())
+/* The uncapped fast path: no share, no VGPU_CONTROL, nothing movable.
+ * vgpu__compute_on may be turned on by vgpu-ctl or an opportunistic
+ * neighbour while threads launch (devices.c): relaxed loads, the same
+ * instruction as plain ones. Every 256th launch of a thread looks at the
+ * ledgers (devices.c's watch: a few loads), for a process that never
+ * synchronises, allocates or frees; a thread-local count otherwise. */
+static __thread unsigned tls_fast_launches;
+
+static inline bool fast(void)
+{
+	if (__builtin_expect(__atomic_load_n(&vgpu__compute_on,
+					     __ATOMIC_RELAXED) ||
+			     __atomic_load_n(&vgpu__control_on,
+					     __ATOMIC_RELAXED) ||
+			     vgpu__movable_any(), 0))
+		return false;
+	if (__builtin_expect((++tls_fast_launches & 255) == 0, 0)) {
+		vgpu__dev_watch_all();
+		return !__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED);
+	}
+	return true;
+}
+
+#define FAST fast()
 
 /* ---- the hooks ---------------------------------------------------------- */
 

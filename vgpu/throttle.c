@@ -115,12 +115,19 @@ static void refill(struct vgpu_ledger_compute *c, unsigned share,
 
 /* Marks the tenant active until `until` (coarsely: others look at it with
  * a window of VGPU_THROTTLE_ACTIVE_NS). */
+/* A stamp further ahead than any wait the throttle tells (another boot's,
+ * or a hand-edited file): read as no stamp, so it can hold nobody, and
+ * overwritten by the next. */
+static bool stamp_bogus(uint64_t a, uint64_t now)
+{
+	return a > now + VGPU_THROTTLE_MAX_WAIT_NS + VGPU_THROTTLE_OPP_WINDOW_NS;
+}
+
 static void stamp(struct vgpu_ledger_compute *c, uint64_t until)
 {
 	uint64_t a = vgpu__ld(&c->active_ns);
 
-	if (until > a + VGPU_THROTTLE_STAMP_NS ||
-	    a > until + VGPU_THROTTLE_CLOCK_SKEW_NS)	/* another boot's */
+	if (until > a + VGPU_THROTTLE_STAMP_NS || stamp_bogus(a, until))
 		vgpu__st(&c->active_ns, until);
 }
 
@@ -152,22 +159,25 @@ static bool others_active(struct vgpu_slot *s, uint64_t now)
 /* Whether a guaranteed tenant's stamp says it wants the whole GPU: an
  * uncapped one (its launches stamp it only while an opportunistic tenant
  * is about, measure.c) or an elastic one (lent the GPU when alone). A hard
- * cap wants only its share: the opportunistic tenant runs beside it,
- * keeping little in flight (measure.c), and its bucket makes up at once,
- * from the burst, for what the other's kernels delayed. */
+ * cap wants its share: the opportunistic tenant runs only in its waits. */
 static bool wants_all(const struct vgpu_ledger_compute *c)
 {
 	return !capped_share(c) ||
 	       vgpu__ld32(&c->policy) == VGPU_POLICY_ELASTIC;
 }
 
-/* 0 when no guaranteed tenant of the GPU that wants all of it has been
- * active within VGPU_THROTTLE_OPP_WINDOW_NS; else the wall time until the
- * last such one's window ends. */
-static uint64_t guaranteed_busy(struct vgpu_slot *s, uint64_t now)
+/* 0 when the opportunistic tenant s may launch work that ends at `end`
+ * (its queued work included); else how long to wait before asking again.
+ * A guaranteed tenant that wants the whole GPU and was active within
+ * VGPU_THROTTLE_OPP_WINDOW_NS holds it until its window ends. A hard-capped
+ * one holds it while it runs (its stamp is its last admission, within the
+ * window) and lets it fill its waits (its stamp is the end of the wait it
+ * was told) with work that ends before it. */
+static uint64_t guaranteed_busy(struct vgpu_slot *s, uint64_t now,
+				uint64_t end)
 {
 	struct vgpu_ledger_tenant *ten = s->l->tenants;
-	uint64_t a, end, wait = 0;
+	uint64_t a, until, wait = 0;
 
 	for (uint32_t i = 0; i < VGPU_LEDGER_MAX_TENANTS; i++) {
 		struct vgpu_ledger_compute *c = &ten[i].compute;
@@ -175,13 +185,46 @@ static uint64_t guaranteed_busy(struct vgpu_slot *s, uint64_t now)
 		if (i == s->tenant_index ||
 		    vgpu__ld32(&ten[i].state) != VGPU_TENANT_ACTIVE ||
 		    opportunistic(c) || !(a = vgpu__ld(&c->active_ns)) ||
-		    a > now + VGPU_THROTTLE_CLOCK_SKEW_NS || !wants_all(c))
+		    stamp_bogus(a, now))
 			continue;
-		end = a + VGPU_THROTTLE_OPP_WINDOW_NS;
-		if (end > now && end - now > wait)
-			wait = end - now;
+		until = a + VGPU_THROTTLE_OPP_WINDOW_NS;
+		if (until <= now)
+			continue;		/* idle */
+		if (wants_all(c)) {
+			if (until - now > wait)
+				wait = until - now;
+		} else if (a <= now) {		/* a hard cap running */
+			if (wait < VGPU_THROTTLE_OPP_POLL_NS)
+				wait = VGPU_THROTTLE_OPP_POLL_NS;
+		} else if (end > a) {		/* waiting, not long enough */
+			if (wait < a - now)
+				wait = a - now;
+		}
 	}
 	return wait;
+}
+
+/* The tenant's opportunistic work, across its threads and processes, as a
+ * queue that ends at opp_queue_ns: a launch of est is admitted when the
+ * queue (from now) plus est is within VGPU_THROTTLE_OPP_QUEUE_NS, or the
+ * queue is empty; the queue then ends est later. Time, not a count: a
+ * process that dies with work admitted leaks nothing. 0 and the queue's
+ * new end in *end, else the wait until it has room. */
+static uint64_t opp_queue(struct vgpu_ledger_tenant *ten, uint64_t now,
+			  uint64_t est, uint64_t *end, bool take)
+{
+	uint64_t q = vgpu__ld(&ten->opp_queue_ns), base;
+
+	for (;;) {
+		base = q > now && !stamp_bogus(q, now) ? q : now;
+		if (base > now && base - now + est > VGPU_THROTTLE_OPP_QUEUE_NS)
+			return base - now + est - VGPU_THROTTLE_OPP_QUEUE_NS;
+		*end = base + est;
+		if (!take || __atomic_compare_exchange_n(&ten->opp_queue_ns, &q,
+				*end, false, __ATOMIC_RELAXED,
+				__ATOMIC_RELAXED))
+			return 0;
+	}
 }
 
 /* The GPU's signal that an opportunistic tenant is about: its last ask,
@@ -191,8 +234,7 @@ static void opportunistic_stamp(struct vgpu_slot *s, uint64_t now)
 	uint64_t *p = &s->l->hdr->opportunistic_ns;
 	uint64_t a = vgpu__ld(p);
 
-	if (now > a + VGPU_THROTTLE_STAMP_NS ||
-	    a > now + VGPU_THROTTLE_CLOCK_SKEW_NS)
+	if (now > a + VGPU_THROTTLE_STAMP_NS || stamp_bogus(a, now))
 		vgpu__st(p, now);
 }
 
@@ -315,10 +357,17 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	int64_t t;
 
 	if (opportunistic(c)) {
-		/* Yields to the guaranteed; beside them, or alone, it is
-		 * held to its share if it has one (as hard). */
+		/* Yields to the guaranteed, keeps little queued across its
+		 * threads and processes; beside them, or alone, it is held to
+		 * its share if it has one (as hard). */
+		uint64_t end;
+
 		opportunistic_stamp(s, now_ns);
-		if ((wait = guaranteed_busy(s, now_ns)) != 0)
+		if ((wait = opp_queue(s->ten, now_ns, (uint64_t)est, &end,
+				      false)) != 0 ||
+		    (wait = guaranteed_busy(s, now_ns, end)) != 0 ||
+		    (wait = opp_queue(s->ten, now_ns, (uint64_t)est, &end,
+				      true)) != 0)
 			return wait;
 	}
 	if (!share) {

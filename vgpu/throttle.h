@@ -67,6 +67,11 @@ struct vgpu_slot;
  * tenant asked to launch within LINGER_NS (docs/compute.md). */
 #define VGPU_THROTTLE_OPP_WINDOW_NS	50000000ull	/* 50 ms */
 #define VGPU_THROTTLE_OPP_LINGER_NS	1000000000ull	/* 1 s */
+/* An opportunistic tenant's queued work, all its threads and processes
+ * together (its estimates, tenant.opp_queue_ns), and how often it asks
+ * again while a hard-capped neighbour runs. */
+#define VGPU_THROTTLE_OPP_QUEUE_NS	4000000ull	/* 4 ms */
+#define VGPU_THROTTLE_OPP_POLL_NS	500000ull	/* 0.5 ms */
 /* A single charge or measurement larger than this is taken as this. */
 #define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
 

@@ -112,7 +112,8 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, ctl_fields, 348, 4);
 	PIN(vgpu_ledger_tenant, suspended, 352, 4);
 	PIN(vgpu_ledger_tenant, reserved0, 356, 4);
-	PIN(vgpu_ledger_tenant, reserved, 360, 152);
+	PIN(vgpu_ledger_tenant, opp_queue_ns, 360, 8);
+	PIN(vgpu_ledger_tenant, reserved, 368, 144);
 }
 
 Test(ledger_abi, compute)

@@ -300,6 +300,61 @@ Test(throttle, opportunistic_runs_beside_a_hard_cap_and_never_blocks_elastic)
 	vgpu_ledger_close(l);
 }
 
+/* The queue bound is the tenant's, across its processes (two slots of
+ * one tenant here), and a time: it empties as the clock moves. */
+Test(throttle, opportunistic_queue_is_bounded_across_the_tenant)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *o1 = ledger_join_ok(l, "oq", VGPU_LEDGER_UNLIMITED);
+	struct vgpu_slot *o2 = ledger_join_ok(l, "oq", VGPU_LEDGER_UNLIMITED);
+	uint64_t now = T0 + SEC;
+
+	cr_assert_eq(vgpu_throttle_configure(o1, 0, VGPU_POLICY_OPPORTUNISTIC,
+					     T0), 0);
+	cr_expect_eq(vgpu_throttle_admit(o1, now, 3 * MS), 0);
+	/* 3 ms queued: another 3 ms from the other process waits 2 ms. */
+	cr_expect_eq(vgpu_throttle_admit(o2, now, 3 * MS), 2 * MS);
+	cr_expect_eq(vgpu_throttle_admit(o2, now, MS), 0, "1 ms fits");
+	/* 4 ms queued by both: at +2 ms, 2 ms are left, 3 more wait 1 ms. */
+	cr_expect_eq(vgpu_throttle_admit(o1, now + 2 * MS, 3 * MS), MS);
+	cr_expect_eq(vgpu_throttle_admit(o1, now + 3 * MS, 3 * MS), 0);
+	/* A kernel longer than the bound goes once nothing is queued. */
+	cr_expect_gt(vgpu_throttle_admit(o2, now + 3 * MS, 10 * MS), 0);
+	cr_expect_eq(vgpu_throttle_admit(o2, now + 8 * MS, 10 * MS), 0);
+	vgpu_ledger_close(l);
+}
+
+/* A hard tenant running holds an opportunistic one; waiting, it lets it
+ * fill the wait with work that ends before; a stamp from far ahead (a
+ * hand-edited file, another boot) holds nobody and is overwritten. */
+Test(throttle, opportunistic_fills_a_hard_tenants_waits_only)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *o = capped(l, "opp", 0, VGPU_POLICY_OPPORTUNISTIC);
+	struct vgpu_slot *h = capped(l, "hard", 50, VGPU_POLICY_HARD);
+	struct vgpu_slot *g = ledger_join_ok(l, "guaranteed",
+					     VGPU_LEDGER_UNLIMITED);
+	uint64_t now = T0 + SEC, w;
+
+	cr_expect_eq(vgpu_throttle_admit(h, now, MS), 0, "from its burst");
+	cr_expect_eq(vgpu_throttle_admit(o, now + MS / 2, MS),
+		     VGPU_THROTTLE_OPP_POLL_NS, "the hard one runs");
+	vgpu_throttle_settle(h, 100 * MS, 0);	/* in debt: it waits */
+	w = vgpu_throttle_admit(h, now + 2 * MS, MS);
+	cr_assert_gt(w, 3 * MS);
+	cr_expect_eq(vgpu_throttle_admit(o, now + 2 * MS, MS), 0,
+		     "1 ms fits its %llu ns wait", (unsigned long long)w);
+	cr_expect_gt(vgpu_throttle_admit(o, now + 2 * MS, w), 0,
+		     "work past its wait does not");
+	/* A bogus stamp 30 s ahead: no hold, and the next stamp wins. */
+	now += SEC;
+	vgpu_throttle_announce(g, now + 30 * SEC);
+	cr_expect_eq(vgpu_throttle_admit(o, now + 10 * MS, MS), 0);
+	vgpu_throttle_announce(g, now + 20 * MS);
+	cr_expect_gt(vgpu_throttle_admit(o, now + 30 * MS, MS), 0);
+	vgpu_ledger_close(l);
+}
+
 Test(throttle, opportunistic_with_a_share_is_held_to_it)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
