@@ -67,27 +67,29 @@ Test(paths, dlopen_of_every_driver_name_returns_the_shim)
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t);
-typedef CUresult (*memset_fn)(CUdeviceptr, unsigned char, size_t);
+typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 
 Test(paths, dlsym_gives_hooks_and_working_forwarders)
 {
 	void *h = open_driver("libcuda.so.1");
 	alloc_fn alloc = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
 	htod_fn htod = (htod_fn)dlsym(h, "cuMemcpyHtoD_v2");
-	memset_fn set = (memset_fn)dlsym(h, "cuMemsetD8_v2_ptds");
-	memset_fn real_set = NULL;
+	range_fn range = (range_fn)dlsym(h, "cuMemGetAddressRange_v2");
+	range_fn real_range = NULL;
 	CUdriverProcAddressQueryResult st;
-	CUdeviceptr a, b;
+	CUdeviceptr a, b, base = 0, rbase = 0;
+	size_t size = 0, rsize = 0;
 	char in[4096], out[4096];
 
-	cr_assert(alloc && htod && set);
-	cr_assert(in_shim((void *)htod), "cuMemcpyHtoD_v2 is a forwarder");
-	cr_assert(in_shim((void *)set), "cuMemsetD8_v2_ptds too");
+	cr_assert(alloc && htod && range);
+	cr_assert(in_shim((void *)htod), "cuMemcpyHtoD_v2 is a hook");
+	cr_assert(in_shim((void *)range), "cuMemGetAddressRange_v2 is a "
+		  "forwarder");
 	simtest_init_shared();
 	/* The hook: the slice holds. */
 	CU_OK(alloc(&a, 16 * MIB));
 	CU_ASSERT(alloc(&b, 4 * KIB), CUDA_ERROR_OUT_OF_MEMORY);
-	/* The forwarder copies. */
+	/* The copy hook copies. */
 	for (size_t i = 0; i < sizeof(in); i++)
 		in[i] = (char)(i * 7 + 1);
 	CU_OK(htod(a, in, sizeof(in)));
@@ -95,13 +97,15 @@ Test(paths, dlsym_gives_hooks_and_working_forwarders)
 	cr_assert_arr_eq(in, out, sizeof(in));
 	/* An unhooked name is the driver's own function from
 	 * cuGetProcAddress; through the forwarder it answers the same. */
-	CU_OK(cuGetProcAddress("cuMemsetD8", (void **)&real_set, 13000,
-			       CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-			       &st));
-	cr_assert(!in_shim((void *)real_set));
-	CUresult want = real_set(0, 7, 4096);
-	cr_assert_neq(want, CUDA_SUCCESS);
-	CU_ASSERT(set(0, 7, 4096), want);
+	CU_OK(cuGetProcAddress("cuMemGetAddressRange", (void **)&real_range,
+			       13000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+	cr_assert_not_null(real_range);
+	cr_assert(!in_shim((void *)real_range));
+	CU_OK(real_range(&rbase, &rsize, a + 100));
+	CU_OK(range(&base, &size, a + 100));
+	cr_expect_eq(base, rbase);
+	cr_expect_eq(size, rsize);
+	cr_expect_eq(base, a);
 	CU_OK(cuMemFree(a));
 }
 
