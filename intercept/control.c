@@ -305,6 +305,11 @@ void vgpu__control_start(void)
 	pthread_mutex_unlock(&start_mu);
 }
 
+bool vgpu__control_stopping(void)
+{
+	return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
+}
+
 bool vgpu__control_exit(void)
 {
 	struct timespec until;
@@ -314,14 +319,17 @@ bool vgpu__control_exit(void)
 		return true;
 	__atomic_store_n(&stopping, true, __ATOMIC_RELEASE);
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 1;
-	/* A pass in progress ends first; one stuck (a move in a driver
-	 * call) is not waited for: the ledgers are not left then, and the
-	 * others reclaim this process's charges when it is gone. */
+	until.tv_sec += 2;
+	/* A pass in progress ends first: it stops between two moves (one
+	 * range's move, 256 MiB, takes a third of a second on the simulated
+	 * bus). One stuck in a driver call is not waited for past 2 s: the
+	 * ledgers are not left then, and the others reclaim this process's
+	 * charges when it is gone. */
 	ok = pthread_mutex_timedlock(&pass_mu, &until) == 0;
 	if (!ok)
-		vgpu_log(VGPU_LOG_DEBUG, "exit: the control thread is busy; "
-			 "leaving the ledgers to reclaim this process");
+		vgpu_log(VGPU_LOG_WARN, "exit: the control thread is still "
+			 "moving memory after 2 s; this process's charges are "
+			 "left to the ledger's reclaiming of dead processes");
 	return ok;
 }
 

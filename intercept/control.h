@@ -15,6 +15,8 @@ void vgpu__control_start(void);
  * did not end in time (the ledgers must not be left then). */
 bool vgpu__control_exit(void);
 void vgpu__control_fork_child(void);
+/* The process is leaving: a pass stops between two moves. */
+bool vgpu__control_stopping(void);
 
 /* A launch hook's way in and out: waits while the process is held. */
 void vgpu__gate_enter(void);

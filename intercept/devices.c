@@ -202,8 +202,8 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 	r = join(dv, o, uuid, physical, err, sizeof(err));
 	if (r == 0) {
 		dv->overcommit = overcommit_mode(o, ordinal);
-		dv->control = o->control;
-		if (dv->overcommit != VGPU_OVERCOMMIT_OFF)
+		dv->control = o->control;	/* before the spill limit */
+		if (dv->overcommit != VGPU_OVERCOMMIT_OFF || dv->control)
 			vgpu_ledger_set_spill_limit(dv->slot,
 						    o->host_spill_limit);
 		compute_terms(dv, o, ordinal);
@@ -231,6 +231,12 @@ static void attach(struct vgpu_dev *dv, int ordinal, const char *uuid,
 			/* vgpu-ctl counts it as suspendable from now. */
 			vgpu_ledger_slot_flags(dv->slot,
 					       VGPU_LEDGER_SLOT_CONTROL, 0);
+			if (vgpu_ledger_suspended(dv->slot))
+				vgpu_log(VGPU_LOG_WARN, "device %d: tenant %s "
+					 "is suspended (vgpu-ctl): this "
+					 "process's launches and allocations "
+					 "wait for vgpu-ctl resume", ordinal,
+					 o->tenant);
 			vgpu__control_start();
 		} else if (vgpu_ledger_suspended(dv->slot)) {
 			vgpu_log(VGPU_LOG_WARN, "device %d: tenant %s is "

@@ -739,7 +739,8 @@ unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
 		bool up = how == VGPU_MOVE_RESUME, ok;
 		int i;
 
-		if (how == VGPU_MOVE_FIT && fits(dv, 0))
+		if ((how == VGPU_MOVE_FIT && fits(dv, 0)) ||
+		    vgpu__control_stopping())
 			break;
 		if ((i = take_next(dv, how, skip)) < 0)
 			break;

@@ -14,6 +14,8 @@
  * protocol and the argument.
  */
 #include "ledger_internal.h"
+#include "log.h"
+#include "options.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -253,6 +255,12 @@ static void terms_set(struct vgpu_ledger_tenant *ten,
 	vgpu__st(&ten->mem_limit, want->mem_limit);
 	vgpu__st(&ten->limit_set_ns, vgpu__now_ns(CLOCK_REALTIME));
 	__atomic_store_n(&ten->limit_set_pid, pid, __ATOMIC_RELAXED);
+	/* A suspension ends with the tenant's last process and memory:
+	 * the tenant starts anew, running (docs/control.md). */
+	if (__atomic_exchange_n(&ten->suspended, 0, __ATOMIC_RELAXED))
+		vgpu_log(VGPU_LOG_WARN, "tenant '%s' was suspended by vgpu-ctl "
+			 "and had no process or memory left: it starts anew, "
+			 "running", ten->name);
 	if (!want->compute || (vgpu__ld32(&c->share_pct) == want->share_pct &&
 			       vgpu__ld32(&c->policy) == want->policy))
 		return;
