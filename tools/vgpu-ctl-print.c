@@ -212,22 +212,26 @@ void ctl_print_set(const char *uuid, const struct vgpu_ledger_tenant *t,
 }
 
 void ctl_print_suspend(const char *uuid, const struct vgpu_ledger_tenant *t,
-		       const struct vgpu_ledger_ctlproc *p, unsigned n,
-		       bool done, unsigned wait_ms)
+		       bool want, const struct vgpu_ledger_ctlproc *p,
+		       unsigned n, enum ctl_outcome how, uint64_t by,
+		       unsigned wait_ms)
 {
-	bool want = t->suspended != 0;
 	const char *verb = want ? "suspended" : "resumed";
 	char nm[256], a[64], b[64];
 
 	shown(t->name, nm, sizeof(nm));
 	printf("vgpu-ctl: tenant '%s' on %s: %s (change %llu)", nm, uuid,
-	       done ? verb : want ? "suspend asked" : "resume asked",
+	       how == CTL_DONE ? verb : want ? "suspend asked" : "resume asked",
 	       (unsigned long long)t->ctl_changes);
-	if (!done && wait_ms)
+	if (how == CTL_SUPERSEDED)
+		printf("; superseded by change %llu (a %s) before every process "
+		       "answered", (unsigned long long)by,
+		       want ? "resume" : "suspend");
+	else if (how == CTL_PENDING && wait_ms)
 		printf("; not every process answered within %u s: the change "
 		       "stays made, they carry it out when they can",
 		       wait_ms / 1000u);
-	else if (!done)
+	else if (how == CTL_PENDING)
 		printf("; not waited for (--wait 0)");
 	printf("\n");
 	for (unsigned i = 0; i < n && i < VGPU_LEDGER_MAX_SLOTS; i++) {

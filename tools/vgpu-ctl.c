@@ -236,6 +236,7 @@ static int suspend_one(const struct ctl_args *a, const char *uuid,
 	static char err[ERR_MAX];
 	bool want = a->cmd == CTL_SUSPEND, done = false;
 	unsigned n = 0, unwatched = 0;
+	uint64_t superseded = 0;
 	int rc;
 
 	rc = change(a, uuid, chosen, &after);
@@ -248,15 +249,21 @@ static int suspend_one(const struct ctl_args *a, const char *uuid,
 		if (rc)
 			return fail(code_of(rc), err);
 		done = answered(procs, n, after.ctl_changes, want, &unwatched);
-		if (done || waited >= a->wait_ms)
+		/* Another suspend or resume after this one, the other way:
+		 * this one is over (its answer may never come). */
+		if (now.ctl_changes > after.ctl_changes &&
+		    !now.suspended != !want)
+			superseded = now.ctl_changes;
+		if (done || superseded || waited >= a->wait_ms)
 			break;
 		nanosleep(&pause, NULL);
 	}
-	now.ctl_changes = after.ctl_changes;
-	ctl_print_suspend(uuid, &now, procs, n, done, a->wait_ms);
-	if (!done && a->wait_ms)
+	ctl_print_suspend(uuid, &after, want, procs, n,
+			  done ? CTL_DONE : superseded ? CTL_SUPERSEDED
+			  : CTL_PENDING, superseded, a->wait_ms);
+	if (!done && !superseded && a->wait_ms)
 		return CTL_EXIT_TIMEOUT;
-	return want && unwatched ? CTL_EXIT_UNAVAILABLE : 0;
+	return want && unwatched && !superseded ? CTL_EXIT_UNAVAILABLE : 0;
 }
 
 static int show_one(const struct ctl_args *a, const char *uuid, bool chosen)

@@ -71,12 +71,16 @@ void ctl_size(uint64_t bytes, char *buf, size_t len);
 void ctl_print_show(const char *uuid, const char *path,
 		    const struct vgpu_ledger_tenant *t, unsigned live);
 
-/* What a suspend or resume did on one GPU: the record as the change left
- * it (*t), the processes as they answered (n of them), whether every
- * process that watches carried it out. */
+/* How a suspend or resume ended on one GPU. */
+enum ctl_outcome { CTL_DONE, CTL_PENDING, CTL_SUPERSEDED };
+
+/* What a suspend (want) or resume did on one GPU: the record as the change
+ * left it (*t), the processes as they answered (n of them), how it ended
+ * (superseded: by change `by`, the other way). */
 void ctl_print_suspend(const char *uuid, const struct vgpu_ledger_tenant *t,
-		       const struct vgpu_ledger_ctlproc *p, unsigned n,
-		       bool done, unsigned wait_ms);
+		       bool want, const struct vgpu_ledger_ctlproc *p,
+		       unsigned n, enum ctl_outcome how, uint64_t by,
+		       unsigned wait_ms);
 
 /* What a set did, from the record as it left it. */
 void ctl_print_set(const char *uuid, const struct vgpu_ledger_tenant *t,

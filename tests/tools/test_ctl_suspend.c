@@ -213,6 +213,72 @@ Test(ctl_suspend, launch_while_suspended_waits_for_the_resume)
 	job_quit(&a);
 }
 
+/* A suspend that a stopped process cannot answer, superseded by a resume:
+ * the waiting vgpu-ctl says so and returns at once, not at --wait's end. */
+Test(ctl_suspend, suspend_superseded_by_a_resume)
+{
+	unsigned long long pass, bad;
+	struct ctl_job a;
+	char out[4096];
+	size_t got;
+	uint64_t t0;
+	FILE *f;
+
+	setenv("VGPU_CONTROL", "1", 1);
+	start_job(&a, "sup", "1GiB", "64", "2", "idle");
+	unsetenv("VGPU_CONTROL");
+	kill(a.pid, SIGSTOP);
+	t0 = ctl_now_ns();
+	f = popen(CTL " suspend sup --wait 20", "r");
+	cr_assert_not_null(f);
+	ctl_sleep_ms(300);
+	CTL_RUN(&r, 0, "resume", "sup", "--wait", "0");
+	got = fread(out, 1, sizeof(out) - 1, f);
+	out[got] = '\0';
+	cr_expect_eq(WEXITSTATUS(pclose(f)), 0, "%s", out);
+	cr_expect_lt(ctl_now_ns() - t0, 10000000000ull, "returned at once");
+	cr_expect(strstr(out, ": suspend asked (change 1); superseded by "
+		  "change 2 (a resume) before every process answered"), "%s",
+		  out);
+	kill(a.pid, SIGCONT);
+	job_status(&a, &pass, &bad);
+	cr_expect_eq(bad, 0);
+	job_quit(&a);
+}
+
+/* A process that exits while its control thread moves its memory: the exit
+ * stops the move between two ranges and leaves the ledger, totals back to
+ * zero at once (not left for another process to reclaim). */
+Test(ctl_suspend, exit_during_the_move_gives_everything_back)
+{
+	const unsigned char *base;
+	const struct vgpu_ledger_tenant *t;
+	struct ctl_job a;
+	int status;
+
+	setenv("VGPU_CONTROL", "1", 1);
+	start_job(&a, "ex", "1GiB", "200", "4", "idle");
+	unsetenv("VGPU_CONTROL");
+	CTL_RUN(&r, 0, "suspend", "ex", "--wait", "0");
+	ctl_sleep_ms(150);	/* the control thread is moving by now */
+	fprintf(a.in, "exit\n");
+	fflush(a.in);
+	cr_assert_eq(waitpid(a.pid, &status, 0), a.pid);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%#x",
+		  status);
+	fclose(a.in);
+	fclose(a.out);
+	base = runtest_ledger(runtest_path("ledger"), NULL);
+	t = runtest_tenant(base, "ex");
+	if (t) {
+		cr_expect_eq(t->used, 0, "ledger used %llu",
+			     (unsigned long long)t->used);
+		cr_expect_eq(t->usage[VGPU_USAGE_SPILLED], 0);
+	}
+	cr_expect_eq(device_used(), 0);
+	runtest_unmap(base);
+}
+
 /* ---- processes that cannot be suspended ------------------------------------ */
 
 Test(ctl_suspend, process_without_control_is_named)
