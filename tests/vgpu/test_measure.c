@@ -467,6 +467,23 @@ Test(measure, a_probe_never_read_holds_the_others_a_second)
 	cr_expect(newest(b, &fake.ctx[0])->probe);
 }
 
+/* A forked child never reads its parent's probe: its first launch goes at
+ * once (it was held a second: the soak's forked children). */
+Test(measure, a_forked_child_does_not_wait_for_the_parent_s_probe)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 1 * MS);		/* the parent's probe, in flight */
+	vgpu_measure_fork_child(&b->m);	/* b: the child's thread */
+	launch(b, F2, 1 * MS);
+	cr_expect_lt(fake.launched_at, T0 + VGPU_MEASURE_PROBE_POLL_NS,
+		     "the child's launch went at +%llu ns",
+		     (unsigned long long)(fake.launched_at - T0));
+	cr_expect(newest(b, &fake.ctx[0])->probe);
+}
+
 /* ---- estimates ------------------------------------------------------------------ */
 
 /* Launches F1 of len on a and reads it once it has ended. */
