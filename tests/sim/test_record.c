@@ -583,8 +583,8 @@ Test(record, a_late_host_leaves_no_gaps_between_queued_kernels, .timeout = 30)
 }
 
 /* Events around each kernel, the host waiting for every one (so that the
- * worker sleeps and wakes late before each): the events measure the
- * kernel's 1 ms, not the host's 300 us on top; the record agrees. */
+ * worker sleeps and wakes late before each, here 1 ms): the events measure
+ * the kernel's 1 ms, not the host's 1 ms on top; the record agrees. */
 Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 {
 	unsigned long long ns = MS, none = 0;
@@ -595,7 +595,7 @@ Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 	CUmodule m;
 	CUfunction f;
 
-	setenv("VGPU_SIM_HOST_LATE_NS", LATE_NS, 1);
+	setenv("VGPU_SIM_HOST_LATE_NS", "1000000", 1);
 	simtest_init();
 	CU_OK(cuModuleLoadData(&m, vgpu_kernels_fatbin));
 	CU_OK(cuModuleGetFunction(&f, m, "vgpu_spin"));
@@ -612,10 +612,11 @@ Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 		CU_OK(cuEventRecord(e1, s));
 		CU_OK(cuEventSynchronize(e1));
 		CU_OK(cuEventElapsedTime(&ms, e0, e1));
-		/* Up to 100 us over: the host may be late between the
+		/* Up to 400 us over: the host may be late between the
 		 * record and the launch (it is on a real GPU too; seen: 30
-		 * us on a loaded machine), but not by the worker's 300. */
-		cr_assert(ms >= 1.0f && ms <= 1.1f,
+		 * us on a loaded machine, 101 us in a CI run with two tests
+		 * at once), but not by the worker's 1 ms. */
+		cr_assert(ms >= 1.0f && ms <= 1.4f,
 			  "kernel %d: its events measured %.4f ms, want 1 ms",
 			  i, (double)ms);
 	}
