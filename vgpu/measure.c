@@ -313,8 +313,13 @@ static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
 	m->kind = p->kind;
 	c->done_count++;
 	/* A green context's launch did not hold the whole device: its end
-	 * says nothing of when others could run. */
-	if (g->ledger && !c->sm_den)
+	 * says nothing of when others could run. An opportunistic tenant's
+	 * ends are not recorded either: a guaranteed tenant's charge is never
+	 * cut by a scavenger's kernels (a CI run under load charged a hard
+	 * 30% tenant so little beside one that it ran at 47.6%); it may be
+	 * charged for time it waited behind them, which errs under its cap. */
+	if (g->ledger && !c->sm_den &&
+	    !(g->slot && vgpu_throttle_opportunistic(g->slot)))
 		vgpu_timeline_record(g->ledger, m->end);
 	/* A first estimate, until charges refine it. */
 	if (!c->avg_ns[p->kind])

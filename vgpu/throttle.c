@@ -196,7 +196,10 @@ static uint64_t guaranteed_busy(struct vgpu_slot *s, uint64_t now,
 		} else if (a <= now) {		/* a hard cap running */
 			if (wait < VGPU_THROTTLE_OPP_POLL_NS)
 				wait = VGPU_THROTTLE_OPP_POLL_NS;
-		} else if (end > a) {		/* waiting, not long enough */
+		} else if (end + VGPU_THROTTLE_OPP_QUEUE_NS > a) {
+			/* Waiting, not long enough: its own work still queued
+			 * (up to two launches) may run late, so what fills
+			 * the wait must end a queue's length before it. */
 			if (wait < a - now)
 				wait = a - now;
 		}

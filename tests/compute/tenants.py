@@ -26,10 +26,11 @@ opp-yield-1000, opp-yield-200: an uncapped (guaranteed) tenant alone for
          1 ms or 200 us kernels: beside it, at least 90% of what it got
          alone; once it stops, the opportunistic one gets the device again
          (its 100 ms windows from 300 ms after, mean above 50%).
-opp-capped: a hard 30% tenant and an opportunistic one, 3 s: the 30% one
-         within 24..34% (it ran 28.8..29.8% in three runs), the
-         opportunistic one at least 40% (it fills the hard one's waits:
-         54.9..58.2%).
+opp-capped: a hard 10% tenant and an opportunistic one, 3 s: the 10% one
+         within 6..11%, never above its cap (it ran 8.7..8.9% in three
+         runs: charged for time it waited behind the other's kernels),
+         the opportunistic one at least 30% (it fills the hard one's
+         long waits: 58.2..59.5%).
 opp-ctl: two uncapped tenants; 1 s in, `vgpu-ctl set a --policy
          opportunistic` (--ctl): from 300 ms after, a's 100 ms windows
          average below 10% and b's above 80%.
@@ -149,14 +150,14 @@ def opp_mode(share, mode, d, opts, names):
               "windows %s" % ("PASS" if ok_o else "FAIL", mean,
                               " ".join("%.0f" % s for s in after)))
     elif mode == "opp-capped":
-        h = start(share, d, "h", 30, 3)
+        h = start(share, d, "h", 10, 3)
         o = start(share, d, "o", 100, 3, policy="opportunistic")
         names[h.pid], names[o.pid] = "h", "o"
         got_h = device(h.communicate(timeout=60)[0])
         got_o = device(o.communicate(timeout=60)[0])
-        ok = 24 <= got_h <= 34 and got_o >= 40
-        print("%s a hard 30%% tenant %.2f%%, an opportunistic one beside "
-              "it %.2f%% (24..34 and at least 40 asked)" %
+        ok = 6 <= got_h <= 11 and got_o >= 30
+        print("%s a hard 10%% tenant %.2f%%, an opportunistic one beside "
+              "it %.2f%% (6..11 and at least 30 asked)" %
               ("PASS" if ok else "FAIL", got_h, got_o))
     else:
         a = start(share, d, "a", 100, 3, windows=True)
