@@ -145,7 +145,8 @@ static void print_last_change(const struct vgpu_ledger_tenant *t)
 }
 
 void ctl_print_show(const char *uuid, const char *path,
-		    const struct vgpu_ledger_tenant *t, unsigned live)
+		    const struct vgpu_ledger_tenant *t, unsigned live,
+		    const struct ctl_procs_seen *seen)
 {
 	char a[64], b[64], when[64], nm[256];
 	uint64_t over = over_by(t);
@@ -166,8 +167,15 @@ void ctl_print_show(const char *uuid, const char *path,
 	}
 	compute_text(t, a, sizeof(a));
 	printf("  compute share    %s\n", a);
-	printf("  state            %s\n", t->suspended ?
-	       "suspended (vgpu-ctl resume lets it go on)" : "running");
+	if (t->suspended)
+		printf("  state            suspended: %u of %u live processes "
+		       "carried it out, %u cannot be suspended (vgpu-ctl "
+		       "resume lets them go on)\n", seen->suspended, live,
+		       seen->unwatched);
+	else
+		printf("  state            running%s\n", seen->suspended ?
+		       " (a resume not yet carried out by every process)" :
+		       "");
 	ctl_size(t->spill_limit, a, sizeof(a));
 	ctl_size(t->usage[VGPU_USAGE_SPILLED], b, sizeof(b));
 	printf("  host spill       limit %s, spilled %s\n", a, b);

@@ -268,20 +268,29 @@ static int suspend_one(const struct ctl_args *a, const char *uuid,
 
 static int show_one(const struct ctl_args *a, const char *uuid, bool chosen)
 {
+	static struct vgpu_ledger_ctlproc procs[VGPU_LEDGER_MAX_SLOTS];
 	static char err[ERR_MAX], path[VRUN_PATH_MAX + 128];
+	struct ctl_procs_seen seen = { 0 };
 	struct vgpu_ledger_tenant t;
 	unsigned live = 0;
 	int rc;
 
-	rc = vgpu_ledger_peek_record(a->dir, uuid, a->tenant, &t, &live, err,
-				     sizeof(err));
+	rc = vgpu_ledger_peek_control(a->dir, uuid, a->tenant, &t, procs,
+				      VGPU_LEDGER_MAX_SLOTS, &live, err,
+				      sizeof(err));
 	if (rc == VGPU_LEDGER_ENOENT && !chosen)
 		return 1;
 	if (rc)
 		return fail(code_of(rc), err);
+	for (unsigned i = 0; i < live && i < VGPU_LEDGER_MAX_SLOTS; i++) {
+		if (!(procs[i].flags & VGPU_LEDGER_SLOT_CONTROL))
+			seen.unwatched++;
+		else if (procs[i].flags & VGPU_LEDGER_SLOT_SUSPENDED)
+			seen.suspended++;
+	}
 	snprintf(path, sizeof(path), "%s/%s.v%d%s", a->dir, uuid,
 		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
-	ctl_print_show(uuid, path, &t, live);
+	ctl_print_show(uuid, path, &t, live, &seen);
 	return 0;
 }
 

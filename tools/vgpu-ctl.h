@@ -66,10 +66,17 @@ extern const char ctl_usage[];
 /* "1.5 GiB (1610612736 bytes)"-style sizes, "unlimited". */
 void ctl_size(uint64_t bytes, char *buf, size_t len);
 
+/* Of a tenant's live processes: those suspended now, those that cannot be
+ * (started without VGPU_CONTROL). */
+struct ctl_procs_seen {
+	unsigned suspended, unwatched;
+};
+
 /* The record of `tenant` on GPU `uuid` (ledger `path`), `live` processes:
- * terms, usage, "over limit by", the last change. */
+ * terms, usage, "over limit by", the suspension, the last change. */
 void ctl_print_show(const char *uuid, const char *path,
-		    const struct vgpu_ledger_tenant *t, unsigned live);
+		    const struct vgpu_ledger_tenant *t, unsigned live,
+		    const struct ctl_procs_seen *seen);
 
 /* How a suspend or resume ended on one GPU. */
 enum ctl_outcome { CTL_DONE, CTL_PENDING, CTL_SUPERSEDED };

@@ -42,8 +42,9 @@ static void usage(FILE *f)
 	      "[--filter TEXT]\n"
 	      "                [--once | --json | --prometheus | "
 	      "--listen ADDR:PORT]\n"
-	      "  --dir DIR       ledger directory (default: $VGPU_LEDGER_DIR, "
-	      "else /dev/shm/vgpu)\n"
+	      "  --dir DIR       ledger directory, also --ledger-dir DIR "
+	      "(default:\n"
+	      "                  $VGPU_LEDGER_DIR, else /dev/shm/vgpu)\n"
 	      "  --interval S    refresh interval, and the sampling interval of "
 	      "--once/--json\n"
 	      "                  (default 1; 0 with --once/--json: one read, "
@@ -119,6 +120,8 @@ static int parse_valued(struct top_opts *o, int argc, char **argv, int *i)
 {
 	const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 
+	if (strcmp(a, "--ledger-dir") == 0)	/* vgpu-ctl's name for it */
+		a = "--dir";
 	if (strcmp(a, "--dir") && strcmp(a, "--interval") &&
 	    strcmp(a, "--sort") && strcmp(a, "--filter") &&
 	    strcmp(a, "--listen"))

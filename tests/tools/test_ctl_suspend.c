@@ -167,7 +167,9 @@ Test(ctl_suspend, idle_process_is_suspended_within_a_second)
 	cr_assert_leq(device_used(), held - 512 * MIB, "device holds %llu",
 		      (unsigned long long)device_used());
 	CTL_RUN(&r, 0, "show", "idle");
-	cr_expect(strstr(r.out, "  state            suspended"), "%s", r.out);
+	cr_expect(strstr(r.out, "  state            suspended: 1 of 1 live "
+		  "processes carried it out, 0 cannot be suspended"), "%s",
+		  r.out);
 	/* vgpu-top's metrics say so, for the tenant and its process. */
 	RUN(&r, TEST_VGPU_TOP, "--prometheus", "--dir",
 	    runtest_path("ledger"));
