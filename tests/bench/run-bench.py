@@ -105,6 +105,11 @@ def main():
     c_launch, _ = run_calls(bench, shim, cap_env)
     rows.append(("cuLaunchKernel, null driver, a 90% compute cap not "
                  "reached", base_launch, c_launch))
+    # VGPU_CONTROL: every launch and copy passes the suspension gate (one
+    # shared counter up and down, a load), and a control thread polls.
+    ctl_launch, _ = run_calls(bench, shim, dict(null_env, VGPU_CONTROL="1"))
+    rows.append(("cuLaunchKernel, null driver, VGPU_CONTROL (the gate)",
+                 base_launch, ctl_launch))
     if os.path.exists(sim):
         s_launch, s_pair = run_calls(bench, sim, sim_env)
         v_launch, v_pair = run_calls(bench, shim, sim_env)
