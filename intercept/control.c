@@ -70,11 +70,6 @@ struct dev_ctl {
 };
 static struct dev_ctl devctl[VGPU_MAX_DEVICES];
 
-static uint64_t now_ns(void)
-{
-	return vgpu__mono_ns();
-}
-
 /* ---- the gate ------------------------------------------------------------- */
 
 static void wait_unheld(void)
@@ -189,7 +184,7 @@ static void resume(struct vgpu_dev *dv, struct dev_ctl *c)
 
 	vgpu__move_ranges(dv, VGPU_MOVE_RESUME, &failed);
 	c->suspended = false;
-	c->retry_ns = failed ? now_ns() + RETRY_NS : 0;
+	c->retry_ns = failed ? vgpu__mono_ns() + RETRY_NS : 0;
 	vgpu_ledger_slot_flags(dv->slot, 0, VGPU_LEDGER_SLOT_SUSPENDED);
 	if (failed) {
 		char a[32];
@@ -231,7 +226,7 @@ static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
 		 * gate): out too. */
 		hold_launches();
 		vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, NULL);
-	} else if (!want && now_ns() >= c->retry_ns &&
+	} else if (!want && vgpu__mono_ns() >= c->retry_ns &&
 		   vgpu__host_range_fits(dv)) {
 		/* Left on the host by a resume the device had no room for,
 		 * or by a lowered limit since raised: back, at most once a
@@ -240,7 +235,7 @@ static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
 
 		hold_launches();
 		vgpu__move_ranges(dv, VGPU_MOVE_RESUME, &failed);
-		c->retry_ns = failed ? now_ns() + RETRY_NS : 0;
+		c->retry_ns = failed ? vgpu__mono_ns() + RETRY_NS : 0;
 	}
 	if (!want && over_limit(dv)) {
 		hold_launches();

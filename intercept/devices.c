@@ -377,7 +377,6 @@ void vgpu__dev_leave_all(void)
 static void fit_limit(struct vgpu_dev *dv)
 {
 	CUcontext cur = NULL;
-	uint64_t failed;
 
 	__atomic_store_n(&dv->fit_due, false, __ATOMIC_RELAXED);
 	if (vgpu_ledger_tenant_used(dv->slot) <=
@@ -385,7 +384,7 @@ static void fit_limit(struct vgpu_dev *dv)
 		return;
 	if (vgpu__real.cuCtxGetCurrent &&
 	    vgpu__real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
-		vgpu__move_ranges(dv, VGPU_MOVE_FIT, &failed);
+		vgpu__move_ranges(dv, VGPU_MOVE_FIT, NULL);
 }
 
 void vgpu__dev_watch_all(void)

@@ -607,21 +607,37 @@ static bool fits(struct vgpu_dev *dv, size_t bytes)
 	return used <= limit && bytes <= limit - used;
 }
 
-/* Takes dv's least recently used range on the device; -1 if none. */
-static int take_lru(struct vgpu_dev *dv)
+/* Takes dv's next range to move for how, skipping those in skip
+ * (NULL: none): to the
+ * host the least recently used on the device, to the device the most
+ * recently used spilled range that fits the slice now; -1 if none. */
+static int take_next(struct vgpu_dev *dv, enum vgpu_move how,
+		     const bool *skip)
 {
-	int lru = -1;
+	bool up = how == VGPU_MOVE_RESUME;
+	int want = up ? SPILL_HOST : SPILL_DEVICE, best = -1;
+	uint64_t limit = 0, used = 0;
 
+	if (up) {
+		limit = vgpu_ledger_tenant_limit(dv->slot);
+		used = vgpu_ledger_tenant_used(dv->slot);
+		if (used > limit)
+			return -1;
+	}
 	pthread_mutex_lock(&spill_lock);
-	for (int i = 0; i < MAX_SPILLS; i++)
-		if (spills[i].state == SPILL_DEVICE &&
-		    spills[i].dev == dv->ordinal &&
-		    (lru < 0 || last_use(i) < last_use(lru)))
-			lru = i;
-	if (lru >= 0)
-		take(lru);
+	for (int i = 0; i < MAX_SPILLS; i++) {
+		if ((skip && skip[i]) || spills[i].state != want ||
+		    spills[i].dev != dv->ordinal ||
+		    (up && spills[i].size > limit - used))
+			continue;
+		if (best < 0 || (up ? last_use(i) > last_use(best)
+				    : last_use(i) < last_use(best)))
+			best = i;
+	}
+	if (best >= 0)
+		take(best);
 	pthread_mutex_unlock(&spill_lock);
-	return lru;
+	return best;
 }
 
 /* host mode, an allocation of bytes does not fit: the least recently used
@@ -641,7 +657,7 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 
 		if (fits(dv, bytes))
 			return true;
-		if ((lru = take_lru(dv)) < 0)
+		if ((lru = take_next(dv, VGPU_MOVE_FIT, NULL)) < 0)
 			return false;
 		if (!synced) {
 			vgpu__real.cuCtxSynchronize();
@@ -657,38 +673,6 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 }
 
 /* ---- moves for vgpu-ctl: suspension, a lowered limit (control.c) -------- */
-
-/* Takes dv's next range to move for how, skipping those in skip: to the
- * host the least recently used on the device, to the device the most
- * recently used spilled range that fits the slice now; -1 if none. */
-static int take_next(struct vgpu_dev *dv, enum vgpu_move how,
-		     const bool *skip)
-{
-	bool up = how == VGPU_MOVE_RESUME;
-	int want = up ? SPILL_HOST : SPILL_DEVICE, best = -1;
-	uint64_t limit = 0, used = 0;
-
-	if (up) {
-		limit = vgpu_ledger_tenant_limit(dv->slot);
-		used = vgpu_ledger_tenant_used(dv->slot);
-		if (used > limit)
-			return -1;
-	}
-	pthread_mutex_lock(&spill_lock);
-	for (int i = 0; i < MAX_SPILLS; i++) {
-		if (skip[i] || spills[i].state != want ||
-		    spills[i].dev != dv->ordinal ||
-		    (up && spills[i].size > limit - used))
-			continue;
-		if (best < 0 || (up ? last_use(i) > last_use(best)
-				    : last_use(i) < last_use(best)))
-			best = i;
-	}
-	if (best >= 0)
-		take(best);
-	pthread_mutex_unlock(&spill_lock);
-	return best;
-}
 
 /* The context range i was made in, or dv's primary one. */
 static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
@@ -813,29 +797,6 @@ void vgpu__note_use(CUdeviceptr p)
 	}
 }
 
-/* Takes dv's most recently used spilled range that fits its slice now;
- * -1 if none. */
-static int take_mru_fitting(struct vgpu_dev *dv)
-{
-	uint64_t limit = vgpu_ledger_tenant_limit(dv->slot);
-	uint64_t used = vgpu_ledger_tenant_used(dv->slot);
-	int best = -1;
-
-	if (used > limit)
-		return -1;
-	pthread_mutex_lock(&spill_lock);
-	for (int i = 0; i < MAX_SPILLS; i++)
-		if (spills[i].state == SPILL_HOST &&
-		    spills[i].dev == dv->ordinal &&
-		    spills[i].size <= limit - used &&
-		    (best < 0 || last_use(i) > last_use(best)))
-			best = i;
-	if (best >= 0)
-		take(best);
-	pthread_mutex_unlock(&spill_lock);
-	return best;
-}
-
 void vgpu__promote(struct vgpu_dev *dv)
 {
 	bool synced = false;
@@ -846,7 +807,7 @@ void vgpu__promote(struct vgpu_dev *dv)
 		int best;
 
 		if (!__atomic_load_n(&spilled_host, __ATOMIC_RELAXED) ||
-		    (best = take_mru_fitting(dv)) < 0)
+		    (best = take_next(dv, VGPU_MOVE_RESUME, NULL)) < 0)
 			return;
 		if (!synced) {
 			vgpu__real.cuCtxSynchronize();
