@@ -24,15 +24,20 @@
  * After each state it acknowledges the change it carried out in its slot
  * (ctl_acked), which vgpu-ctl waits for.
  *
- * The gate. Launch hooks of such a process pass through it (launch.c):
- * one atomic increment, a load of `hold`, one decrement. The control
- * thread sets hold, then waits for the count to reach zero: a launch that
- * entered before it set hold has left, one that comes after sees hold and
- * waits (sequentially consistent on both sides, so one of the two always
- * sees the other). Allocations of device memory wait at their charge
- * while hold is set (vgpu__control_wait), unless the thread is inside the
- * gate (a graph launch that allocates), which the control thread waits
- * for instead.
+ * The gate. Launch, copy and memset hooks pass through it whenever the
+ * process has movable ranges or a control thread (vgpu__gate_on): one
+ * atomic increment, a load of `hold`, one decrement. hold counts what
+ * holds the process: a suspension, and whoever moves ranges (this thread,
+ * or any thread of the job that makes room or promotes with host
+ * overcommit, overcommit.c), between vgpu__moves_begin and _end. A mover
+ * adds to hold, then waits for the count inside to reach zero: a hook that
+ * entered before has left, one that comes after sees hold and waits
+ * (sequentially consistent on both sides, so one of the two always sees
+ * the other). Movers take turns (move_mu). A thread that must move ranges
+ * while inside the gate (a graph launch that allocates or frees) steps out
+ * first and back in after, waiting as any launch does. Allocations of
+ * device memory wait at their charge while hold is set
+ * (vgpu__control_wait), unless the thread is inside the gate or moving.
  */
 #include "control.h"
 #include "overcommit.h"
@@ -48,13 +53,17 @@
 /* A resume the device had no room for is tried again this often. */
 #define RETRY_NS 1000000000ull
 
-bool vgpu__control_on;
+bool vgpu__gate_on;
 
-static unsigned in_gate;	/* launches inside the gate (atomic) */
-static int hold;		/* launches and allocations wait (atomic) */
+static unsigned in_gate;	/* hooks inside the gate (atomic) */
+static unsigned hold;		/* hooks and allocations wait (atomic) */
+static bool suspend_held;	/* a suspension's part of hold (hold_mu) */
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t move_mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread int gate_depth;
+static __thread int move_depth;		/* this thread moves ranges */
+static __thread bool stepped_out;	/* of the gate, to move */
 static __thread bool is_control_thread;
 
 /* Held by the control thread for a pass, never while it sleeps; the exit
@@ -91,10 +100,9 @@ static void wait_unheld(void)
 	pthread_mutex_unlock(&hold_mu);
 }
 
-void vgpu__gate_enter(void)
+/* Into the gate, waiting while the process is held. */
+static void gate_in(void)
 {
-	if (gate_depth++ || is_control_thread)
-		return;
 	for (;;) {
 		__atomic_add_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
 		if (!__atomic_load_n(&hold, __ATOMIC_SEQ_CST))
@@ -104,6 +112,13 @@ void vgpu__gate_enter(void)
 	}
 }
 
+void vgpu__gate_enter(void)
+{
+	if (gate_depth++ || is_control_thread)
+		return;
+	gate_in();
+}
+
 void vgpu__gate_leave(void)
 {
 	if (--gate_depth || is_control_thread)
@@ -111,32 +126,69 @@ void vgpu__gate_leave(void)
 	__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
 }
 
+void vgpu__gate_use(void)
+{
+	if (!__atomic_load_n(&vgpu__gate_on, __ATOMIC_RELAXED))
+		__atomic_store_n(&vgpu__gate_on, true, __ATOMIC_SEQ_CST);
+}
+
 void vgpu__control_wait(void)
 {
-	if (gate_depth || is_control_thread ||
+	if (gate_depth || move_depth || is_control_thread ||
 	    !__atomic_load_n(&hold, __ATOMIC_SEQ_CST))
 		return;
 	wait_unheld();
 }
 
-static void set_hold(bool on)
+/* hold += d under hold_mu; the waiters go when it reaches zero. */
+static void hold_add(int d)
 {
 	pthread_mutex_lock(&hold_mu);
-	__atomic_store_n(&hold, on, __ATOMIC_SEQ_CST);
-	if (!on)
+	if (__atomic_add_fetch(&hold, (unsigned)d, __ATOMIC_SEQ_CST) == 0)
 		pthread_cond_broadcast(&hold_cv);
 	pthread_mutex_unlock(&hold_mu);
 }
 
-/* Sets hold and waits until no launch is inside the gate. */
-static void hold_launches(void)
+/* The suspension's hold, on or off. */
+static void suspend_hold(bool on)
+{
+	pthread_mutex_lock(&hold_mu);
+	if (on != suspend_held) {
+		suspend_held = on;
+		if (__atomic_add_fetch(&hold, on ? 1u : -1u,
+				       __ATOMIC_SEQ_CST) == 0)
+			pthread_cond_broadcast(&hold_cv);
+	}
+	pthread_mutex_unlock(&hold_mu);
+}
+
+void vgpu__moves_begin(void)
 {
 	struct timespec pause = { 0, 200000 };
 
-	set_hold(true);
+	if (move_depth++)
+		return;
+	if (gate_depth && !is_control_thread) {
+		stepped_out = true;
+		__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
+	}
+	pthread_mutex_lock(&move_mu);
+	hold_add(1);
 	while (__atomic_load_n(&in_gate, __ATOMIC_SEQ_CST) &&
 	       !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
 		nanosleep(&pause, NULL);
+}
+
+void vgpu__moves_end(void)
+{
+	if (--move_depth)
+		return;
+	hold_add(-1);
+	pthread_mutex_unlock(&move_mu);
+	if (stepped_out) {
+		stepped_out = false;
+		gate_in();
+	}
 }
 
 static bool any_suspended(void)
@@ -162,8 +214,11 @@ static void suspend(struct vgpu_dev *dv, struct dev_ctl *c)
 	uint64_t failed, left = 0;
 	char a[32], b[32];
 
-	hold_launches();
-	vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, &failed);
+	/* Held from now on; what is inside the gate leaves first. */
+	suspend_hold(true);
+	vgpu__moves_begin();
+	vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, 0, &failed);
+	vgpu__moves_end();
 	c->suspended = true;
 	vgpu_ledger_slot_flags(dv->slot, VGPU_LEDGER_SLOT_SUSPENDED, 0);
 	for (int k = 0; k < VGPU_USAGE_COUNT; k++)
@@ -182,7 +237,7 @@ static void resume(struct vgpu_dev *dv, struct dev_ctl *c)
 {
 	uint64_t failed;
 
-	vgpu__move_ranges(dv, VGPU_MOVE_RESUME, &failed);
+	vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, &failed);
 	c->suspended = false;
 	c->retry_ns = failed ? vgpu__mono_ns() + RETRY_NS : 0;
 	vgpu_ledger_slot_flags(dv->slot, 0, VGPU_LEDGER_SLOT_SUSPENDED);
@@ -224,8 +279,7 @@ static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
 	} else if (want && vgpu__resident_movable(dv->ordinal, true)) {
 		/* Made while suspended (an allocation already past the
 		 * gate): out too. */
-		hold_launches();
-		vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, NULL);
+		vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, 0, NULL);
 	} else if (!want && vgpu__mono_ns() >= c->retry_ns &&
 		   vgpu__host_range_fits(dv)) {
 		/* Left on the host by a resume the device had no room for,
@@ -233,14 +287,11 @@ static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
 		 * second while the device refuses. */
 		uint64_t failed;
 
-		hold_launches();
-		vgpu__move_ranges(dv, VGPU_MOVE_RESUME, &failed);
+		vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, &failed);
 		c->retry_ns = failed ? vgpu__mono_ns() + RETRY_NS : 0;
 	}
-	if (!want && over_limit(dv)) {
-		hold_launches();
-		vgpu__move_ranges(dv, VGPU_MOVE_FIT, NULL);
-	}
+	if (!want && over_limit(dv))
+		vgpu__move_ranges(dv, VGPU_MOVE_FIT, 0, NULL);
 	if (c->suspended == want &&
 	    __atomic_load_n(&vgpu_ledger_slot_record(dv->slot)->ctl_acked,
 			    __ATOMIC_RELAXED) != changes)
@@ -263,7 +314,7 @@ static void *control_main(void *arg)
 			if (dv && dv->slot && dv->control)
 				pass_device(dv, &devctl[i]);
 		}
-		set_hold(any_suspended());
+		suspend_hold(any_suspended());
 		pthread_mutex_unlock(&pass_mu);
 		nanosleep(&pause, NULL);
 	}
@@ -289,7 +340,7 @@ void vgpu__control_start(void)
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &attr, control_main, NULL) == 0) {
 		started = true;
-		__atomic_store_n(&vgpu__control_on, true, __ATOMIC_RELEASE);
+		vgpu__gate_use();
 	} else {
 		vgpu_log(VGPU_LOG_ERROR, "VGPU_CONTROL: cannot start the "
 			 "control thread (%s); this process cannot be "
@@ -335,10 +386,16 @@ void vgpu__control_fork_child(void)
 	pthread_mutex_init(&hold_mu, NULL);
 	pthread_cond_init(&hold_cv, NULL);
 	pthread_mutex_init(&pass_mu, NULL);
+	pthread_mutex_init(&move_mu, NULL);
 	__atomic_store_n(&hold, 0, __ATOMIC_RELAXED);
+	suspend_held = false;
 	__atomic_store_n(&in_gate, 0, __ATOMIC_RELAXED);
 	gate_depth = 0;
+	move_depth = 0;
+	stepped_out = false;
 	started = false;
-	__atomic_store_n(&vgpu__control_on, false, __ATOMIC_RELAXED);
+	/* The child's movable ranges are gone (overcommit.c): no gate until
+	 * it makes some, or starts its control thread. */
+	__atomic_store_n(&vgpu__gate_on, false, __ATOMIC_RELAXED);
 	memset(devctl, 0, sizeof(devctl));
 }

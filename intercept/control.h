@@ -4,9 +4,12 @@
 
 #include <stdbool.h>
 
-/* Set once the control thread runs (VGPU_CONTROL): launches pass the gate
- * and allocations may wait (atomic). */
-extern bool vgpu__control_on;
+/* Set once the process has a movable range (host overcommit) or its
+ * control thread runs (VGPU_CONTROL): launch, copy and memset hooks pass
+ * the gate, and allocations may wait (atomic). */
+extern bool vgpu__gate_on;
+/* Turns vgpu__gate_on on. */
+void vgpu__gate_use(void);
 
 /* The control thread, started once per process (again in a forked child
  * that attaches a device). */
@@ -18,11 +21,16 @@ void vgpu__control_fork_child(void);
 /* The process is leaving: a pass stops between two moves. */
 bool vgpu__control_stopping(void);
 
-/* A launch hook's way in and out: waits while the process is held. */
+/* A hook's way in and out: waits while the process is held. */
 void vgpu__gate_enter(void);
 void vgpu__gate_leave(void);
 /* An allocation of device memory waits here while the process is held
  * (not inside the gate, nor on the control thread). */
 void vgpu__control_wait(void);
+/* Around moves of ranges (overcommit.c), on any thread: the moves of the
+ * process take turns, and hooks of other threads wait at the gate until
+ * the end, those already inside having left. Nested calls are counted. */
+void vgpu__moves_begin(void);
+void vgpu__moves_end(void);
 
 #endif

@@ -1,10 +1,10 @@
 /* copies.c - the copy and memset hooks: passed through untouched, but in a
- * process that can be suspended (VGPU_CONTROL) they take the launch gate
- * (control.c), so none runs while the control thread moves the memory
- * they may touch to or from the host: a copy during the swap of a range's
- * backing would fail or be lost. While the process is suspended they wait,
- * as launches do. Without VGPU_CONTROL: one flag test and the driver's
- * call.
+ * process with movable ranges (host overcommit) or a control thread
+ * (VGPU_CONTROL) they take the launch gate (control.c), so none runs while
+ * a thread moves the memory they may touch to or from the host: a copy
+ * during the swap of a range's backing would fail or be lost. While the
+ * process is suspended they wait, as launches do. Otherwise: one flag test
+ * and the driver's call.
  *
  * The ABIs hooked are those of sim/entries.def (the synchronous and
  * asynchronous copies between host and device and within the device,
@@ -20,7 +20,7 @@
 									\
 		if (!vgpu__real.sym)					\
 			return CUDA_ERROR_NOT_INITIALIZED;		\
-		if (__builtin_expect(!__atomic_load_n(&vgpu__control_on, \
+		if (__builtin_expect(!__atomic_load_n(&vgpu__gate_on, \
 						      __ATOMIC_RELAXED), 1)) \
 			return vgpu__real.sym args;			\
 		vgpu__gate_enter();					\

@@ -370,10 +370,9 @@ void vgpu__dev_leave_all(void)
 }
 
 /* A limit lowered below what the tenant holds, host overcommit and no
- * control thread (which does it under a hold, control.c): at a
- * synchronisation of this thread, the least recently used ranges go to the
- * host until the tenant fits. Other threads of the process may launch
- * meanwhile, as they may when an allocation makes room (overcommit.md). */
+ * control thread (which does it itself, control.c): at a synchronisation
+ * of this thread, the least recently used ranges go to the host until the
+ * tenant fits, the hooks of the other threads held meanwhile. */
 static void fit_limit(struct vgpu_dev *dv)
 {
 	CUcontext cur = NULL;
@@ -384,7 +383,7 @@ static void fit_limit(struct vgpu_dev *dv)
 		return;
 	if (vgpu__real.cuCtxGetCurrent &&
 	    vgpu__real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
-		vgpu__move_ranges(dv, VGPU_MOVE_FIT, NULL);
+		vgpu__move_ranges(dv, VGPU_MOVE_FIT, 0, NULL);
 }
 
 void vgpu__dev_watch_all(void)

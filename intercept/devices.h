@@ -222,7 +222,7 @@ static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv->slot)
 		return CUDA_SUCCESS;
-	if (__builtin_expect(__atomic_load_n(&vgpu__control_on,
+	if (__builtin_expect(__atomic_load_n(&vgpu__gate_on,
 					     __ATOMIC_RELAXED), 0) &&
 	    VGPU_USAGE_IS_DEVICE(kind))
 		vgpu__control_wait();	/* suspended: after the resume */

@@ -239,10 +239,10 @@ static void note_uses(CUfunction f, void **params)
  * throttle if a share is set. */
 static CUresult launch_slow(const struct call *c)
 {
-	bool gated = __atomic_load_n(&vgpu__control_on, __ATOMIC_RELAXED);
+	bool gated = __atomic_load_n(&vgpu__gate_on, __ATOMIC_RELAXED);
 	CUresult r;
 
-	if (gated)	/* waits while the process is suspended */
+	if (gated)	/* waits while the process is held */
 		vgpu__gate_enter();
 	if (vgpu__movable_any())
 		note_uses(c->f, c->params);
@@ -272,7 +272,7 @@ static inline bool fast(void)
 
 	if (__builtin_expect(__atomic_load_n(&vgpu__compute_on,
 					     __ATOMIC_RELAXED) ||
-			     __atomic_load_n(&vgpu__control_on,
+			     __atomic_load_n(&vgpu__gate_on,
 					     __ATOMIC_RELAXED) ||
 			     vgpu__movable_any(), 0))
 		return false;
@@ -462,7 +462,7 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 			 "each device");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	vgpu__gate_enter();	/* VGPU_CONTROL: waits while suspended */
+	vgpu__gate_enter();	/* waits while the process is held */
 	r = vgpu__real.cuLaunchCooperativeKernelMultiDevice(launchParamsList,
 							    numDevices, flags);
 	vgpu__gate_leave();

@@ -242,6 +242,8 @@ static void record_range(int i, struct vgpu_dev *dv, CUdeviceptr va,
 	    vgpu__real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
 		cur = NULL;
 	__atomic_store_n(&spills[i].last_use, stamp(), __ATOMIC_RELAXED);
+	/* Hooks pass the gate from now on, so moves can hold them. */
+	vgpu__gate_use();
 	/* The owner is set with the state, under the lock: a context
 	 * destroyed meanwhile never sees an entry being made as its own. */
 	pthread_mutex_lock(&spill_lock);
@@ -646,33 +648,17 @@ static int take_next(struct vgpu_dev *dv, enum vgpu_move how,
  * frees. */
 bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 {
-	bool synced = false;
-
 	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST)
 		return false;
 	size_t g = granularity(dv->ordinal, CU_MEM_LOCATION_TYPE_DEVICE);
 	bytes = (bytes + g - 1) / g * g;
-	for (int n = 0; n < MAX_SPILLS; n++) {
-		int lru;
-
-		if (fits(dv, bytes))
-			return true;
-		if ((lru = take_next(dv, VGPU_MOVE_FIT, NULL)) < 0)
-			return false;
-		if (!synced) {
-			vgpu__real.cuCtxSynchronize();
-			synced = true;
-		}
-		if (!move(lru, dv, false)) {
-			settle(lru, SPILL_DEVICE);
-			return false;
-		}
-		settle(lru, SPILL_HOST);
-	}
+	if (fits(dv, bytes))
+		return true;
+	vgpu__move_ranges(dv, VGPU_MOVE_FIT, bytes, NULL);
 	return fits(dv, bytes);
 }
 
-/* ---- moves for vgpu-ctl: suspension, a lowered limit (control.c) -------- */
+/* ---- moves: room, promotion, suspension, a lowered limit ----------------- */
 
 /* The context range i was made in, or dv's primary one. */
 static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
@@ -707,9 +693,9 @@ static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
 }
 
 unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
-			   uint64_t *failed)
+			   size_t need, uint64_t *failed)
 {
-	static bool skip[MAX_SPILLS];	/* the control thread's alone */
+	static bool skip[MAX_SPILLS];	/* the mover's (move_mu) */
 	CUcontext done[16], popped;
 	int ndone = 0;
 	unsigned moved = 0;
@@ -718,12 +704,13 @@ unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
 		*failed = 0;
 	if (!dv || !dv->slot || !have_vmm())
 		return 0;
+	vgpu__moves_begin();
 	memset(skip, 0, sizeof(skip));
 	for (int n = 0; n < MAX_SPILLS; n++) {
 		bool up = how == VGPU_MOVE_RESUME, ok;
 		int i;
 
-		if ((how == VGPU_MOVE_FIT && fits(dv, 0)) ||
+		if ((how == VGPU_MOVE_FIT && fits(dv, need)) ||
 		    vgpu__control_stopping())
 			break;
 		if ((i = take_next(dv, how, skip)) < 0)
@@ -739,6 +726,7 @@ unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
 		settle(i, ok == up ? SPILL_DEVICE : SPILL_HOST);
 		moved += ok;
 	}
+	vgpu__moves_end();
 	return moved;
 }
 
@@ -799,26 +787,11 @@ void vgpu__note_use(CUdeviceptr p)
 
 void vgpu__promote(struct vgpu_dev *dv)
 {
-	bool synced = false;
-
-	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST)
+	if (!dv || !dv->slot || dv->overcommit != VGPU_OVERCOMMIT_HOST ||
+	    !__atomic_load_n(&spilled_host, __ATOMIC_RELAXED) ||
+	    !vgpu__host_range_fits(dv))
 		return;
-	for (int n = 0; n < MAX_SPILLS; n++) {
-		int best;
-
-		if (!__atomic_load_n(&spilled_host, __ATOMIC_RELAXED) ||
-		    (best = take_next(dv, VGPU_MOVE_RESUME, NULL)) < 0)
-			return;
-		if (!synced) {
-			vgpu__real.cuCtxSynchronize();
-			synced = true;
-		}
-		if (!move(best, dv, true)) {
-			settle(best, SPILL_HOST);
-			return;
-		}
-		settle(best, SPILL_DEVICE);
-	}
+	vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, NULL);
 }
 
 /* Legacy IPC handles do not work on VMM memory: refused with a message. */

@@ -22,15 +22,18 @@ CUresult vgpu__alloc_movable(struct vgpu_dev *dv, CUdeviceptr *dptr,
 bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes);
 /* What vgpu__move_ranges does: every range of the device to the host
  * (suspend); the least recently used to the host until the tenant's usage
- * is within its limit (fit); the most recently used spilled ranges back
- * while they fit the slice (resume). */
+ * and `need` more bytes are within its limit (fit); the most recently used
+ * spilled ranges back while they fit the slice (resume). */
 enum vgpu_move { VGPU_MOVE_SUSPEND, VGPU_MOVE_FIT, VGPU_MOVE_RESUME };
 /* dv's movable ranges moved as how says, each after its context (the one
  * it was made in, else the primary) is made current on this thread and
- * synchronised. For the control thread (control.c) with the process's
- * launches held. The number moved; *failed: the bytes that could not be. */
+ * synchronised, between vgpu__moves_begin and _end (control.c): the hooks
+ * of the process's other threads are held meanwhile. Any thread: the
+ * control thread, an allocation making room, a free promoting, a
+ * synchronisation fitting a lowered limit. The number moved; *failed: the
+ * bytes that could not be. */
 unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
-			   uint64_t *failed);
+			   size_t need, uint64_t *failed);
 /* Whether one of dv's ranges on the host would fit its slice now. */
 bool vgpu__host_range_fits(struct vgpu_dev *dv);
 /* Bytes of ordinal's movable ranges on the device (or on the host). */

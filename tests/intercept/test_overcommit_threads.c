@@ -13,10 +13,9 @@
  * byte reads back as written; at the end the tenant's usage is zero and
  * the simulator's memory is as free as before.
  *
- * The job's own copies are not ordered against a move of the same range
- * made by another thread's cuMemAlloc/cuMemFree (docs/overcommit.md,
- * "Threads"): a fence keeps copies and allocation calls apart, never
- * allocation calls from one another. VGPU_TEST_OC_UNFENCED=1 drops it.
+ * The copies run while other threads' allocations and frees move the
+ * ranges they copy to or from: the shim holds copies while a range moves
+ * (docs/overcommit.md, "Threads"), so none is lost or faults.
  *
  * The seed is printed; VGPU_TEST_SEED=n repeats a run.
  */
@@ -60,7 +59,6 @@ struct worker {
 
 static CUcontext ctx;
 static unsigned seed;
-static bool unfenced;
 static struct worker workers[THREADS];
 
 /* ---- failures, recorded by any thread, asserted by the main one */
@@ -81,42 +79,6 @@ static void fail(const char *what, int thread, long a, long b)
 static bool failed(void)
 {
 	return __atomic_load_n(&failures, __ATOMIC_RELAXED) != 0;
-}
-
-/* ---- the fence: copies apart from allocation calls */
-
-enum { ALLOCATING, COPYING };
-
-static pthread_mutex_t fence_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t fence_cond = PTHREAD_COND_INITIALIZER;
-static int fence_active[2], fence_waiting[2], fence_turn;
-
-/* Either class runs alone, as many of its threads as come; a class with
- * waiters gets the next turn. */
-static void fence_enter(int c)
-{
-	if (unfenced)
-		return;
-	pthread_mutex_lock(&fence_lock);
-	fence_waiting[c]++;
-	while (fence_active[!c] ||
-	       (fence_waiting[!c] && fence_turn == !c))
-		pthread_cond_wait(&fence_cond, &fence_lock);
-	fence_waiting[c]--;
-	fence_active[c]++;
-	pthread_mutex_unlock(&fence_lock);
-}
-
-static void fence_leave(int c)
-{
-	if (unfenced)
-		return;
-	pthread_mutex_lock(&fence_lock);
-	if (--fence_active[c] == 0) {
-		fence_turn = !c;
-		pthread_cond_broadcast(&fence_cond);
-	}
-	pthread_mutex_unlock(&fence_lock);
 }
 
 /* ---- data */
@@ -147,7 +109,6 @@ static bool write_buf(struct worker *w, const struct buf *b)
 {
 	CUresult r = CUDA_SUCCESS;
 
-	fence_enter(COPYING);
 	for (size_t off = 0; off < b->bytes && r == CUDA_SUCCESS;
 	     off += CHUNK) {
 		size_t n = b->bytes - off < CHUNK ? b->bytes - off : CHUNK;
@@ -155,7 +116,6 @@ static bool write_buf(struct worker *w, const struct buf *b)
 		fill_chunk(w, b, off, n);
 		r = cuMemcpyHtoD(b->p + off, w->chunk, n);
 	}
-	fence_leave(COPYING);
 	if (r != CUDA_SUCCESS)
 		fail("cuMemcpyHtoD", w->index, (long)r, (long)b->bytes);
 	w->copied_bytes += b->bytes;
@@ -167,7 +127,6 @@ static bool check_buf(struct worker *w, const struct buf *b)
 	CUresult r = CUDA_SUCCESS;
 	size_t bad = 0, first = 0;
 
-	fence_enter(COPYING);
 	for (size_t off = 0; off < b->bytes && r == CUDA_SUCCESS;
 	     off += CHUNK) {
 		size_t n = b->bytes - off < CHUNK ? b->bytes - off : CHUNK;
@@ -178,7 +137,6 @@ static bool check_buf(struct worker *w, const struct buf *b)
 			    bad++ == 0)
 				first = off + 4 * i;
 	}
-	fence_leave(COPYING);
 	if (r != CUDA_SUCCESS)
 		fail("cuMemcpyDtoH", w->index, (long)r, (long)b->bytes);
 	else if (bad)
@@ -207,7 +165,6 @@ static CUresult alloc_buf(struct worker *w, struct buf *b)
 	b->bytes = random_size(w);
 	b->id = (uint32_t)w->index << 16 | w->next_id++;
 	b->how = kind < 8 ? BY_ALLOC : BY_ASYNC;
-	fence_enter(ALLOCATING);
 	if (b->how == BY_ALLOC) {
 		r = cuMemAlloc(&b->p, b->bytes);
 	} else {
@@ -215,7 +172,6 @@ static CUresult alloc_buf(struct worker *w, struct buf *b)
 		if (r == CUDA_SUCCESS)
 			r = cuStreamSynchronize(w->s);
 	}
-	fence_leave(ALLOCATING);
 	if (r != CUDA_SUCCESS && !(r == OOM && b->how == BY_ASYNC))
 		fail(b->how == BY_ALLOC ? "cuMemAlloc" : "cuMemAllocAsync",
 		     w->index, (long)r, (long)b->bytes);
@@ -226,7 +182,6 @@ static void free_buf(struct worker *w, const struct buf *b)
 {
 	CUresult r;
 
-	fence_enter(ALLOCATING);
 	if (b->how == BY_ALLOC) {
 		r = cuMemFree(b->p);
 	} else {
@@ -234,7 +189,6 @@ static void free_buf(struct worker *w, const struct buf *b)
 		if (r == CUDA_SUCCESS)
 			r = cuStreamSynchronize(w->s);
 	}
-	fence_leave(ALLOCATING);
 	if (r != CUDA_SUCCESS)
 		fail("free", w->index, (long)r, (long)b->how);
 }
@@ -251,11 +205,9 @@ static void vmm_handle(struct worker *w)
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = 0;
-	fence_enter(ALLOCATING);
 	r = cuMemCreate(&h, (size_t)2 << 20, &prop, 0);
 	if (r == CUDA_SUCCESS)
 		r = cuMemRelease(h);
-	fence_leave(ALLOCATING);
 	if (r != CUDA_SUCCESS && r != OOM)
 		fail("cuMemCreate/cuMemRelease", w->index, (long)r, 0);
 }
@@ -331,8 +283,6 @@ static void start(void)
 		       : (unsigned)time(NULL) ^ (unsigned)getpid();
 	fprintf(stderr, "overcommit-threads: seed %u (VGPU_TEST_SEED=%u "
 		"repeats it)\n", seed, seed);
-	s = getenv("VGPU_TEST_OC_UNFENCED");
-	unfenced = s && *s == '1';
 	shimtest_env(TENANT, "256MiB");
 	setenv("VGPU_OVERCOMMIT", "host", 1);
 	ctx = simtest_init();
