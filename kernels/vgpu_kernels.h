@@ -44,7 +44,7 @@ struct vgpu_kernel_impl {
 /* The host form of kernel `name`, or NULL. */
 const struct vgpu_kernel_impl *vgpu_kernels_find(const char *name);
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(__HIPCC__)
 #define VGPU_HD __host__ __device__
 #else
 #define VGPU_HD
