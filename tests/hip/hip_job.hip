@@ -1,0 +1,419 @@
+/* hip_job.hip - a HIP job for the simulated HIP device and the HIP shim.
+ *
+ * Built by hipcc like any HIP program, and run unchanged on the simulated
+ * libamdhip64.so.5 (build/sim/hip first in LD_LIBRARY_PATH) or on a GPU.
+ * It reads commands, one a line, from its arguments (each argument one
+ * command) or, with none, from stdin; it prints one line per command:
+ * the command's name, the HIP error code of the call that decided it
+ * (0: hipSuccess), then key=value results. Output is flushed per line, so
+ * a test can drive it through pipes.
+ *
+ *   alloc SIZE [PATH]  allocate SIZE bytes (K/M/G suffixes) through PATH:
+ *                      malloc (default), pitch (hipMallocPitch, SIZE wide,
+ *                      one row), 3d (hipMalloc3D, SIZE x 1 x 1), managed,
+ *                      ext (hipExtMallocWithFlags), async (hipMallocAsync
+ *                      on the null stream, then a synchronize), array
+ *                      (hipMallocArray of SIZE/4 floats), host
+ *                      (hipHostMalloc). Prints "alloc ERR id=N".
+ *   free ID            free allocation ID with its path's free function.
+ *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
+ *   copy ID            round trip: a pattern hipMemcpy'd host to device,
+ *                      device to device (a scratch buffer) and back;
+ *                      "copy ERR bad=N" (bytes that differ).
+ *   touch ID [SEED]    vgpu_touch writes SEED's pattern (default 1) over
+ *                      allocation ID, checked on the host after a copy
+ *                      back: "touch ERR bad=N" (elements that differ).
+ *   spin US COUNT      COUNT launches of vgpu_spin(US µs) on one stream,
+ *                      timed by events: "spin ERR ms=M" (event time).
+ *   saxpy N            vgpu_saxpy over N floats, checked on the host:
+ *                      "saxpy ERR bad=N".
+ *   sync               hipDeviceSynchronize: "sync ERR".
+ *   pid                "pid 0 pid=P".
+ *   device             "device ERR count=C name=... mem=B cus=N".
+ *   exit               "exit 0", then exits 0 (so does end of input).
+ *
+ * An unknown command prints "COMMAND -1 unknown". Allocations are kept
+ * until freed or the process ends.
+ */
+#include <hip/hip_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vgpu_kernels.h"
+
+#define MAX_ALLOCS 64
+
+extern "C" __global__ void vgpu_spin(unsigned long long ns,
+				     unsigned long long *times);
+extern "C" __global__ void vgpu_touch(unsigned int *buf, unsigned long long n,
+				      unsigned int expect_seed,
+				      unsigned int write_seed,
+				      unsigned long long *mismatches);
+extern "C" __global__ void vgpu_saxpy(unsigned long long n, float a,
+				      const float *x, float *y);
+
+enum path { P_MALLOC, P_PITCH, P_3D, P_MANAGED, P_EXT, P_ASYNC, P_ARRAY,
+	    P_HOST };
+static const char *const path_names[] = { "malloc", "pitch", "3d", "managed",
+					   "ext", "async", "array", "host" };
+
+struct alloc {
+	bool used;
+	enum path path;
+	void *ptr;
+	hipArray_t array;
+	size_t size;
+};
+static struct alloc allocs[MAX_ALLOCS];
+
+static unsigned long long parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 0);
+
+	switch (*end) {
+	case 'G': case 'g': v <<= 10; /* fall through */
+	case 'M': case 'm': v <<= 10; /* fall through */
+	case 'K': case 'k': v <<= 10; break;
+	default: break;
+	}
+	return v;
+}
+
+static hipError_t alloc_by(struct alloc *a)
+{
+	hipError_t rc;
+
+	switch (a->path) {
+	case P_PITCH: {
+		size_t pitch;
+
+		return hipMallocPitch(&a->ptr, &pitch, a->size, 1);
+	}
+	case P_3D: {
+		hipPitchedPtr pp;
+
+		rc = hipMalloc3D(&pp, make_hipExtent(a->size, 1, 1));
+		a->ptr = pp.ptr;
+		return rc;
+	}
+	case P_MANAGED:
+		return hipMallocManaged(&a->ptr, a->size, hipMemAttachGlobal);
+	case P_EXT:
+		return hipExtMallocWithFlags(&a->ptr, a->size,
+					     hipDeviceMallocDefault);
+	case P_ASYNC:
+		rc = hipMallocAsync(&a->ptr, a->size, 0);
+		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
+	case P_ARRAY: {
+		hipChannelFormatDesc d = hipCreateChannelDesc(
+			32, 0, 0, 0, hipChannelFormatKindFloat);
+
+		return hipMallocArray(&a->array, &d, a->size / 4, 0,
+				      hipArrayDefault);
+	}
+	case P_HOST:
+		return hipHostMalloc(&a->ptr, a->size, hipHostMallocDefault);
+	case P_MALLOC:
+	default:
+		return hipMalloc(&a->ptr, a->size);
+	}
+}
+
+static hipError_t free_by(struct alloc *a)
+{
+	switch (a->path) {
+	case P_ARRAY:
+		return hipFreeArray(a->array);
+	case P_HOST:
+		return hipHostFree(a->ptr);
+	case P_ASYNC: {
+		hipError_t rc = hipFreeAsync(a->ptr, 0);
+
+		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
+	}
+	default:
+		return hipFree(a->ptr);
+	}
+}
+
+static struct alloc *alloc_arg(const char *s)
+{
+	long id = s ? strtol(s, NULL, 0) : -1;
+
+	if (id < 0 || id >= MAX_ALLOCS || !allocs[id].used)
+		return NULL;
+	return &allocs[id];
+}
+
+static void cmd_alloc(const char *size, const char *path)
+{
+	struct alloc a = { true, P_MALLOC, NULL, NULL, 0 };
+	hipError_t rc;
+	int id;
+
+	a.size = size ? parse_size(size) : 0;
+	if (path) {
+		unsigned i;
+
+		for (i = 0; i < sizeof(path_names) / sizeof(*path_names); i++)
+			if (strcmp(path, path_names[i]) == 0)
+				break;
+		if (i == sizeof(path_names) / sizeof(*path_names)) {
+			printf("alloc -1 unknown path %s\n", path);
+			return;
+		}
+		a.path = (enum path)i;
+	}
+	for (id = 0; id < MAX_ALLOCS && allocs[id].used; id++)
+		;
+	if (id == MAX_ALLOCS) {
+		printf("alloc -1 full\n");
+		return;
+	}
+	rc = alloc_by(&a);
+	if (rc == hipSuccess)
+		allocs[id] = a;
+	printf("alloc %d id=%d\n", (int)rc, rc == hipSuccess ? id : -1);
+}
+
+static void cmd_free(const char *id)
+{
+	struct alloc *a = alloc_arg(id);
+	hipError_t rc;
+
+	if (!a) {
+		printf("free -1 no such allocation\n");
+		return;
+	}
+	rc = free_by(a);
+	if (rc == hipSuccess)
+		a->used = false;
+	printf("free %d\n", (int)rc);
+}
+
+static void cmd_memgetinfo(void)
+{
+	size_t fr = 0, total = 0;
+	hipError_t rc = hipMemGetInfo(&fr, &total);
+
+	printf("memgetinfo %d free=%zu total=%zu\n", (int)rc, fr, total);
+}
+
+/* Host to device, device to device (scratch), device to host. */
+static hipError_t round_trip(struct alloc *a, size_t *bad)
+{
+	unsigned char *in = (unsigned char *)malloc(a->size);
+	unsigned char *out = (unsigned char *)calloc(1, a->size);
+	void *scratch = NULL;
+	hipError_t rc = hipErrorOutOfMemory;
+
+	if (!in || !out)
+		goto out;
+	for (size_t i = 0; i < a->size; i++)
+		in[i] = (unsigned char)(i * 7 + 3);
+	rc = hipMalloc(&scratch, a->size);
+	if (rc == hipSuccess)
+		rc = hipMemcpy(a->ptr, in, a->size, hipMemcpyHostToDevice);
+	if (rc == hipSuccess)
+		rc = hipMemcpy(scratch, a->ptr, a->size,
+			       hipMemcpyDeviceToDevice);
+	if (rc == hipSuccess)
+		rc = hipMemcpy(out, scratch, a->size, hipMemcpyDeviceToHost);
+	*bad = 0;
+	for (size_t i = 0; rc == hipSuccess && i < a->size; i++)
+		*bad += in[i] != out[i];
+out:
+	if (scratch)
+		(void)hipFree(scratch);
+	free(in);
+	free(out);
+	return rc;
+}
+
+static void cmd_copy(const char *id)
+{
+	struct alloc *a = alloc_arg(id);
+	size_t bad = 0;
+	hipError_t rc;
+
+	if (!a || a->path == P_ARRAY) {
+		printf("copy -1 no such buffer\n");
+		return;
+	}
+	rc = round_trip(a, &bad);
+	printf("copy %d bad=%zu\n", (int)rc, bad);
+}
+
+static void cmd_touch(const char *id, const char *seed_s)
+{
+	struct alloc *a = alloc_arg(id);
+	unsigned seed = seed_s ? (unsigned)strtoul(seed_s, NULL, 0) : 1;
+	unsigned long long n, bad = 0;
+	unsigned *host;
+	hipError_t rc;
+
+	if (!a || a->path == P_ARRAY) {
+		printf("touch -1 no such buffer\n");
+		return;
+	}
+	n = a->size / sizeof(unsigned);
+	hipLaunchKernelGGL(vgpu_touch, dim3(64), dim3(256), 0, 0,
+			   (unsigned *)a->ptr, n, 0u, seed,
+			   (unsigned long long *)NULL);
+	rc = hipGetLastError();
+	if (rc == hipSuccess)
+		rc = hipDeviceSynchronize();
+	host = (unsigned *)calloc(n ? n : 1, sizeof(unsigned));
+	if (rc == hipSuccess)
+		rc = hipMemcpy(host, a->ptr, n * sizeof(unsigned),
+			       hipMemcpyDeviceToHost);
+	for (unsigned long long i = 0; rc == hipSuccess && i < n; i++)
+		bad += host[i] != vgpu_touch_pattern(seed, i);
+	free(host);
+	printf("touch %d bad=%llu\n", (int)rc, bad);
+}
+
+static void cmd_spin(const char *us_s, const char *count_s)
+{
+	unsigned long long ns = us_s ? strtoull(us_s, NULL, 0) * 1000 : 0;
+	long count = count_s ? strtol(count_s, NULL, 0) : 1;
+	hipEvent_t start = NULL, end = NULL;
+	hipStream_t s = NULL;
+	float ms = 0;
+	hipError_t rc = hipStreamCreate(&s);
+
+	if (rc == hipSuccess)
+		rc = hipEventCreate(&start);
+	if (rc == hipSuccess)
+		rc = hipEventCreate(&end);
+	if (rc == hipSuccess)
+		rc = hipEventRecord(start, s);
+	for (long i = 0; rc == hipSuccess && i < count; i++) {
+		hipLaunchKernelGGL(vgpu_spin, dim3(1), dim3(64), 0, s, ns,
+				   (unsigned long long *)NULL);
+		rc = hipGetLastError();
+	}
+	if (rc == hipSuccess)
+		rc = hipEventRecord(end, s);
+	if (rc == hipSuccess)
+		rc = hipEventSynchronize(end);
+	if (rc == hipSuccess)
+		rc = hipEventElapsedTime(&ms, start, end);
+	if (start)
+		(void)hipEventDestroy(start);
+	if (end)
+		(void)hipEventDestroy(end);
+	if (s)
+		(void)hipStreamDestroy(s);
+	printf("spin %d ms=%.3f\n", (int)rc, ms);
+}
+
+static void cmd_saxpy(const char *n_s)
+{
+	unsigned long long n = n_s ? strtoull(n_s, NULL, 0) : 1024, bad = 0;
+	size_t bytes = n * sizeof(float);
+	float *x = (float *)malloc(bytes), *y = (float *)malloc(bytes);
+	float *dx = NULL, *dy = NULL;
+	hipError_t rc = hipMalloc(&dx, bytes);
+
+	for (unsigned long long i = 0; i < n; i++) {
+		x[i] = (float)i;
+		y[i] = 1.0f;
+	}
+	if (rc == hipSuccess)
+		rc = hipMalloc(&dy, bytes);
+	if (rc == hipSuccess)
+		rc = hipMemcpy(dx, x, bytes, hipMemcpyHostToDevice);
+	if (rc == hipSuccess)
+		rc = hipMemcpy(dy, y, bytes, hipMemcpyHostToDevice);
+	if (rc == hipSuccess) {
+		hipLaunchKernelGGL(vgpu_saxpy, dim3(16), dim3(128), 0, 0, n,
+				   2.0f, (const float *)dx, dy);
+		rc = hipGetLastError();
+	}
+	if (rc == hipSuccess)
+		rc = hipMemcpy(y, dy, bytes, hipMemcpyDeviceToHost);
+	for (unsigned long long i = 0; rc == hipSuccess && i < n; i++)
+		bad += y[i] != 2.0f * (float)i + 1.0f;
+	(void)hipFree(dx);
+	(void)hipFree(dy);
+	free(x);
+	free(y);
+	printf("saxpy %d bad=%llu\n", (int)rc, bad);
+}
+
+static void cmd_device(void)
+{
+	hipDeviceProp_t p;
+	int count = 0;
+	hipError_t rc = hipGetDeviceCount(&count);
+
+	memset(&p, 0, sizeof(p));
+	if (rc == hipSuccess)
+		rc = hipGetDeviceProperties(&p, 0);
+	printf("device %d count=%d mem=%zu cus=%d arch=%s name=%s\n", (int)rc,
+	       count, p.totalGlobalMem, p.multiProcessorCount, p.gcnArchName,
+	       p.name);
+}
+
+/* Runs one command line; false: exit. */
+static bool run(char *line)
+{
+	char *args[4] = { NULL, NULL, NULL, NULL };
+	char *save = NULL;
+	const char *cmd = strtok_r(line, " \t\r\n", &save);
+
+	if (!cmd)
+		return true;
+	for (int i = 0; i < 4; i++)
+		args[i] = strtok_r(NULL, " \t\r\n", &save);
+	if (strcmp(cmd, "alloc") == 0)
+		cmd_alloc(args[0], args[1]);
+	else if (strcmp(cmd, "free") == 0)
+		cmd_free(args[0]);
+	else if (strcmp(cmd, "memgetinfo") == 0)
+		cmd_memgetinfo();
+	else if (strcmp(cmd, "copy") == 0)
+		cmd_copy(args[0]);
+	else if (strcmp(cmd, "touch") == 0)
+		cmd_touch(args[0], args[1]);
+	else if (strcmp(cmd, "spin") == 0)
+		cmd_spin(args[0], args[1]);
+	else if (strcmp(cmd, "saxpy") == 0)
+		cmd_saxpy(args[0]);
+	else if (strcmp(cmd, "sync") == 0)
+		printf("sync %d\n", (int)hipDeviceSynchronize());
+	else if (strcmp(cmd, "pid") == 0)
+		printf("pid 0 pid=%d\n", (int)getpid());
+	else if (strcmp(cmd, "device") == 0)
+		cmd_device();
+	else if (strcmp(cmd, "exit") == 0) {
+		printf("exit 0\n");
+		return false;
+	} else
+		printf("%s -1 unknown\n", cmd);
+	return true;
+}
+
+int main(int argc, char **argv)
+{
+	char line[512];
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1) {
+		for (int i = 1; i < argc; i++) {
+			snprintf(line, sizeof(line), "%s", argv[i]);
+			if (!run(line))
+				break;
+		}
+		return 0;
+	}
+	while (fgets(line, sizeof(line), stdin))
+		if (!run(line))
+			break;
+	return 0;
+}
