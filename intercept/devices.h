@@ -143,19 +143,6 @@ extern const struct vgpu_prim vgpu__prim;
 void vgpu__pools_fork_child(void);
 
 
-/* The device's smallest unit of allocation: an allocation holds whole
- * pages of device memory however few bytes it asks for (20,000 one-byte
- * allocations hold 80 MB), so each is charged its size rounded up to one.
- * Saturates. */
-#define VGPU_ALLOC_UNIT 4096u
-
-static inline uint64_t vgpu__alloc_size(uint64_t bytes)
-{
-	if (bytes > UINT64_MAX - (VGPU_ALLOC_UNIT - 1))
-		return UINT64_MAX;
-	return (bytes + VGPU_ALLOC_UNIT - 1) & ~(uint64_t)(VGPU_ALLOC_UNIT - 1);
-}
-
 /* The core's answer (VGPU_ACCOUNT_*) as the driver's error. */
 static inline CUresult vgpu__account_error(struct vgpu_dev *dv, int rc)
 {

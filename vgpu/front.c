@@ -8,6 +8,7 @@
 #include "throttle.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -413,6 +414,63 @@ void vgpu_device_timeout(struct vgpu_device *dv, const char *error)
 		 "allocation returns %s%s", d, ten->name,
 		 (unsigned long long)(VGPU_LEDGER_LOCK_TIMEOUT_NS / 1000000u),
 		 who, error, quiet);
+}
+
+/* ---- the views ------------------------------------------------------------ */
+
+void vgpu_device_mem_view(const struct vgpu_device *dv, size_t *free,
+			  size_t *total)
+{
+	uint64_t limit, used, f;
+
+	if (!dv || !dv->slot)
+		return;
+	limit = vgpu_ledger_tenant_limit(dv->slot);
+	if (limit >= *total)
+		return;
+	used = vgpu_ledger_tenant_used(dv->slot);
+	f = used < limit ? limit - used : 0;
+	*total = (size_t)limit;
+	if (f < *free)
+		*free = (size_t)f;
+}
+
+void vgpu_device_total_view(const struct vgpu_device *dv,
+			    const struct vgpu_options *o, int ordinal,
+			    size_t *bytes)
+{
+	uint64_t limit;
+
+	if (o->disable)
+		return;
+	limit = dv && dv->slot ? vgpu_ledger_tenant_limit(dv->slot)
+			       : vgpu__options_memory_limit(o,
+							    (unsigned)ordinal);
+	if (limit < *bytes)
+		*bytes = (size_t)limit;
+}
+
+/* ---- the host ------------------------------------------------------------- */
+
+uint64_t vgpu_host_now(void)
+{
+	return mono_ns();
+}
+
+uint64_t vgpu_host_now_coarse(void)
+{
+	return mono_coarse_ns();
+}
+
+void vgpu_host_sleep(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u),
+			       (long)(ns % 1000000000u) };
+
+	if (!ns)
+		sched_yield();
+	else
+		nanosleep(&ts, NULL);
 }
 
 /* ---- exit and fork -------------------------------------------------------- */

@@ -140,6 +140,39 @@ static inline bool vgpu_device_watch(struct vgpu_device *dv)
  * returns error (the front end's name of its timeout error). */
 void vgpu_device_timeout(struct vgpu_device *dv, const char *error);
 
+/* The memory views in a slice: *free and *total (the driver's) become
+ * the tenant's when its limit is below the device: total the limit, free
+ * what is left of it (never more than the driver's free, never below 0).
+ * dv with no slot: unchanged. */
+void vgpu_device_mem_view(const struct vgpu_device *dv, size_t *free,
+			  size_t *total);
+/* The device's total as the slice shows it: the tenant's limit once dv
+ * joined, before that the configured one (o, ordinal), at most *bytes. */
+void vgpu_device_total_view(const struct vgpu_device *dv,
+			    const struct vgpu_options *o, int ordinal,
+			    size_t *bytes);
+
+/* ---- sizes ---------------------------------------------------------------- */
+
+/* The device's smallest unit of allocation: an allocation holds whole
+ * pages of device memory however few bytes it asks for (20,000 one-byte
+ * allocations hold 80 MB), so each is charged its size rounded up to one.
+ * Saturates. */
+#define VGPU_ALLOC_UNIT 4096u
+
+static inline uint64_t vgpu__alloc_size(uint64_t bytes)
+{
+	if (bytes > UINT64_MAX - (VGPU_ALLOC_UNIT - 1))
+		return UINT64_MAX;
+	return (bytes + VGPU_ALLOC_UNIT - 1) & ~(uint64_t)(VGPU_ALLOC_UNIT - 1);
+}
+
+/* ---- the host, for the primitives (prim.h) --------------------------------- */
+
+uint64_t vgpu_host_now(void);		/* CLOCK_MONOTONIC, ns */
+uint64_t vgpu_host_now_coarse(void);	/* its coarse reading */
+void vgpu_host_sleep(uint64_t ns);	/* 0: yields once */
+
 /* At exit: dv's ledger left (its slots given back), dv FAILED. */
 void vgpu_device_leave(struct vgpu_device *dv);
 
