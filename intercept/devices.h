@@ -6,33 +6,23 @@
 #include "shim.h"
 #include "account.h"
 #include "control.h"
+#include "front.h"
 #include "ledger.h"
 #include "measure.h"
 #include "throttle.h"
 
 #include <time.h>
 
-enum { VGPU_DEV_NEW, VGPU_DEV_READY, VGPU_DEV_FAILED };
-
+/* The core's fields of a device (front.h), read as dv->slot here and
+ * handed to the core as &dv->core; then CUDA's own. */
 struct vgpu_dev {
-	int state;		/* VGPU_DEV_*, atomic */
-	int ordinal;
-	struct vgpu_ledger *ledger;
-	struct vgpu_slot *slot;	/* NULL: not accounted (disabled, warn) */
-	uint64_t physical;	/* the GPU's memory, from the driver */
-	char uuid[VGPU_LEDGER_UUID_MAX];
+	union {
+		struct vgpu_device core;
+		struct {
+			VGPU_DEVICE_FIELDS
+		};
+	};
 	int primary_refs;	/* primary context retains, atomic */
-	bool capped;		/* launches go through the throttle (atomic:
-				 * vgpu-ctl may turn it on, devices.c) */
-	unsigned share;		/* percent of the GPU's time */
-	int policy;		/* enum vgpu_compute_policy */
-	uint64_t ctl_seen;	/* the tenant's ctl_changes when its terms
-				 * were last read (atomic) */
-	bool announcing;	/* not capped, and an opportunistic tenant
-				 * shares the GPU: launches stamp the
-				 * tenant active (atomic; devices.c) */
-	uint64_t opp_seen;	/* the GPU's opportunistic_ns when last
-				 * looked at (atomic) */
 	int overcommit;		/* enum vgpu_overcommit, AUTO resolved */
 	bool control;		/* VGPU_CONTROL: may be suspended (control.c) */
 	bool fit_due;		/* over a lowered limit: move to the host at
@@ -41,9 +31,6 @@ struct vgpu_dev {
 	CUcontext primary;	/* the primary context, once retained */
 	int spatial_state;	/* 0 not tried, 1 built or building, 2 failed */
 	CUcontext spatial_ctx;	/* the primary context on a green context */
-	/* ordinal, ledger and slot again, as the measuring of launches
-	 * sees the device (vgpu/measure.h); set with them at attach. */
-	struct vgpu_measure_gpu gpu;
 };
 
 /* spatial.c: the primary context on a green context of dv's share, built
@@ -70,10 +57,6 @@ static inline uint64_t vgpu__mono_coarse_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* launch.c: whether any device has a compute share: set with the options,
- * before any launch, or later when vgpu-ctl gives an uncapped device a
- * share (devices.c); never turned off (atomic). */
-extern bool vgpu__compute_on;
 void vgpu__launch_fork_child(void);
 /* The exiting thread's launches charged and its events given back. */
 void vgpu__launch_thread_exit(void);
@@ -114,31 +97,16 @@ void vgpu__dev_watch_all(void);
  * announcing to an opportunistic tenant). */
 bool vgpu__dev_any_capped(void);
 
-/* The tenant's terms changed by vgpu-ctl (its ctl_changes moved): the
- * device's compute terms read again; a share that now caps turns the
- * throttle on for the device and the process (docs/control.md). */
-void vgpu__dev_terms_changed(struct vgpu_dev *dv);
+/* The tenant's terms were read again (vgpu-ctl): with host overcommit and
+ * the limit now below use, ranges move out at the next synchronisation. */
+void vgpu__dev_fit_check(struct vgpu_dev *dv);
 
-/* An opportunistic tenant began or stopped asking for dv's GPU (its
- * opportunistic_ns moved, or stayed still while dv announces): an
- * uncapped device starts or stops stamping its tenant active at its
- * launches (docs/compute.md, "The opportunistic class"). */
-void vgpu__dev_opportunistic(struct vgpu_dev *dv);
-
-/* One load and a compare each, the second branch taken only while an
- * opportunistic tenant is about: at synchronisations, allocations and
- * frees. */
+/* The core's watch (vgpu_device_watch) and CUDA's part: at
+ * synchronisations, allocations and frees. */
 static inline void vgpu__dev_watch_terms(struct vgpu_dev *dv)
 {
-	if (__builtin_expect(vgpu_ledger_ctl_changes(dv->slot) !=
-			     __atomic_load_n(&dv->ctl_seen, __ATOMIC_RELAXED),
-			     0))
-		vgpu__dev_terms_changed(dv);
-	if (__builtin_expect(vgpu_throttle_opportunistic_ns(dv->slot) !=
-			     __atomic_load_n(&dv->opp_seen, __ATOMIC_RELAXED) ||
-			     __atomic_load_n(&dv->announcing, __ATOMIC_RELAXED),
-			     0))
-		vgpu__dev_opportunistic(dv);
+	if (__builtin_expect(vgpu_device_watch(&dv->core), 0))
+		vgpu__dev_fit_check(dv);
 }
 
 /* Allocations become movable ranges (overcommit.c): with host overcommit,
@@ -174,23 +142,6 @@ bool vgpu__pools_reclaim(int ordinal);
 extern const struct vgpu_prim vgpu__prim;
 void vgpu__pools_fork_child(void);
 
-/* devices.c: a charge that did not get the tenant's ledger lock within
- * VGPU_LEDGER_LOCK_TIMEOUT_NS: logs which tenant and which pid holds the
- * lock (at most once every 10 s per device) and returns CUDA_ERROR_TIMEOUT. */
-CUresult vgpu__charge_timeout(struct vgpu_dev *dv);
-
-/* The device's smallest unit of allocation: an allocation holds whole
- * pages of device memory however few bytes it asks for (20,000 one-byte
- * allocations hold 80 MB), so each is charged its size rounded up to one.
- * Saturates. */
-#define VGPU_ALLOC_UNIT 4096u
-
-static inline uint64_t vgpu__alloc_size(uint64_t bytes)
-{
-	if (bytes > UINT64_MAX - (VGPU_ALLOC_UNIT - 1))
-		return UINT64_MAX;
-	return (bytes + VGPU_ALLOC_UNIT - 1) & ~(uint64_t)(VGPU_ALLOC_UNIT - 1);
-}
 
 /* The core's answer (VGPU_ACCOUNT_*) as the driver's error. */
 static inline CUresult vgpu__account_error(struct vgpu_dev *dv, int rc)
@@ -199,7 +150,8 @@ static inline CUresult vgpu__account_error(struct vgpu_dev *dv, int rc)
 	case VGPU_ACCOUNT_OK:
 		return CUDA_SUCCESS;
 	case VGPU_ACCOUNT_TIMEOUT:
-		return vgpu__charge_timeout(dv);
+		vgpu_device_timeout(&dv->core, "CUDA_ERROR_TIMEOUT");
+		return CUDA_ERROR_TIMEOUT;
 	case VGPU_ACCOUNT_OVER:
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	default:

@@ -20,62 +20,11 @@ static struct vgpu_options opts;
 static int bad_options;
 static pthread_once_t opts_once = PTHREAD_ONCE_INIT;
 
-/* A bad option refuses the GPU, unless VGPU_ON_ERROR=warn or limits are
- * off altogether (VGPU_DISABLE): then it is only reported. */
-static bool refuses(void)
-{
-	return opts.on_error == VGPU_ON_ERROR_REFUSE && !opts.disable;
-}
-
-/* The lines of err, then what the bad variables they name do: refuse the
- * GPU, or go on as if unset. */
-static void report_bad(const char *err, int bad)
-{
-	vgpu_log_text(err);
-	if (refuses())
-		vgpu_log(VGPU_LOG_ERROR,
-			 "refusing the GPU: fix the variable%s above, "
-			 "or set VGPU_ON_ERROR=warn to run as if %s "
-			 "unset", bad > 1 ? "s" : "",
-			 bad > 1 ? "they were" : "it was");
-	else
-		vgpu_log(VGPU_LOG_WARN,
-			 "%s: going on as if the variable%s above "
-			 "%s unset",
-			 opts.disable ? "limits are off (VGPU_DISABLE)"
-				      : "VGPU_ON_ERROR=warn",
-			 bad > 1 ? "s" : "", bad > 1 ? "were" : "was");
-}
-
-/* Each line of text as a warning, with tail appended. */
-static void warn_lines(const char *text, const char *tail)
-{
-	for (const char *l = text; *l;) {
-		size_t n = strcspn(l, "\n");
-
-		vgpu_log(VGPU_LOG_WARN, "%.*s%s", (int)n, l, tail);
-		l += n + (l[n] == '\n');
-	}
-}
-
-/* Bad values and variables that name no option (VGPU_MEMROY_LIMIT) alike:
- * both are counted in bad_options, so both refuse or warn by the rule.
- * HAMi's names misspelt (CUDA_DEVICE_MEMORY_LIMT) are only warned about:
- * they are outside the VGPU_ namespace. */
+/* The core reads and reports them (vgpu/front.c); then the lifetime
+ * starts and the hooks' flag is set. */
 static void load_options(void)
 {
-	char err[4096];
-
-	bad_options = vgpu__options_load(&opts, (const char *const *)environ,
-					 err, sizeof(err));
-	vgpu_log_set_level(opts.log_level);
-	if (bad_options)
-		report_bad(err, bad_options);
-	if (vgpu__options_check_hami_names((const char *const *)environ, err,
-					   sizeof(err)))
-		warn_lines(err, "");
-	if (opts.verbose)
-		vgpu__options_dump(&opts, 2);
+	bad_options = vgpu_front_options_start(&opts);
 	vgpu__lifetime_started();
 	/* After the core has its primitives: a hook that sees it set goes
 	 * to the core. */
@@ -100,23 +49,14 @@ static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 
 static void check_devices(void)
 {
-	char err[4096];
 	int count = 0, n;
 
 	if (!vgpu__real.cuDeviceGetCount ||
 	    vgpu__real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
 		return;
-	n = vgpu__options_check_devices((const char *const *)environ,
-					count > 0 ? (unsigned)count : 0, false,
-					err, sizeof(err));
-	if (n) {
-		report_bad(err, n);
+	n = vgpu_front_check_devices(&opts, count > 0 ? (unsigned)count : 0);
+	if (n)
 		__atomic_store_n(&absent_devices, n, __ATOMIC_RELEASE);
-	}
-	if (vgpu__options_check_devices((const char *const *)environ,
-					count > 0 ? (unsigned)count : 0, true,
-					err, sizeof(err)))
-		warn_lines(err, " (ignored, as HAMi-core does)");
 }
 
 bool vgpu__refused(void)
@@ -124,14 +64,14 @@ bool vgpu__refused(void)
 	vgpu__options();
 	return (bad_options ||
 		__atomic_load_n(&absent_devices, __ATOMIC_ACQUIRE)) &&
-	       refuses();
+	       vgpu_front_refuses(&opts);
 }
 
 bool vgpu__refused_late(void)
 {
 	vgpu__options();
 	return __atomic_load_n(&absent_devices, __ATOMIC_ACQUIRE) &&
-	       refuses();
+	       vgpu_front_refuses(&opts);
 }
 
 bool vgpu__disabled(void)

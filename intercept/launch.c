@@ -19,8 +19,6 @@
 #include <pthread.h>
 #include <string.h>
 
-bool vgpu__compute_on;
-
 /* This thread's launches being measured, per context (the core's). */
 static __thread struct vgpu_measure_thread tls_meter;
 

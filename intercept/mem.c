@@ -184,7 +184,6 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
 	struct vgpu_dev *dv = vgpu__dev_current();
-	uint64_t limit, used, f;
 	CUresult r;
 
 	if (!vgpu__real.cuMemGetInfo_v2)
@@ -193,14 +192,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 	if (r != CUDA_SUCCESS || !dv || !dv->slot || !free || !total)
 		return r;
 	vgpu__pools_settle_device(dv->ordinal);
-	limit = vgpu_ledger_tenant_limit(dv->slot);
-	if (limit >= *total)
-		return r;
-	used = vgpu_ledger_tenant_used(dv->slot);
-	f = used < limit ? limit - used : 0;
-	*total = (size_t)limit;
-	if (f < *free)
-		*free = (size_t)f;
+	vgpu_device_mem_view(&dv->core, free, total);
 	return r;
 }
 
@@ -208,20 +200,16 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
 	struct vgpu_dev *dv;
 	CUresult r;
-	uint64_t limit;
 
 	if (!vgpu__real.cuDeviceTotalMem_v2)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	r = vgpu__real.cuDeviceTotalMem_v2(bytes, dev);
-	if (r != CUDA_SUCCESS || !bytes || vgpu__disabled())
+	if (r != CUDA_SUCCESS || !bytes)
 		return r;
 	/* The tenant's slice once the device has joined it (its first
 	 * process set it); before that, the slice as configured. */
 	dv = vgpu__dev_peek(dev);
-	limit = dv && dv->slot ? vgpu_ledger_tenant_limit(dv->slot)
-			       : vgpu__options_memory_limit(vgpu__options(),
-							    (unsigned)dev);
-	if (limit < *bytes)
-		*bytes = (size_t)limit;
+	vgpu_device_total_view(dv ? &dv->core : NULL, vgpu__options(), dev,
+			       bytes);
 	return r;
 }

@@ -2,7 +2,6 @@
  * handles are the driver's, cast; its answers the driver's, translated. */
 #include "devices.h"
 
-#include <sched.h>
 #include <string.h>
 
 /* Pools keep freed blocks until trimmed or synchronised: at the slice's
@@ -178,29 +177,6 @@ static bool event_elapsed(struct vgpu_prim_event *a, struct vgpu_prim_event *b,
 	return true;
 }
 
-/* ---- the host ------------------------------------------------------------ */
-
-static uint64_t now(void)
-{
-	return vgpu__mono_ns();
-}
-
-static uint64_t now_coarse(void)
-{
-	return vgpu__mono_coarse_ns();
-}
-
-static void nap(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000u),
-			       (long)(ns % 1000000000u) };
-
-	if (!ns)
-		sched_yield();
-	else
-		nanosleep(&ts, NULL);
-}
-
 const struct vgpu_prim vgpu__prim = {
 	.reclaim = reclaim,
 	.ctx_current = ctx_current,
@@ -218,9 +194,9 @@ const struct vgpu_prim vgpu__prim = {
 	.event_sync = event_sync,
 	.event_elapsed = event_elapsed,
 	.announced = announced,
-	.now = now,
-	.now_coarse = now_coarse,
-	.sleep = nap,
+	.now = vgpu_host_now,
+	.now_coarse = vgpu_host_now_coarse,
+	.sleep = vgpu_host_sleep,
 	/* lifetime.c runs vgpu__launch_thread_exit at the thread's exit. */
 	.thread_watch = vgpu__lifetime_watch_thread,
 };

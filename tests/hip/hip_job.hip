@@ -13,7 +13,7 @@
  *                      one row), 3d (hipMalloc3D, SIZE x 1 x 1), managed,
  *                      ext (hipExtMallocWithFlags), async (hipMallocAsync
  *                      on the null stream, then a synchronize), array
- *                      (hipMallocArray of SIZE/4 floats), host
+ *                      (hipMallocArray of SIZE/4 floats, rows of 4096), host
  *                      (hipHostMalloc). Prints "alloc ERR id=N".
  *   free ID            free allocation ID with its path's free function.
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
@@ -112,7 +112,11 @@ static hipError_t alloc_by(struct alloc *a)
 		hipChannelFormatDesc d = hipCreateChannelDesc(
 			32, 0, 0, 0, hipChannelFormatKindFloat);
 
-		return hipMallocArray(&a->array, &d, a->size / 4, 0,
+		/* Rows of up to 4096 floats: a 2D array past 16 KiB. */
+		size_t w = a->size / 4 < 4096 ? a->size / 4 : 4096;
+
+		return hipMallocArray(&a->array, &d, w,
+				      a->size / 4 > w ? a->size / 4 / w : 0,
 				      hipArrayDefault);
 	}
 	case P_HOST:

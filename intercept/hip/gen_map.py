@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""The version script of libvgpu-hip.so from hooks.def: each hook exported
+under the HIP runtime's node (a program's hipMalloc@hip_4.2 binds to it),
+the nodes chained oldest first as libamdhip64.so.5 has them, all else
+local."""
+import re
+import sys
+
+hooks = {}
+nodes = set()
+for line in open(sys.argv[1]):
+    m = re.match(r'VGPU_HIP_(HOOK|CALL)\((hip_[0-9.]+),\s*(\w+),', line)
+    if not m:
+        continue
+    nodes.add(m.group(2))
+    if m.group(1) == 'HOOK':
+        hooks.setdefault(m.group(2), []).append(m.group(3))
+order = sorted(nodes | {'hip_4.2'}, key=lambda n: [int(x) for x in n[4:].split('.')])
+with open(sys.argv[2], 'w') as out:
+    prev = None
+    for i, node in enumerate(order):
+        out.write(node + ' {\n')
+        names = hooks.get(node, [])
+        if names or i == 0:
+            out.write('  global:\n')
+            for n in names:
+                out.write('    %s;\n' % n)
+            if i == 0:
+                out.write('    vgpu_hip_shim_version;\n')
+        if i == 0:
+            out.write('  local:\n    *;\n')
+        out.write('}%s;\n' % (' ' + prev if prev else ''))
+        prev = node

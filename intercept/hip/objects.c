@@ -1,0 +1,212 @@
+/* objects.c - HIP's arrays and VMM handles: charged as made, keyed by
+ * handle, given back at their free or release.
+ *
+ * An array is charged its texels' bytes (the runtime does not say its
+ * layout's size). A VMM handle is charged when its memory is on a device
+ * (host locations are not device memory) and given back when it is
+ * released: memory the runtime keeps while the handle is still mapped is
+ * not followed (docs/hip.md).
+ */
+#include "hip.h"
+#include "track.h"
+
+#include <stdint.h>
+
+static uint64_t format_bytes(enum hipArray_Format f)
+{
+	switch (f) {
+	case HIP_AD_FORMAT_UNSIGNED_INT8:
+	case HIP_AD_FORMAT_SIGNED_INT8:
+		return 1;
+	case HIP_AD_FORMAT_UNSIGNED_INT16:
+	case HIP_AD_FORMAT_SIGNED_INT16:
+	case HIP_AD_FORMAT_HALF:
+		return 2;
+	default:
+		return 4;
+	}
+}
+
+static uint64_t at_least_1(size_t n)
+{
+	return n ? n : 1;
+}
+
+/* w x h x d elements of elem bytes, or 0 past what can be charged. */
+static uint64_t extent_bytes(uint64_t elem, size_t w, size_t h, size_t d)
+{
+	uint64_t n = elem;
+	uint64_t dims[3] = { at_least_1(w), at_least_1(h), at_least_1(d) };
+
+	for (int i = 0; i < 3; i++) {
+		if (n > VGPU_TRACK_MAX_BYTES / dims[i])
+			return 0;
+		n *= dims[i];
+	}
+	return vgpu__alloc_size(n);
+}
+
+/* The charge of an array of bytes on the current device: *dv NULL when
+ * not accounted; refused: the error. */
+static hipError_t charge(struct vgpu_hip_dev **dv, uint64_t bytes)
+{
+	*dv = bytes ? vgpu__hip_dev_current() : NULL;
+	return *dv ? vgpu__hip_charge(*dv, VGPU_USAGE_ARRAY, bytes)
+		   : hipSuccess;
+}
+
+static hipError_t array_made(struct vgpu_hip_dev *dv, hipError_t r,
+			     hipArray **a, uint64_t bytes)
+{
+	if (!dv)
+		return r;
+	if (r != hipSuccess)
+		vgpu__hip_uncharge(dv, VGPU_USAGE_ARRAY, bytes);
+	else if (dv->slot)
+		vgpu__track_charged(VGPU_TRACK_HANDLE, (uint64_t)(uintptr_t)*a,
+				    VGPU_USAGE_ARRAY, dv->ordinal, bytes, 0);
+	return r;
+}
+
+static uint64_t channel_bytes(const hipChannelFormatDesc *d)
+{
+	return d ? (uint64_t)(d->x + d->y + d->z + d->w) / 8 : 0;
+}
+
+hipError_t hipMallocArray(hipArray **a, const hipChannelFormatDesc *d,
+			  size_t w, size_t h, unsigned int flags)
+{
+	struct vgpu_hip_dev *dv;
+	uint64_t n = a ? extent_bytes(channel_bytes(d), w, h, 1) : 0;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMallocArray)
+		return hipErrorNotInitialized;
+	r = charge(&dv, n);
+	if (r != hipSuccess)
+		return r;
+	return array_made(dv, vgpu__hip.hipMallocArray(a, d, w, h, flags), a,
+			  n);
+}
+
+hipError_t hipMalloc3DArray(hipArray **a, const struct hipChannelFormatDesc *d,
+			    struct hipExtent e, unsigned int flags)
+{
+	struct vgpu_hip_dev *dv;
+	uint64_t n = a ? extent_bytes(channel_bytes(d), e.width, e.height,
+				      e.depth) : 0;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMalloc3DArray)
+		return hipErrorNotInitialized;
+	r = charge(&dv, n);
+	if (r != hipSuccess)
+		return r;
+	return array_made(dv, vgpu__hip.hipMalloc3DArray(a, d, e, flags), a,
+			  n);
+}
+
+hipError_t hipArrayCreate(hipArray **a, const HIP_ARRAY_DESCRIPTOR *d)
+{
+	struct vgpu_hip_dev *dv;
+	uint64_t n = a && d ? extent_bytes(format_bytes(d->Format) *
+					   d->NumChannels, d->Width,
+					   d->Height, 1) : 0;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipArrayCreate)
+		return hipErrorNotInitialized;
+	r = charge(&dv, n);
+	if (r != hipSuccess)
+		return r;
+	return array_made(dv, vgpu__hip.hipArrayCreate(a, d), a, n);
+}
+
+hipError_t hipArray3DCreate(hipArray **a, const HIP_ARRAY3D_DESCRIPTOR *d)
+{
+	struct vgpu_hip_dev *dv;
+	uint64_t n = a && d ? extent_bytes(format_bytes(d->Format) *
+					   d->NumChannels, d->Width,
+					   d->Height, d->Depth) : 0;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipArray3DCreate)
+		return hipErrorNotInitialized;
+	r = charge(&dv, n);
+	if (r != hipSuccess)
+		return r;
+	return array_made(dv, vgpu__hip.hipArray3DCreate(a, d), a, n);
+}
+
+hipError_t vgpu__hip_freed(int table, uint64_t key, bool had,
+			  const struct vgpu_tracked *t, hipError_t r)
+{
+	if (!had)
+		return r;
+	if (r != hipSuccess)
+		vgpu__track_keep(table, key, t);	/* still there */
+	else
+		vgpu__hip_uncharge(vgpu__hip_dev_peek((int)t->dev),
+				   (int)t->kind, t->bytes);
+	return r;
+}
+
+hipError_t hipFreeArray(hipArray *a)
+{
+	struct vgpu_tracked t;
+	uint64_t key = (uint64_t)(uintptr_t)a;
+	bool had;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipFreeArray)
+		return hipErrorNotInitialized;
+	had = a && vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
+	return vgpu__hip_freed(VGPU_TRACK_HANDLE, key, had, &t, vgpu__hip.hipFreeArray(a));
+}
+
+/* ---- VMM ------------------------------------------------------------------ */
+
+hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t size,
+			const hipMemAllocationProp *prop,
+			unsigned long long flags)
+{
+	struct vgpu_hip_dev *dv = NULL;
+	uint64_t n = vgpu__alloc_size(size);
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMemCreate)
+		return hipErrorNotInitialized;
+	if (h && size && prop &&
+	    prop->location.type == hipMemLocationTypeDevice)
+		dv = vgpu__hip_dev_attach(prop->location.id);
+	if (!dv)
+		return vgpu__hip.hipMemCreate(h, size, prop, flags);
+	r = vgpu__hip_charge(dv, VGPU_USAGE_VMM, n);
+	if (r != hipSuccess)
+		return r;
+	r = vgpu__hip.hipMemCreate(h, size, prop, flags);
+	if (r != hipSuccess)
+		vgpu__hip_uncharge(dv, VGPU_USAGE_VMM, n);
+	else if (dv->slot)
+		vgpu__track_charged(VGPU_TRACK_HANDLE, (uint64_t)(uintptr_t)*h,
+				    VGPU_USAGE_VMM, dv->ordinal, n, 0);
+	return r;
+}
+
+hipError_t hipMemRelease(hipMemGenericAllocationHandle_t h)
+{
+	struct vgpu_tracked t;
+	uint64_t key = (uint64_t)(uintptr_t)h;
+	bool had;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMemRelease)
+		return hipErrorNotInitialized;
+	had = h && vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
+	return vgpu__hip_freed(VGPU_TRACK_HANDLE, key, had, &t, vgpu__hip.hipMemRelease(h));
+}
