@@ -57,7 +57,8 @@ bool vgpu__gate_on;
 
 static unsigned in_gate;	/* hooks inside the gate (atomic) */
 static unsigned hold;		/* hooks and allocations wait (atomic) */
-static bool suspend_held;	/* a suspension's part of hold (hold_mu) */
+static bool suspend_held;	/* a suspension's part of hold (hold_mu;
+				 * read atomically) */
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t move_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -81,8 +82,13 @@ static struct dev_ctl devctl[VGPU_MAX_DEVICES];
 
 /* ---- the gate ------------------------------------------------------------- */
 
+/* Waits while the process is held. Not a cancellation point: a thread
+ * cancelled here would leave hold_mu locked. */
 static void wait_unheld(void)
 {
+	int cancel;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&hold_mu);
 	while (__atomic_load_n(&hold, __ATOMIC_SEQ_CST)) {
 		struct timespec until;
@@ -98,6 +104,7 @@ static void wait_unheld(void)
 		pthread_cond_timedwait(&hold_cv, &hold_mu, &until);
 	}
 	pthread_mutex_unlock(&hold_mu);
+	pthread_setcancelstate(cancel, NULL);
 }
 
 /* Into the gate, waiting while the process is held. */
@@ -112,10 +119,16 @@ static void gate_in(void)
 	}
 }
 
+/* Inside the gate a thread is not cancelled (a cancellation point in the
+ * driver's call would leave it counted inside for good): a cancel waits
+ * for the gate's leave. */
+static __thread int gate_cancel;
+
 void vgpu__gate_enter(void)
 {
 	if (gate_depth++ || is_control_thread)
 		return;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &gate_cancel);
 	gate_in();
 }
 
@@ -124,6 +137,7 @@ void vgpu__gate_leave(void)
 	if (--gate_depth || is_control_thread)
 		return;
 	__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
+	pthread_setcancelstate(gate_cancel, NULL);
 }
 
 void vgpu__gate_use(void)
@@ -154,7 +168,7 @@ static void suspend_hold(bool on)
 {
 	pthread_mutex_lock(&hold_mu);
 	if (on != suspend_held) {
-		suspend_held = on;
+		__atomic_store_n(&suspend_held, on, __ATOMIC_RELEASE);
 		if (__atomic_add_fetch(&hold, on ? 1u : -1u,
 				       __ATOMIC_SEQ_CST) == 0)
 			pthread_cond_broadcast(&hold_cv);
@@ -162,33 +176,60 @@ static void suspend_hold(bool on)
 	pthread_mutex_unlock(&hold_mu);
 }
 
-void vgpu__moves_begin(void)
+bool vgpu__control_thread(void)
 {
-	struct timespec pause = { 0, 200000 };
-
-	if (move_depth++)
-		return;
-	if (gate_depth && !is_control_thread) {
-		stepped_out = true;
-		__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
-	}
-	pthread_mutex_lock(&move_mu);
-	hold_add(1);
-	while (__atomic_load_n(&in_gate, __ATOMIC_SEQ_CST) &&
-	       !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
-		nanosleep(&pause, NULL);
+	return is_control_thread;
 }
 
-void vgpu__moves_end(void)
+bool vgpu__control_suspended(void)
 {
-	if (--move_depth)
-		return;
+	return __atomic_load_n(&suspend_held, __ATOMIC_ACQUIRE);
+}
+
+/* Back to where vgpu__moves_begin found this thread. */
+static void moves_undo(void)
+{
 	hold_add(-1);
 	pthread_mutex_unlock(&move_mu);
 	if (stepped_out) {
 		stepped_out = false;
 		gate_in();
 	}
+}
+
+bool vgpu__moves_begin(unsigned wait_ms)
+{
+	struct timespec pause = { 0, 200000 };
+	uint64_t until;
+
+	if (move_depth++)
+		return true;
+	if (gate_depth && !is_control_thread) {
+		stepped_out = true;
+		__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);
+	}
+	pthread_mutex_lock(&move_mu);
+	hold_add(1);
+	until = vgpu__mono_ns() + (uint64_t)wait_ms * 1000000ull;
+	while (__atomic_load_n(&in_gate, __ATOMIC_SEQ_CST) &&
+	       !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
+		if (vgpu__mono_ns() >= until) {
+			/* A thread stays inside (stopped, or its call waits
+			 * on something of ours): no move now. */
+			move_depth--;
+			moves_undo();
+			return false;
+		}
+		nanosleep(&pause, NULL);
+	}
+	return true;
+}
+
+void vgpu__moves_end(void)
+{
+	if (--move_depth)
+		return;
+	moves_undo();
 }
 
 static bool any_suspended(void)
@@ -214,9 +255,16 @@ static void suspend(struct vgpu_dev *dv, struct dev_ctl *c)
 	uint64_t failed, left = 0;
 	char a[32], b[32];
 
-	/* Held from now on; what is inside the gate leaves first. */
+	/* Held from now on; what is inside the gate leaves first. A thread
+	 * that stays inside (stopped in a copy) puts the suspension off to
+	 * the next pass; vgpu-ctl sees no acknowledgement meanwhile. */
 	suspend_hold(true);
-	vgpu__moves_begin();
+	if (!vgpu__moves_begin(VGPU_MOVE_WAIT_MS)) {
+		vgpu_log(VGPU_LOG_DEBUG, "device %d: suspension put off: a "
+			 "thread stays inside a launch or a copy",
+			 dv->ordinal);
+		return;
+	}
 	vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, 0, &failed);
 	vgpu__moves_end();
 	c->suspended = true;
@@ -237,7 +285,8 @@ static void resume(struct vgpu_dev *dv, struct dev_ctl *c)
 {
 	uint64_t failed;
 
-	vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, &failed);
+	if (vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, &failed) < 0)
+		failed = vgpu__resident_movable(dv->ordinal, false);
 	c->suspended = false;
 	c->retry_ns = failed ? vgpu__mono_ns() + RETRY_NS : 0;
 	vgpu_ledger_slot_flags(dv->slot, 0, VGPU_LEDGER_SLOT_SUSPENDED);
@@ -287,7 +336,8 @@ static void pass_device(struct vgpu_dev *dv, struct dev_ctl *c)
 		 * second while the device refuses. */
 		uint64_t failed;
 
-		vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, &failed);
+		if (vgpu__move_ranges(dv, VGPU_MOVE_RESUME, 0, &failed) < 0)
+			failed = 1;
 		c->retry_ns = failed ? vgpu__mono_ns() + RETRY_NS : 0;
 	}
 	if (!want && over_limit(dv))

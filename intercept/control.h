@@ -29,8 +29,16 @@ void vgpu__gate_leave(void);
 void vgpu__control_wait(void);
 /* Around moves of ranges (overcommit.c), on any thread: the moves of the
  * process take turns, and hooks of other threads wait at the gate until
- * the end, those already inside having left. Nested calls are counted. */
-void vgpu__moves_begin(void);
+ * the end, those already inside having left. false: one stayed inside
+ * past wait_ms (stopped, or waiting on this thread): nothing is held, do
+ * not move. Nested calls are counted (and always true). */
+#define VGPU_MOVE_WAIT_MS 500
+bool vgpu__moves_begin(unsigned wait_ms);
 void vgpu__moves_end(void);
+/* Whether the process is suspended (or being suspended) by vgpu-ctl: no
+ * range comes back to the device but by the control thread's resume. */
+bool vgpu__control_suspended(void);
+/* Whether this thread is the control thread. */
+bool vgpu__control_thread(void);
 
 #endif

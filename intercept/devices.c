@@ -154,9 +154,12 @@ static void fit_limit(struct vgpu_dev *dv)
 	if (vgpu_ledger_tenant_used(dv->slot) <=
 	    vgpu_ledger_tenant_limit(dv->slot))
 		return;
+	/* The gate not had (a thread stays inside a copy): the next
+	 * synchronisation tries again. */
 	if (vgpu__real.cuCtxGetCurrent &&
-	    vgpu__real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
-		vgpu__move_ranges(dv, VGPU_MOVE_FIT, 0, NULL);
+	    vgpu__real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
+	    vgpu__move_ranges(dv, VGPU_MOVE_FIT, 0, NULL) < 0)
+		__atomic_store_n(&dv->fit_due, true, __ATOMIC_RELAXED);
 }
 
 void vgpu__dev_watch_all(void)

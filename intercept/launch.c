@@ -50,7 +50,7 @@ struct call {
 	CUgraphExec graph;
 };
 
-static CUresult call_real(const struct call *c)
+static CUresult call_driver(const struct call *c)
 {
 	switch (c->kind) {
 	case CALL_KERNEL:
@@ -90,6 +90,21 @@ static CUresult call_real(const struct call *c)
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* The driver's call, through the gate when the process has one
+ * (control.c). A capped launch passes it in the core, around the launch
+ * and its events only (throttled()): a move never waits on a share. */
+static CUresult call_real(const struct call *c)
+{
+	CUresult r;
+
+	if (!__atomic_load_n(&vgpu__gate_on, __ATOMIC_RELAXED))
+		return call_driver(c);
+	vgpu__gate_enter();	/* waits while the process is held */
+	r = call_driver(c);
+	vgpu__gate_leave();
+	return r;
+}
+
 static bool per_thread(enum call_kind k)
 {
 	return k == CALL_KERNEL_PTSZ || k == CALL_EX_PTSZ ||
@@ -103,7 +118,7 @@ static CUstream call_stream(const struct call *call)
 
 static int launch_cb(const void *arg)
 {
-	return (int)call_real(arg);
+	return (int)call_driver(arg);
 }
 
 /* A capped launch, handed to the core: measured in the current context,
@@ -121,6 +136,12 @@ static CUresult throttled(const struct call *call)
 		.launch = launch_cb,
 		.arg = call,
 	};
+
+	/* The gate around the launch and its events, not the admission. */
+	if (__atomic_load_n(&vgpu__gate_on, __ATOMIC_RELAXED)) {
+		m.enter = vgpu__gate_enter;
+		m.leave = vgpu__gate_leave;
+	}
 
 	if (__atomic_load_n(&vgpu__leaving, __ATOMIC_ACQUIRE))
 		return call_real(call);
@@ -237,18 +258,10 @@ static void note_uses(CUfunction f, void **params)
  * throttle if a share is set. */
 static CUresult launch_slow(const struct call *c)
 {
-	bool gated = __atomic_load_n(&vgpu__gate_on, __ATOMIC_RELAXED);
-	CUresult r;
-
-	if (gated)	/* waits while the process is held */
-		vgpu__gate_enter();
 	if (vgpu__movable_any())
 		note_uses(c->f, c->params);
-	r = __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
-	    throttled(c) : call_real(c);
-	if (gated)
-		vgpu__gate_leave();
-	return r;
+	return __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
+	       throttled(c) : call_real(c);
 }
 
 /* The uncapped fast path: no share, no VGPU_CONTROL, nothing movable.

@@ -692,19 +692,23 @@ static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
 	return true;
 }
 
-unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
-			   size_t need, uint64_t *failed)
+int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
+		      uint64_t *failed)
 {
 	static bool skip[MAX_SPILLS];	/* the mover's (move_mu) */
 	CUcontext done[16], popped;
-	int ndone = 0;
-	unsigned moved = 0;
+	int ndone = 0, moved = 0;
 
 	if (failed)
 		*failed = 0;
 	if (!dv || !dv->slot || !have_vmm())
 		return 0;
-	vgpu__moves_begin();
+	/* A suspended process's ranges come back by its resume alone. */
+	if (how == VGPU_MOVE_RESUME && vgpu__control_suspended() &&
+	    !vgpu__control_thread())
+		return 0;
+	if (!vgpu__moves_begin(VGPU_MOVE_WAIT_MS))
+		return -1;
 	memset(skip, 0, sizeof(skip));
 	for (int n = 0; n < MAX_SPILLS; n++) {
 		bool up = how == VGPU_MOVE_RESUME, ok;

@@ -30,9 +30,10 @@ enum vgpu_move { VGPU_MOVE_SUSPEND, VGPU_MOVE_FIT, VGPU_MOVE_RESUME };
  * synchronised, between vgpu__moves_begin and _end (control.c): the hooks
  * of the process's other threads are held meanwhile. Any thread: the
  * control thread, an allocation making room, a free promoting, a
- * synchronisation fitting a lowered limit. The number moved; *failed: the
+ * synchronisation fitting a lowered limit. The number moved, -1 when the
+ * gate could not be had in VGPU_MOVE_WAIT_MS (nothing moved); *failed: the
  * bytes that could not be. */
-unsigned vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
+int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how,
 			   size_t need, uint64_t *failed);
 /* Whether one of dv's ranges on the host would fit its slice now. */
 bool vgpu__host_range_fits(struct vgpu_dev *dv);

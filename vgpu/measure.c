@@ -645,8 +645,12 @@ static int measured(struct vgpu_measure_ctx *c,
 	collect(c, now);
 	estimate_or_probe(c, g, call->kind, call->key, &est, &probe, &now);
 	admit(c, g, est, &now);
+	if (call->enter)
+		call->enter();
 	if (!take_events(c, &a, &b)) {
 		r = call->launch(call->arg);
+		if (call->leave)
+			call->leave();
 		vgpu_throttle_settle(g->slot, est, est);
 		if (probe)
 			probe_end(g);
@@ -655,6 +659,8 @@ static int measured(struct vgpu_measure_ctx *c,
 	P.event_record(a, call->stream, call->per_thread);
 	r = call->launch(call->arg);
 	if (r != 0) {
+		if (call->leave)
+			call->leave();
 		vgpu_throttle_settle(g->slot, 0, est);
 		c->free_ev[c->nfree++] = a;
 		c->free_ev[c->nfree++] = b;
@@ -663,6 +669,8 @@ static int measured(struct vgpu_measure_ctx *c,
 		return r;
 	}
 	P.event_record(b, call->stream, call->per_thread);
+	if (call->leave)
+		call->leave();
 	p = &c->ring[(c->head + c->count) % RING];
 	p->start = a;
 	p->end = b;
@@ -684,11 +692,17 @@ static int unmeasured(struct vgpu_measure_ctx *c,
 		      const struct vgpu_measure_call *call)
 {
 	struct vgpu_slot *s;
+	int r;
 
 	if (c && P.announced && (s = P.announced(c->ctx)) != NULL)
 		vgpu_throttle_announce(s, P.now_coarse ? P.now_coarse()
 						       : P.now());
-	return call->launch(call->arg);
+	if (call->enter)
+		call->enter();
+	r = call->launch(call->arg);
+	if (call->leave)
+		call->leave();
+	return r;
 }
 
 int vgpu_measure_launch(struct vgpu_measure_thread *t,

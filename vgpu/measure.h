@@ -104,6 +104,11 @@ struct vgpu_measure_call {
 	 * vgpu_measure_launch returns as it is. */
 	int (*launch)(const void *arg);
 	const void *arg;
+	/* Called around the launch and the events that time it, after its
+	 * admission (NULL: nothing): the front end's gate, which may wait
+	 * there (intercept/control.c) but never on the throttle. */
+	void (*enter)(void);
+	void (*leave)(void);
 };
 
 /* ---- a thread's state: the front end allocates it (zeroed), the core

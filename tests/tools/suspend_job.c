@@ -16,6 +16,7 @@
  * Commands (one line each, answered with one line):
  *   status   "pass N bad M": passes done, elements found wrong so far
  *            (idle: one pass is made first, so the data is checked)
+ *   free     frees the last buffer: "freed N" (N buffers left)
  *   quit     frees everything and exits 0 (1 if any element was wrong)
  *   exit     exit(0) at once: no driver call, the library's exit path
  * Exits 2 when the device or the kernels cannot be had, 3 on a failed
@@ -119,6 +120,12 @@ static int command(char *line, bool idle)
 {
 	if (!strncmp(line, "exit", 4))
 		exit(0);
+	if (!strncmp(line, "free", 4) && nbufs > 1) {
+		check(cuMemFree(bufs[--nbufs]), "cuMemFree");
+		printf("freed %u\n", nbufs);
+		fflush(stdout);
+		return 1;
+	}
 	if (!strncmp(line, "status", 6)) {
 		if (idle)
 			one_pass();

@@ -189,6 +189,39 @@ Test(ctl_suspend, idle_process_is_suspended_within_a_second)
 	job_quit(&a);
 }
 
+/* With host overcommit too, a free while suspended brings nothing back to
+ * the device (a free promotes spilled ranges into the room it made, but
+ * not a suspended process's): the device's count stays where the
+ * suspension left it. */
+Test(ctl_suspend, free_while_suspended_brings_nothing_back)
+{
+	unsigned long long pass, bad;
+	struct ctl_job a;
+	uint64_t held, suspended;
+	char ans[64];
+
+	setenv("VGPU_CONTROL", "1", 1);
+	setenv("VGPU_OVERCOMMIT", "host", 1);
+	start_job(&a, "freeing", "1GiB", "64", "4", "idle");
+	unsetenv("VGPU_CONTROL");
+	unsetenv("VGPU_OVERCOMMIT");
+	held = device_used();
+	cr_assert_geq(held, 256 * MIB);
+	CTL_RUN(&r, 0, "suspend", "freeing", "--wait", "5");
+	suspended = device_used();
+	cr_assert_leq(suspended, held - 256 * MIB);
+	ctl_job_cmd(&a, "free", ans, sizeof(ans));
+	cr_assert_str_eq(ans, "freed 3");
+	cr_expect_eq(device_used(), suspended, "device holds %llu, was %llu",
+		     (unsigned long long)device_used(),
+		     (unsigned long long)suspended);
+	CTL_RUN(&r, 0, "resume", "freeing", "--wait", "5");
+	cr_expect_eq(device_used(), held - 64 * MIB);
+	job_status(&a, &pass, &bad);
+	cr_expect_eq(bad, 0);
+	job_quit(&a);
+}
+
 /* A launch made while suspended waits (it does not fail) and runs after
  * the resume. */
 Test(ctl_suspend, launch_while_suspended_waits_for_the_resume)

@@ -156,6 +156,29 @@ static void f_event_destroy(struct vgpu_prim_event *e)
 	f->live = false;
 }
 
+/* The front end's gate around a launch (vgpu_measure_call's enter and
+ * leave): when it was entered and left, and the events recorded by then. */
+static struct {
+	int inside, enters, leaves;
+	uint64_t entered_at;
+	unsigned records, records_at_enter, records_at_leave;
+} gate;
+
+static void gate_enter(void)
+{
+	gate.inside++;
+	gate.enters++;
+	gate.entered_at = fake.now;
+	gate.records_at_enter = gate.records;
+}
+
+static void gate_leave(void)
+{
+	gate.inside--;
+	gate.leaves++;
+	gate.records_at_leave = gate.records;
+}
+
 static struct fstream *stream_of(struct vgpu_prim_stream *s)
 {
 	return s ? (struct fstream *)s : &cur_ctx()->dflt;
@@ -169,6 +192,7 @@ static bool f_event_record(struct vgpu_prim_event *e,
 
 	(void)per_thread;
 	check_gone(f->ctx, f->gen);
+	gate.records++;
 	f->recorded = true;
 	f->done = fs->busy > fake.now ? fs->busy : fake.now;
 	return true;
@@ -970,4 +994,38 @@ Test(measure, a_launch_waits_for_its_estimate_in_the_bucket)
 		     (unsigned long long)(fake.launched_at - T0));
 	cr_expect_eq(fake.sleeps, (T0 + 16 * MS - t1) / (2 * MS));
 	cr_expect_eq(vgpu_ledger_slot_record(slot)->launches_throttled, 1);
+}
+
+/* The front end's gate is passed after the admission, around the launch
+ * and both of its events: a wait there (a move of memory, a suspension)
+ * is neither inside the throttle nor timed as the kernel's. */
+Test(measure, the_gate_is_passed_after_admission_around_the_events)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct kernel k = { .len = 4 * MS };
+	struct vgpu_measure_call call = {
+		.key = F1, .kind = VGPU_MEASURE_KERNEL,
+		.launch = f_launch, .arg = &k,
+		.enter = gate_enter, .leave = gate_leave,
+	};
+
+	run_and_read(a, F1, 4 * MS);	/* the probe: 4 ms of debt */
+	memset(&gate, 0, sizeof(gate));
+	as(a);
+	cr_assert_eq(vgpu_measure_launch(&a->m, &call), 0);
+	cr_expect_eq(gate.enters, 1);
+	cr_expect_eq(gate.leaves, 1);
+	cr_expect_eq(gate.inside, 0);
+	/* Entered once admitted (T0 + 16 ms, as in the test above). */
+	cr_expect_eq(gate.entered_at, T0 + 16 * MS, "entered at T0 + %llu ns",
+		     (unsigned long long)(gate.entered_at - T0));
+	cr_expect_eq(gate.records_at_enter, 0);
+	cr_expect_eq(gate.records_at_leave, 2, "both events inside");
+	/* A refused launch leaves the gate too. */
+	k.refuse = 700;
+	memset(&gate, 0, sizeof(gate));
+	cr_expect_eq(vgpu_measure_launch(&a->m, &call), 700);
+	cr_expect_eq(gate.enters, 1);
+	cr_expect_eq(gate.leaves, 1);
 }

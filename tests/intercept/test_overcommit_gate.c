@@ -1,0 +1,197 @@
+/* test_overcommit_gate.c - the gate that holds a process's launches and
+ * copies while its ranges move (VGPU_OVERCOMMIT=host; intercept/control.c)
+ * never holds the job up for good.
+ *
+ * - A capped tenant's launching thread cancelled while its launch waits
+ *   for admission: the gate is left open, and a later allocation past the
+ *   slice moves ranges as usual, data intact.
+ * - A thread that stays inside a copy (a signal handler that sleeps
+ *   there: a debugger's stop, a profiler's sample): an allocation past the
+ *   slice gives up moving after a bounded wait and spills instead, while
+ *   that thread is still inside.
+ */
+#include "shimtest.h"
+#include "vgpu_kernels.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB (1ull << 20)
+#define TENANT "oc-gate"
+
+static CUcontext ctx;
+static CUfunction touch;
+
+static void start(void)
+{
+	CUmodule mod;
+
+	shimtest_env(TENANT, "64MiB");
+	setenv("VGPU_OVERCOMMIT", "host", 1);
+	ctx = simtest_init();
+	cr_assert_eq(cuModuleLoadData(&mod, vgpu_kernels_fatbin), CUDA_SUCCESS);
+	cr_assert_eq(cuModuleGetFunction(&touch, mod, "vgpu_touch"),
+		     CUDA_SUCCESS);
+}
+
+static uint64_t usage(int kind)
+{
+	struct ledger_view v;
+	uint64_t b;
+
+	ledger_view_must(&v, NULL);
+	b = ledger_tenant_bytes(&v, TENANT, kind);
+	ledger_view_close(&v);
+	return b;
+}
+
+/* Writes pattern seed over p (a kernel), or checks it (the host). */
+static void fill(CUdeviceptr p, size_t bytes, uint32_t seed)
+{
+	uint64_t n = bytes / 4;
+	uint32_t expect = 0;
+	CUdeviceptr none = 0;
+	void *params[] = { &p, &n, &expect, &seed, &none };
+
+	cr_assert_eq(cuLaunchKernel(touch, 8, 1, 1, 64, 1, 1, 0, NULL, params,
+				    NULL), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+static void check(CUdeviceptr p, size_t bytes, uint32_t seed)
+{
+	uint32_t *buf = malloc(bytes);
+	size_t bad = 0;
+
+	cr_assert_not_null(buf);
+	cr_assert_eq(cuMemcpyDtoH(buf, p, bytes), CUDA_SUCCESS);
+	for (size_t i = 0; i < bytes / 4; i++)
+		bad += buf[i] != vgpu_touch_pattern(seed, i);
+	free(buf);
+	cr_assert_eq(bad, 0, "%zu words differ from seed %u", bad, seed);
+}
+
+/* ---- a launching thread cancelled in the throttle ----------------------- */
+
+static void *launch_forever(void *arg)
+{
+	CUdeviceptr p = *(CUdeviceptr *)arg;
+	uint64_t n = 4 * MIB / 4;
+	uint32_t expect = 0, seed = 99;
+	CUdeviceptr none = 0;
+	void *params[] = { &p, &n, &expect, &seed, &none };
+
+	cuCtxSetCurrent(ctx);
+	for (;;)
+		cuLaunchKernel(touch, 8, 1, 1, 64, 1, 1, 0, NULL, params,
+			       NULL);
+	return NULL;
+}
+
+Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	CUdeviceptr b[3], scratch, more;
+	pthread_t t;
+	void *res;
+
+	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
+	start();
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(cuMemAlloc(&b[i], 16 * MIB), CUDA_SUCCESS);
+		fill(b[i], 16 * MIB, 10 + (uint32_t)i);
+	}
+	cr_assert_eq(cuMemAlloc(&scratch, 4 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(pthread_create(&t, NULL, launch_forever, &scratch), 0);
+	usleep(300 * 1000);	/* at 10%, its launches wait for admission */
+	cr_assert_eq(pthread_cancel(t), 0);
+	cr_assert_eq(pthread_join(t, &res), 0);
+	cr_assert_eq(res, PTHREAD_CANCELED);
+	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+	/* Past the slice: the least recently used go to the host. */
+	cr_assert_eq(cuMemAlloc(&more, 32 * MIB), CUDA_SUCCESS);
+	cr_expect_geq(usage(VGPU_USAGE_SPILLED), 16 * MIB);
+	for (int i = 0; i < 3; i++)
+		check(b[i], 16 * MIB, 10 + (uint32_t)i);
+	cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	cr_assert_eq(cuMemFree(scratch), CUDA_SUCCESS);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(cuMemFree(b[i]), CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
+	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
+}
+
+/* ---- a thread that stays inside a copy ------------------------------------ */
+
+static volatile sig_atomic_t handler_done;
+
+static void stay(int sig)
+{
+	(void)sig;
+	sleep(4);
+	handler_done = 1;
+}
+
+static void slow_host(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+}
+
+static void *copy_behind_host_fn(void *arg)
+{
+	static char h[1 << 20];
+	CUdeviceptr p = *(CUdeviceptr *)arg;
+	sigset_t s;
+
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+	cuCtxSetCurrent(ctx);
+	cuLaunchHostFunc(NULL, slow_host, NULL);
+	/* Inside the copy's hook for 300 ms, then the handler's 4 s. */
+	cuMemcpyHtoD(p, h, sizeof(h));
+	return NULL;
+}
+
+Test(overcommit_gate, a_thread_inside_a_copy_does_not_hold_moves,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	CUdeviceptr b[3], more;
+	sigset_t s;
+	pthread_t t;
+	CUresult r;
+
+	start();
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &s, NULL);
+	signal(SIGUSR1, stay);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(cuMemAlloc(&b[i], 16 * MIB), CUDA_SUCCESS);
+		fill(b[i], 16 * MIB, 20 + (uint32_t)i);
+	}
+	cr_assert_eq(pthread_create(&t, NULL, copy_behind_host_fn, &b[2]), 0);
+	usleep(100 * 1000);
+	cr_assert_eq(pthread_kill(t, SIGUSR1), 0);	/* inside the copy */
+	usleep(20 * 1000);
+	/* No move while that thread is inside: the new allocation spills
+	 * after the gate's bounded wait, before the thread comes out. */
+	r = cuMemAlloc(&more, 32 * MIB);
+	cr_expect_eq(handler_done, 0, "the allocation waited for the thread");
+	cr_assert_eq(r, CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 32 * MIB);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+	check(b[0], 16 * MIB, 20);
+	check(b[1], 16 * MIB, 21);
+	cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(cuMemFree(b[i]), CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
+	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
+}
