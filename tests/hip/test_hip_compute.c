@@ -1,8 +1,9 @@
 /* test_hip_compute.c - a HIP job's compute share under libvgpu-hip.so, by
  * the simulated device's record of what ran (docs/compute.md, "How the
  * tests judge"): with VGPU_COMPUTE_LIMIT=30 and the hard policy, back to
- * back vgpu_spin kernels of 1 ms and of 100 us get 30% +- 2 points of the
- * device's time over a few seconds. The window is from the spin command
+ * back vgpu_spin kernels of 1 ms get 30% +- 2 points of the device's time
+ * over a few seconds; 100 us kernels never more than 32%, at least 26%.
+ * One test at a time (meson.build runs it with -j1). The window is from the spin command
  * sent to its reply (the job's start and the module's loading outside it).
  */
 #include "hipshim.h"
@@ -45,7 +46,8 @@ static double share(unsigned us, unsigned count)
 	return 100.0 * (double)busy / (double)(t1 - t0);
 }
 
-static void judge(unsigned us, unsigned count)
+/* Never above the cap by more than 2 points; under it by at most under. */
+static void judge(unsigned us, unsigned count, double under)
 {
 	double got = share(us, count);
 
@@ -53,18 +55,23 @@ static void judge(unsigned us, unsigned count)
 	       got);
 	fflush(stdout);
 	cr_log_info("%u us kernels: %.2f%%", us, got);
-	cr_assert(got >= 28.0 && got <= 32.0, "%u us kernels: %.2f%% of the "
-		  "device, want 30 +- 2", us, got);
+	cr_assert(got >= 30.0 - under && got <= 32.0, "%u us kernels: %.2f%% "
+		  "of the device, want 30, +2 -%.0f", us, got, under);
 }
 
 /* 1 ms kernels: 1,000 of them, about 3.3 s at 30%. */
 Test(hip_compute, spin_1ms_at_30pct, .timeout = 60)
 {
-	judge(1000, 1000);
+	judge(1000, 1000, 2);
 }
 
-/* 100 us kernels: 10,000 of them, about 3.3 s at 30%. */
+/* 100 us kernels: 10,000 of them, about 3.3 s at 30%. Up to 4 points
+ * under, as tests/compute allows short kernels: each launch admitted on
+ * an idle stream is charged the host's time from its admission to the
+ * kernel's start, which the simulated HIP runtime's longer launch path
+ * (over the simulated driver) makes larger than CUDA's: 28.0-28.9%
+ * measured on a two-core machine, CUDA's share 29.0% (docs/hip.md). */
 Test(hip_compute, spin_100us_at_30pct, .timeout = 60)
 {
-	judge(100, 10000);
+	judge(100, 10000, 4);
 }
