@@ -17,6 +17,7 @@
  *                      (hipHostMalloc). Prints "alloc ERR id=N".
  *   free ID            free allocation ID with its path's free function.
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
+ *   totalmem           "totalmem ERR bytes=B" (hipDeviceTotalMem, device 0).
  *   copy ID            round trip: a pattern hipMemcpy'd host to device,
  *                      device to device (a scratch buffer) and back;
  *                      "copy ERR bad=N" (bytes that differ).
@@ -207,6 +208,14 @@ static void cmd_memgetinfo(void)
 	printf("memgetinfo %d free=%zu total=%zu\n", (int)rc, fr, total);
 }
 
+static void cmd_totalmem(void)
+{
+	size_t bytes = 0;
+	hipError_t rc = hipDeviceTotalMem(&bytes, 0);
+
+	printf("totalmem %d bytes=%zu\n", (int)rc, bytes);
+}
+
 /* Host to device, device to device (scratch), device to host. */
 static hipError_t round_trip(struct alloc *a, size_t *bad)
 {
@@ -381,6 +390,8 @@ static bool run(char *line)
 		cmd_free(args[0]);
 	else if (strcmp(cmd, "memgetinfo") == 0)
 		cmd_memgetinfo();
+	else if (strcmp(cmd, "totalmem") == 0)
+		cmd_totalmem();
 	else if (strcmp(cmd, "copy") == 0)
 		cmd_copy(args[0]);
 	else if (strcmp(cmd, "touch") == 0)
