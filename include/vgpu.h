@@ -191,6 +191,8 @@ struct vgpu_ledger_tenant {
 #define VGPU_LEDGER_SLOT_CONTROL	0x1u	/* watches for suspension */
 #define VGPU_LEDGER_SLOT_SUSPENDED	0x2u	/* holds its launches, memory
 						 * moved to the host */
+#define VGPU_LEDGER_SLOT_HIP		0x4u	/* joined by libvgpu-hip.so
+						 * (HIP); clear: libvgpu.so */
 
 /* One process's share of one GPU. */
 struct vgpu_ledger_slot {

@@ -29,6 +29,8 @@ const char vrun_usage[] =
 "  --place spread|binpack  how --gpu auto chooses (default spread)\n"
 "  --tenant NAME         who the slice belongs to\n"
 "  --sim                 run on the simulated GPU\n"
+"  --hip                 a HIP job: preload libvgpu-hip.so (found by itself\n"
+"                        when the program links libamdhip64)\n"
 "  --verbose             say what vgpu-run does; libvgpu prints its options\n"
 "  --install-preload [PATH]  add libvgpu.so to /etc/ld.so.preload (or PATH)\n"
 "  -h, --help            this text\n"
@@ -216,6 +218,8 @@ static int parse_flag(struct vrun_args *a, int argc, char **argv, int *i,
 
 	if (strcmp(arg, "--sim") == 0)
 		a->sim = true;
+	else if (strcmp(arg, "--hip") == 0)
+		a->hip = true;
 	else if (strcmp(arg, "--verbose") == 0)
 		a->verbose = true;
 	else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)

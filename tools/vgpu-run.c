@@ -239,18 +239,62 @@ static int install_preload(const struct vrun_args *a, const char *lib)
 	return 0;
 }
 
+/* A HIP job on the simulated GPU: the simulated runtime (sim/hip, or
+ * vgpu-sim/ installed) and the simulated driver it is made of, first in
+ * LD_LIBRARY_PATH. */
+static int hip_sim_path(const char *sim_lib)
+{
+	static char path[3 * VRUN_PATH_MAX];
+	const char *old = getenv("LD_LIBRARY_PATH");
+	const char *slash = strrchr(sim_lib, '/');
+	int n = slash ? (int)(slash - sim_lib) : 0;
+
+	if (snprintf(path, sizeof(path), "%.*s/hip:%.*s%s%s", n, sim_lib, n,
+		     sim_lib, old && *old ? ":" : "", old ? old : "") >=
+	    (int)sizeof(path))
+		return fail(VRUN_EXIT_VALUE, "LD_LIBRARY_PATH is too long");
+	set("LD_LIBRARY_PATH", path);
+	return 0;
+}
+
+/* The library to preload: libvgpu-hip.so for a HIP job (--hip, or a
+ * program that links the HIP runtime), else libvgpu.so. */
+static int front_end(const struct vrun_args *a, const char **lib,
+		     bool *hip)
+{
+	static char hip_lib[VRUN_PATH_MAX];
+	char err[2 * VRUN_PATH_MAX + 256];
+
+	if (!a->hip && !vrun_is_hip_program(a->command[0]))
+		return 0;
+	if (vrun_find_hip_library(*lib, hip_lib, sizeof(hip_lib), err,
+				  sizeof(err)) != 0)
+		return fail(VRUN_EXIT_LIBRARY, err);
+	say("a HIP job%s: preloading %s", a->hip ? "" : " (it links "
+	    "libamdhip64)", hip_lib);
+	*lib = hip_lib;
+	*hip = true;
+	return 0;
+}
+
 static int run(const struct vrun_args *a, const char *self, const char *lib)
 {
 	static char preload[3 * VRUN_PATH_MAX], sim_lib[VRUN_PATH_MAX];
 	static struct vgpu_options o;
 	char err[2048];
+	bool hip = false;
 	int rc;
 
 	if (a->sim && vrun_find_library(self, true, sim_lib, sizeof(sim_lib),
 					err, sizeof(err)) != 0)
 		return fail(VRUN_EXIT_LIBRARY, err);
+	if ((rc = front_end(a, &lib, &hip)))
+		return rc;
+	if (a->sim && hip && (rc = hip_sim_path(sim_lib)))
+		return rc;
 	apply_options(a, a->sim ? sim_lib : NULL);
 	unsetenv("VGPU_LIBRARY");	/* vgpu-run's own, already read */
+	unsetenv("VGPU_HIP_LIBRARY");
 	if ((rc = check_environment(&o)))
 		return rc;
 	if (a->gpu_mode != VRUN_GPU_NONE &&

@@ -55,6 +55,7 @@ struct vrun_args {
 	int place;			/* enum vrun_place_mode */
 	bool place_given;
 	bool sim;
+	bool hip;			/* --hip: a HIP job */
 	bool verbose;
 	bool help;
 	bool install_preload;
@@ -158,5 +159,18 @@ int vrun_merge_preload(const char *existing, const char *lib, char *out,
  * place. Returns 0 (changed), 1 (already there), or -1 with err set. */
 int vrun_install_preload(const char *file, const char *lib, char *err,
 			 size_t errlen);
+
+/* ---- vgpu-run-hip.c: HIP jobs ---------------------------------------- */
+
+/* Whether cmd (as execvp finds it) is an ELF program that needs the HIP
+ * runtime (a DT_NEEDED libamdhip64.so.N). */
+bool vrun_is_hip_program(const char *cmd);
+
+/* Finds libvgpu-hip.so beside `shim` (libvgpu.so's path, found by
+ * vrun_find_library): $VGPU_HIP_LIBRARY, then <shim dir>/hip/ (the build
+ * tree), then <shim dir>/ (the installation). Returns 0 with the path in
+ * out, or -1 with err listing where it looked. */
+int vrun_find_hip_library(const char *shim, char *out, size_t len,
+			  char *err, size_t errlen);
 
 #endif /* VGPU_RUN_H */

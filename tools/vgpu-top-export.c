@@ -23,6 +23,12 @@ const char *top_state_name(enum top_state st)
 	return "unknown";
 }
 
+/* The front end a process's slot flags name: libvgpu-hip.so sets HIP. */
+const char *top_front_end(uint32_t flags)
+{
+	return flags & VGPU_LEDGER_SLOT_HIP ? "hip" : "cuda";
+}
+
 /* The policies a tenant's compute share can have: a state set, one
  * sample each (PROM_POLICY), 1 for the tenant's. */
 #define PROM_POLICIES	4
@@ -211,6 +217,8 @@ static void json_proc(FILE *f, const struct top_gpu *g,
 	fprintf(f, ",\n%s\"tenant\": ", in);
 	json_str(f, tenant_name(g, p->tenant));
 	fprintf(f, ",\n%s\"tenant_index\": %" PRIu32, in, p->tenant);
+	fprintf(f, ",\n%s\"front_end\": \"%s\"", in,
+		top_front_end(p->flags));
 	fprintf(f, ",\n%s\"state\": \"%s\"", in, top_state_name(p->state));
 	fprintf(f, ",\n%s\"started_unix_ns\": %" PRIu64, in, p->start_ns);
 	fprintf(f, ",\n%s\"memory_used_bytes\": %" PRIu64, in, p->used);

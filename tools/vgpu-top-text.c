@@ -445,14 +445,16 @@ static void print_proc(struct out *o, const struct top_gpu *g,
 
 	pid_columns(p, pid, ns, sizeof(pid));
 	emit(o, p->state == TOP_ALIVE ? NULL : "\033[2m",
-	     "  %-8s %-8s %-16.16s %-8s %-11s %-10s %7s %7s %9s %7s %5" PRIu32,
+	     "  %-8s %-8s %-16.16s %-8s %-11s %-10s %7s %7s %9s %7s %5" PRIu32
+	     " %s",
 	     pid, ns, top_escape(name_of(g, p->tenant), TOP_ESC_TEXT, name,
 				 sizeof(name)), top_state_name(p->state),
 	     top_bytes(p->used, used, 32),
 	     top_bytes(p->usage[VGPU_USAGE_SPILLED], sp, 32),
 	     pct(&p->r1, p->r1.share_pct, a1, 16),
 	     pct(&p->r10, p->r10.share_pct, a10, 16), rate(&p->r1, lr, 24),
-	     pct(&p->r1, p->r1.wait_pct, w, 16), p->slot);
+	     pct(&p->r1, p->r1.wait_pct, w, 16), p->slot,
+	     top_front_end(p->flags));
 }
 
 static void print_gpu(struct out *o, const struct top_gpu *g)
@@ -483,8 +485,8 @@ static void print_gpu(struct out *o, const struct top_gpu *g)
 	for (int i = 0; i < nt; i++)
 		print_tenant(o, ts[i]);
 	emit(o, "\033[7m", "  %-8s %-8s %-16s %-8s %-11s %-10s %7s %7s %9s %7s "
-	     "%5s", "PID", "NS PID", "TENANT", "STATE", "USED", "SPILLED",
-	     "GPU 1s", "GPU 10s", "LAUNCH/s", "WAIT", "SLOT");
+	     "%5s %s", "PID", "NS PID", "TENANT", "STATE", "USED", "SPILLED",
+	     "GPU 1s", "GPU 10s", "LAUNCH/s", "WAIT", "SLOT", "API");
 	for (int i = 0; i < np; i++)
 		print_proc(o, g, ps[i]);
 out:

@@ -200,6 +200,8 @@ void top_print_text(FILE *f, const struct top_snap *s,
 /* ---- vgpu-top-export.c ---------------------------------------------------- */
 
 const char *top_state_name(enum top_state st);
+/* "hip" or "cuda": the front end of a process (its slot's flags). */
+const char *top_front_end(uint32_t flags);
 const char *top_policy_name(uint32_t policy);
 /* The device bytes t holds past its memory limit; 0 within it or with no
  * limit. */

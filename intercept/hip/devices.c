@@ -31,28 +31,34 @@ static void check_count(void)
 			count > 0 ? (unsigned)count : 0);
 }
 
-/* The ledger's key of device d; false if the runtime says nothing. */
-static bool device_key(int d, char *key, size_t len)
+/* Also smi.c's, with the runtime it opens itself. */
+bool vgpu__hip_device_key(hipError_t (*uuid_of)(hipUUID *, hipDevice_t),
+			  hipError_t (*bus_of)(char *, int, int), int d,
+			  char *key, size_t len)
 {
 	hipUUID u;
 	char bus[32];
 
 	memset(&u, 0, sizeof(u));
-	if (vgpu__hip.hipDeviceGetUuid &&
-	    vgpu__hip.hipDeviceGetUuid(&u, d) == hipSuccess) {
+	if (uuid_of && uuid_of(&u, d) == hipSuccess) {
 		vgpu_device_uuid_string((const unsigned char *)u.bytes, key,
 					len);
 		return true;
 	}
-	if (!vgpu__hip.hipDeviceGetPCIBusId ||
-	    vgpu__hip.hipDeviceGetPCIBusId(bus, (int)sizeof(bus), d) !=
-		    hipSuccess)
+	if (!bus_of || bus_of(bus, (int)sizeof(bus), d) != hipSuccess)
 		return false;
 	for (char *c = bus; *c; c++)
 		if (*c == ':' || *c == '.')
 			*c = '-';
 	snprintf(key, len, "PCI-%s", bus);
 	return true;
+}
+
+static bool device_key(int d, char *key, size_t len)
+{
+	return vgpu__hip_device_key(vgpu__hip.hipDeviceGetUuid,
+				    vgpu__hip.hipDeviceGetPCIBusId, d, key,
+				    len);
 }
 
 struct vgpu_hip_dev *vgpu__hip_dev_attach(int d)
@@ -80,8 +86,13 @@ struct vgpu_hip_dev *vgpu__hip_dev_attach(int d)
 	pthread_mutex_lock(&attach_lock);
 	if (__atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) == VGPU_DEV_NEW &&
 	    vgpu_device_join(&dv->core, vgpu__hip_options(), d, key, total,
-			     refused) == VGPU_DEVICE_JOINED)
+			     refused) == VGPU_DEVICE_JOINED) {
+		/* vgpu-top tells the front ends apart by it. */
+		if (dv->slot)
+			vgpu_ledger_slot_flags(dv->slot, VGPU_LEDGER_SLOT_HIP,
+					       0);
 		__atomic_store_n(&dv->state, VGPU_DEV_READY, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&attach_lock);
 	return dv;
 }

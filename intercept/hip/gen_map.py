@@ -2,7 +2,9 @@
 """The version script of libvgpu-hip.so from hooks.def: each hook exported
 under the HIP runtime's node (a program's hipMalloc@hip_4.2 binds to it),
 the nodes chained oldest first as libamdhip64.so.5 has them, all else
-local."""
+local. Besides the hooks: ROCm SMI's memory queries (unversioned in
+librocm_smi64.so.1: a program's unversioned reference binds to the
+default version) and dlsym under glibc's nodes (smi.c, dlsym.S)."""
 import re
 import sys
 
@@ -27,7 +29,12 @@ with open(sys.argv[2], 'w') as out:
                 out.write('    %s;\n' % n)
             if i == 0:
                 out.write('    vgpu_hip_shim_version;\n')
+                out.write('    rsmi_dev_memory_total_get;\n')
+                out.write('    rsmi_dev_memory_usage_get;\n')
         if i == 0:
             out.write('  local:\n    *;\n')
         out.write('}%s;\n' % (' ' + prev if prev else ''))
         prev = node
+    # dlsym.S's dlsym@GLIBC_2.2.5 and dlsym@@GLIBC_2.34.
+    out.write('GLIBC_2.2.5 {\n};\n')
+    out.write('GLIBC_2.34 {\n  global:\n    dlsym;\n} GLIBC_2.2.5;\n')

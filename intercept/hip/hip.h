@@ -51,6 +51,12 @@ struct vgpu_hip_dev {
 	};
 };
 
+/* The ledger's key of HIP device d ("GPU-" and the UUID, else "PCI-" and
+ * the bus id) through these runtime functions (either may be NULL);
+ * false if neither answers. */
+bool vgpu__hip_device_key(hipError_t (*uuid_of)(hipUUID *, hipDevice_t),
+			  hipError_t (*bus_of)(char *, int, int), int d,
+			  char *key, size_t len);
 /* The device's state, joined to its ledger on first use; NULL if d is
  * not a device or the runtime cannot say what it is. */
 struct vgpu_hip_dev *vgpu__hip_dev_attach(int d);

@@ -168,4 +168,5 @@ Test(ledger_abi, slot_flags)
 {
 	cr_expect_eq(VGPU_LEDGER_SLOT_CONTROL, 0x1u);
 	cr_expect_eq(VGPU_LEDGER_SLOT_SUSPENDED, 0x2u);
+	cr_expect_eq(VGPU_LEDGER_SLOT_HIP, 0x4u);
 }
