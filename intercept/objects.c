@@ -13,13 +13,8 @@
 
 /* ---- arrays ------------------------------------------------------------ */
 
-/* The driver reserves a pitched image for an array: each row padded, so a
- * narrow array costs far more than its elements (a 1-byte-wide one, 512
- * times). Where the driver does not report the size, the estimate is each
- * row rounded up to ROW_ALIGN bytes, times the rows and slices, rounded up
- * to whole pages (docs/memory.md). */
-#define ROW_ALIGN	512u
-#define PAGE		4096u
+/* Arrays without a size from the driver: the core's estimate of a pitched
+ * image (vgpu_array_bytes, front.h; docs/memory.md). */
 #define LAYERS		(CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)
 
 /* Bytes of one element of one channel, and the channels a packed format
@@ -67,18 +62,9 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f,
 {
 	unsigned implied;
 	uint64_t elem = format_bytes(f, &implied);
-	uint64_t row, rows = (uint64_t)(h ? h : 1);
 
 	elem *= implied ? implied : (channels ? channels : 1);
-	if (w > (UINT64_MAX - ROW_ALIGN) / elem)
-		return UINT64_MAX;
-	row = ((uint64_t)w * elem + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-	if (d > 1 && rows > UINT64_MAX / d)
-		return UINT64_MAX;
-	rows *= d ? d : 1;
-	if (rows > (UINT64_MAX - PAGE) / row)
-		return UINT64_MAX;
-	return (row * rows + PAGE - 1) / PAGE * PAGE;
+	return vgpu_array_bytes(elem, w, h, d);
 }
 
 static CUresult charge_handle(struct vgpu_dev *dv, int kind, uint64_t bytes)

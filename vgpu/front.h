@@ -167,6 +167,33 @@ static inline uint64_t vgpu__alloc_size(uint64_t bytes)
 	return (bytes + VGPU_ALLOC_UNIT - 1) & ~(uint64_t)(VGPU_ALLOC_UNIT - 1);
 }
 
+/* A device reserves a pitched image for an array: each row padded, so a
+ * narrow array costs far more than its elements (a 1-byte-wide one, 512
+ * times). Where the driver does not report the size, the estimate is each
+ * row of w elements of elem bytes rounded up to VGPU_ARRAY_ROW_ALIGN, times
+ * the rows and slices (0 counts as 1), rounded up to whole pages;
+ * saturates at UINT64_MAX (docs/memory.md). */
+#define VGPU_ARRAY_ROW_ALIGN 512u
+
+static inline uint64_t vgpu_array_bytes(uint64_t elem, size_t w, size_t h,
+					size_t d)
+{
+	uint64_t row, rows = (uint64_t)(h ? h : 1);
+
+	elem = elem ? elem : 1;
+	if (w > (UINT64_MAX - VGPU_ARRAY_ROW_ALIGN) / elem)
+		return UINT64_MAX;
+	row = ((uint64_t)w * elem + VGPU_ARRAY_ROW_ALIGN - 1) /
+	      VGPU_ARRAY_ROW_ALIGN * VGPU_ARRAY_ROW_ALIGN;
+	row = row ? row : VGPU_ARRAY_ROW_ALIGN;
+	if (d > 1 && rows > UINT64_MAX / d)
+		return UINT64_MAX;
+	rows *= d ? d : 1;
+	if (rows > (UINT64_MAX - VGPU_ALLOC_UNIT) / row)
+		return UINT64_MAX;
+	return vgpu__alloc_size(row * rows);
+}
+
 /* ---- the host, for the primitives (prim.h) --------------------------------- */
 
 uint64_t vgpu_host_now(void);		/* CLOCK_MONOTONIC, ns */

@@ -13,14 +13,22 @@
 #include <stdint.h>
 
 /* The last step of an allocation: refused, the charge given back; made,
- * remembered under key. */
+ * remembered under key. An entry already under key is stale (a free that
+ * the runtime refused, because another thread's free of the same pointer
+ * won, put it back): its charge is given back first. */
 static hipError_t made(struct vgpu_hip_dev *dv, hipError_t r, int table,
 		       uint64_t key, int kind, uint64_t bytes)
 {
-	if (r != hipSuccess)
+	struct vgpu_tracked stale;
+
+	if (r != hipSuccess) {
 		vgpu__hip_uncharge(dv, kind, bytes);
-	else if (dv->slot)
+	} else if (dv->slot) {
+		if (vgpu__track_remove(table, key, &stale))
+			vgpu__hip_uncharge(vgpu__hip_dev_peek((int)stale.dev),
+					   (int)stale.kind, stale.bytes);
 		vgpu__track_charged(table, key, kind, dv->ordinal, bytes, 0);
+	}
 	return r;
 }
 

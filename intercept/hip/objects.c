@@ -1,8 +1,9 @@
 /* objects.c - HIP's arrays and VMM handles: charged as made, keyed by
  * handle, given back at their free or release.
  *
- * An array is charged its texels' bytes (the runtime does not say its
- * layout's size). A VMM handle is charged when its memory is on a device
+ * An array is charged the core's estimate of a pitched image (rows padded
+ * to 512 bytes, vgpu_array_bytes: the runtime does not say its layout's
+ * size), its element as wide as the widest channel times the channels. A VMM handle is charged when its memory is on a device
  * (host locations are not device memory) and given back when it is
  * released: memory the runtime keeps while the handle is still mapped is
  * not followed (docs/hip.md).
@@ -27,30 +28,13 @@ static uint64_t format_bytes(enum hipArray_Format f)
 	}
 }
 
-static uint64_t at_least_1(size_t n)
-{
-	return n ? n : 1;
-}
-
-/* w x h x d elements of elem bytes, or 0 past what can be charged. */
-static uint64_t extent_bytes(uint64_t elem, size_t w, size_t h, size_t d)
-{
-	uint64_t n = elem;
-	uint64_t dims[3] = { at_least_1(w), at_least_1(h), at_least_1(d) };
-
-	for (int i = 0; i < 3; i++) {
-		if (n > VGPU_TRACK_MAX_BYTES / dims[i])
-			return 0;
-		n *= dims[i];
-	}
-	return vgpu__alloc_size(n);
-}
-
 /* The charge of an array of bytes on the current device: *dv NULL when
  * not accounted; refused: the error. */
 static hipError_t charge(struct vgpu_hip_dev **dv, uint64_t bytes)
 {
-	*dv = bytes ? vgpu__hip_dev_current() : NULL;
+	*dv = vgpu__hip_dev_current();
+	if (*dv && bytes > VGPU_TRACK_MAX_BYTES)
+		return hipErrorOutOfMemory;
 	return *dv ? vgpu__hip_charge(*dv, VGPU_USAGE_ARRAY, bytes)
 		   : hipSuccess;
 }
@@ -60,7 +44,7 @@ static hipError_t array_made(struct vgpu_hip_dev *dv, hipError_t r,
 {
 	if (!dv)
 		return r;
-	if (r != hipSuccess)
+	if (r != hipSuccess || !a)
 		vgpu__hip_uncharge(dv, VGPU_USAGE_ARRAY, bytes);
 	else if (dv->slot)
 		vgpu__track_charged(VGPU_TRACK_HANDLE, (uint64_t)(uintptr_t)*a,
@@ -68,16 +52,37 @@ static hipError_t array_made(struct vgpu_hip_dev *dv, hipError_t r,
 	return r;
 }
 
+static unsigned bits_of(int b)
+{
+	return b < 0 ? (unsigned)-(long)b : (unsigned)b;
+}
+
+/* An element of a channel description: as many bytes as the widest
+ * channel, times the channels that are not 0 (a description whose widths
+ * do not add up is charged at least what the runtime makes of it). */
 static uint64_t channel_bytes(const hipChannelFormatDesc *d)
 {
-	return d ? (uint64_t)(d->x + d->y + d->z + d->w) / 8 : 0;
+	unsigned b[4], widest = 0, n = 0;
+
+	if (!d)
+		return 1;
+	b[0] = bits_of(d->x);
+	b[1] = bits_of(d->y);
+	b[2] = bits_of(d->z);
+	b[3] = bits_of(d->w);
+	for (int i = 0; i < 4; i++)
+		if (b[i]) {
+			n++;
+			widest = b[i] > widest ? b[i] : widest;
+		}
+	return n ? (uint64_t)(widest + 7) / 8 * n : 1;
 }
 
 hipError_t hipMallocArray(hipArray **a, const hipChannelFormatDesc *d,
 			  size_t w, size_t h, unsigned int flags)
 {
 	struct vgpu_hip_dev *dv;
-	uint64_t n = a ? extent_bytes(channel_bytes(d), w, h, 1) : 0;
+	uint64_t n = vgpu_array_bytes(channel_bytes(d), w, h, 1);
 	hipError_t r;
 
 	vgpu__hip_start();
@@ -94,8 +99,8 @@ hipError_t hipMalloc3DArray(hipArray **a, const struct hipChannelFormatDesc *d,
 			    struct hipExtent e, unsigned int flags)
 {
 	struct vgpu_hip_dev *dv;
-	uint64_t n = a ? extent_bytes(channel_bytes(d), e.width, e.height,
-				      e.depth) : 0;
+	uint64_t n = vgpu_array_bytes(channel_bytes(d), e.width, e.height,
+				      e.depth);
 	hipError_t r;
 
 	vgpu__hip_start();
@@ -111,9 +116,9 @@ hipError_t hipMalloc3DArray(hipArray **a, const struct hipChannelFormatDesc *d,
 hipError_t hipArrayCreate(hipArray **a, const HIP_ARRAY_DESCRIPTOR *d)
 {
 	struct vgpu_hip_dev *dv;
-	uint64_t n = a && d ? extent_bytes(format_bytes(d->Format) *
-					   d->NumChannels, d->Width,
-					   d->Height, 1) : 0;
+	uint64_t n = d ? vgpu_array_bytes(format_bytes(d->Format) *
+					  d->NumChannels, d->Width,
+					  d->Height, 1) : 1;
 	hipError_t r;
 
 	vgpu__hip_start();
@@ -128,9 +133,9 @@ hipError_t hipArrayCreate(hipArray **a, const HIP_ARRAY_DESCRIPTOR *d)
 hipError_t hipArray3DCreate(hipArray **a, const HIP_ARRAY3D_DESCRIPTOR *d)
 {
 	struct vgpu_hip_dev *dv;
-	uint64_t n = a && d ? extent_bytes(format_bytes(d->Format) *
-					   d->NumChannels, d->Width,
-					   d->Height, d->Depth) : 0;
+	uint64_t n = d ? vgpu_array_bytes(format_bytes(d->Format) *
+					  d->NumChannels, d->Width,
+					  d->Height, d->Depth) : 1;
 	hipError_t r;
 
 	vgpu__hip_start();

@@ -35,7 +35,20 @@ typedef int vgpu_rsmi_mem_type;
 #define VGPU_RSMI_SUCCESS	0
 #define VGPU_RSMI_NOT_FOUND	11
 #define VGPU_RSMI_MEM_VRAM	0
-#define VGPU_RSMI_LIB		"librocm_smi64.so.1"
+/* The names ROCm SMI goes by: Debian's, then ROCm's and DTK's. */
+static const char *const rsmi_names[] = {
+	"librocm_smi64.so.1", "librocm_smi64.so.7", "librocm_smi64.so.6",
+	"librocm_smi64.so.5", "librocm_smi64.so",
+};
+
+/* The real functions, as found in the handle a program looked the hooks
+ * up in (its own dlopen, any name): the hooks call these (atomic). */
+enum { RSMI_TOTAL, RSMI_USAGE, RSMI_PCI, RSMI_FNS };
+static const char *const rsmi_fn_names[RSMI_FNS] = {
+	"rsmi_dev_memory_total_get", "rsmi_dev_memory_usage_get",
+	"rsmi_dev_pci_id_get",
+};
+static void *rsmi_seen[RSMI_FNS];
 
 typedef vgpu_rsmi_status (*rsmi_mem_fn)(uint32_t, vgpu_rsmi_mem_type,
 					uint64_t *);
@@ -60,8 +73,9 @@ static void *(*real_dlsym(void))(void *, const char *)
 	return f;
 }
 
-/* ROCm SMI's own function: after this library, or in the library as a
- * program opened it (RTLD_LOCAL). Looked up per call: queries are rare. */
+/* ROCm SMI's own function: in the library a program opened and looked the
+ * hooks up in (RTLD_LOCAL, any name), else after this library, else in a
+ * loaded library of a known name. Looked up per call: queries are rare. */
 static void *smi_real(const char *name)
 {
 	void *(*look)(void *, const char *) = real_dlsym();
@@ -69,15 +83,25 @@ static void *smi_real(const char *name)
 
 	if (!look)
 		return NULL;
+	/* The library the program looked the hooks up in, first: it is
+	 * the one it initialised. */
+	for (int i = 0; i < RSMI_FNS; i++)
+		if (strcmp(name, rsmi_fn_names[i]) == 0 &&
+		    (f = __atomic_load_n(&rsmi_seen[i], __ATOMIC_ACQUIRE)))
+			return f;
 	f = look(RTLD_NEXT, name);
 	if (f)
 		return f;
-	h = dlopen(VGPU_RSMI_LIB, RTLD_NOW | RTLD_NOLOAD);
-	if (!h)
-		return NULL;
-	f = look(h, name);
-	dlclose(h);
-	return f;
+	for (size_t i = 0; i < sizeof(rsmi_names) / sizeof(*rsmi_names); i++) {
+		h = dlopen(rsmi_names[i], RTLD_NOW | RTLD_NOLOAD);
+		if (!h)
+			continue;
+		f = look(h, name);
+		dlclose(h);
+		if (f)
+			return f;
+	}
+	return NULL;
 }
 
 /* ---- an SMI device's HIP ordinal and ledger ------------------------------ */
@@ -254,7 +278,7 @@ void *vgpu__hip_dlsym_name(void *handle, const char *name)
 {
 	static const char prefix[] = "rsmi_dev_memory_";
 	void *(*look)(void *, const char *) = real_dlsym();
-	void *hook = NULL, *loaded;
+	void *hook = NULL, *real;
 
 	if (!look || !name || handle == RTLD_DEFAULT || handle == RTLD_NEXT ||
 	    strncmp(name, prefix, sizeof(prefix) - 1) != 0)
@@ -265,11 +289,16 @@ void *vgpu__hip_dlsym_name(void *handle, const char *name)
 		hook = (void *)rsmi_dev_memory_usage_get;
 	if (!hook)
 		return NULL;
-	loaded = dlopen(VGPU_RSMI_LIB, RTLD_NOW | RTLD_NOLOAD);
-	if (!loaded)
+	/* A handle in which the name is ROCm SMI's own (whatever the
+	 * library's name): its functions are kept for the hooks. */
+	real = look(handle, name);
+	if (!real || real == hook)
 		return NULL;
-	dlclose(loaded);
-	if (handle != loaded || !look(handle, name))
-		return NULL;
+	for (int i = 0; i < RSMI_FNS; i++) {
+		void *f = look(handle, rsmi_fn_names[i]);
+
+		if (f)
+			__atomic_store_n(&rsmi_seen[i], f, __ATOMIC_RELEASE);
+	}
 	return hook;
 }

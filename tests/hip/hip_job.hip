@@ -14,7 +14,9 @@
  *                      ext (hipExtMallocWithFlags), async (hipMallocAsync
  *                      on the null stream, then a synchronize), array
  *                      (hipMallocArray of SIZE/4 floats, rows of 4096), host
- *                      (hipHostMalloc). Prints "alloc ERR id=N".
+ *                      (hipHostMalloc), narrow (a 1-byte-wide array of SIZE
+ *                      rows), odd (1024 x SIZE/4096 of a description with
+ *                      channel widths 32, -31). Prints "alloc ERR id=N".
  *   free ID            free allocation ID with its path's free function.
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
  *   totalmem           "totalmem ERR bytes=B" (hipDeviceTotalMem, device 0).
@@ -57,9 +59,10 @@ extern "C" __global__ void vgpu_saxpy(unsigned long long n, float a,
 				      const float *x, float *y);
 
 enum path { P_MALLOC, P_PITCH, P_3D, P_MANAGED, P_EXT, P_ASYNC, P_ARRAY,
-	    P_HOST };
+	    P_HOST, P_NARROW, P_ODD };
 static const char *const path_names[] = { "malloc", "pitch", "3d", "managed",
-					   "ext", "async", "array", "host" };
+					   "ext", "async", "array", "host",
+					   "narrow", "odd" };
 
 struct alloc {
 	bool used;
@@ -120,6 +123,20 @@ static hipError_t alloc_by(struct alloc *a)
 				      a->size / 4 > w ? a->size / 4 / w : 0,
 				      hipArrayDefault);
 	}
+	case P_NARROW: {	/* one byte wide, SIZE rows */
+		hipChannelFormatDesc d = hipCreateChannelDesc(
+			8, 0, 0, 0, hipChannelFormatKindUnsigned);
+
+		return hipMallocArray(&a->array, &d, 1, a->size,
+				      hipArrayDefault);
+	}
+	case P_ODD: {	/* channel widths that do not add up */
+		hipChannelFormatDesc d = hipCreateChannelDesc(
+			32, -31, 0, 0, hipChannelFormatKindFloat);
+
+		return hipMallocArray(&a->array, &d, 1024, a->size / 4096,
+				      hipArrayDefault);
+	}
 	case P_HOST:
 		return hipHostMalloc(&a->ptr, a->size, hipHostMallocDefault);
 	case P_MALLOC:
@@ -132,6 +149,8 @@ static hipError_t free_by(struct alloc *a)
 {
 	switch (a->path) {
 	case P_ARRAY:
+	case P_NARROW:
+	case P_ODD:
 		return hipFreeArray(a->array);
 	case P_HOST:
 		return hipHostFree(a->ptr);
@@ -253,7 +272,7 @@ static void cmd_copy(const char *id)
 	size_t bad = 0;
 	hipError_t rc;
 
-	if (!a || a->path == P_ARRAY) {
+	if (!a || a->path == P_ARRAY || a->path == P_NARROW || a->path == P_ODD) {
 		printf("copy -1 no such buffer\n");
 		return;
 	}
@@ -269,7 +288,7 @@ static void cmd_touch(const char *id, const char *seed_s)
 	unsigned *host;
 	hipError_t rc;
 
-	if (!a || a->path == P_ARRAY) {
+	if (!a || a->path == P_ARRAY || a->path == P_NARROW || a->path == P_ODD) {
 		printf("touch -1 no such buffer\n");
 		return;
 	}

@@ -2,8 +2,8 @@
  * device's VRAM total and usage, one line each:
  *   dev INDEX total BYTES used BYTES
  * Linked against librocm_smi64.so.1, or with "dlopen" as its argument
- * opening it and looking the functions up in its handle (as rocm-smi's
- * ctypes does). Exit status: 0, or 1 with a message on a failed call.
+ * opening it (or the library named by a second argument) and looking the
+ * functions up in its handle (as rocm-smi's ctypes does). Exit status: 0, or 1 with a message on a failed call.
  */
 #include <dlfcn.h>
 #include <rocm_smi/rocm_smi.h>
@@ -18,7 +18,7 @@ struct smi {
 	rsmi_status_t (*shut_down)(void);
 };
 
-static int open_smi(struct smi *s, bool by_dlopen)
+static int open_smi(struct smi *s, bool by_dlopen, const char *lib)
 {
 	void *h;
 
@@ -28,7 +28,7 @@ static int open_smi(struct smi *s, bool by_dlopen)
 				   rsmi_dev_memory_usage_get, rsmi_shut_down };
 		return 0;
 	}
-	h = dlopen("librocm_smi64.so.1", RTLD_NOW | RTLD_LOCAL);
+	h = dlopen(lib ? lib : "librocm_smi64.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "rsmi_probe: %s\n", dlerror());
 		return 1;
@@ -48,7 +48,8 @@ int main(int argc, char **argv)
 	uint32_t n = 0;
 	uint64_t total, used;
 
-	if (open_smi(&s, argc > 1 && strcmp(argv[1], "dlopen") == 0) ||
+	if (open_smi(&s, argc > 1 && strcmp(argv[1], "dlopen") == 0,
+		     argc > 2 ? argv[2] : NULL) ||
 	    s.init(0) != RSMI_STATUS_SUCCESS ||
 	    s.count(&n) != RSMI_STATUS_SUCCESS) {
 		fprintf(stderr, "rsmi_probe: no ROCm SMI\n");

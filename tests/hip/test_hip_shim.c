@@ -217,6 +217,44 @@ Test(hip_shim, frees_in_every_order)
 	hjob_end(&j);
 }
 
+/* Arrays are charged what the device holds, however narrow (a 1-byte-wide
+ * row takes 512 bytes), and a channel description whose widths do not add
+ * up is charged at least what the runtime makes of it: the slice holds on
+ * the device's count. */
+Test(hip_shim, narrow_and_odd_arrays_charged_what_the_device_holds)
+{
+	uint64_t base = hs_device_used();
+	struct hjob j;
+	int a, b, c, d;
+
+	hjob_start(&j, NULL);
+	/* 16384 rows of one byte: 8 MiB on the device. */
+	cr_assert_eq(hjob_alloc(&j, 16384, "narrow", &a), 0);
+	assert_counts(base, 8 * MIB, "narrow");
+	/* 1024 x 256 of a (32, -31) description: 1 MiB on the simulated
+	 * device, charged as two 4-byte channels, 2 MiB (over, never
+	 * under: it was 0 once). */
+	cr_assert_eq(hjob_alloc(&j, 1 * MIB, "odd", &b), 0);
+	cr_assert_eq(hs_device_used() - base, 9 * MIB);
+	cr_assert_eq(hs_tenant_used("h1"), 10 * MIB);
+	/* The rest of the slice (two arrays of 27 MiB: 55,296 rows is
+	 * within the device's 65,536), then nothing more. */
+	cr_assert_eq(hjob_alloc(&j, 54 * 1024, "narrow", &c), 0);
+	cr_assert_eq(hjob_alloc(&j, 54 * 1024, "narrow", &d), 0);
+	cr_assert_eq(hs_tenant_used("h1"), 64 * MIB);
+	cr_assert_eq(hjob_alloc(&j, 1, "narrow", NULL), 2);
+	cr_assert_leq(hs_device_used() - base, 64 * MIB);
+	for (int i = 0; i < 4; i++) {
+		int ids[4] = { a, b, c, d };
+		char cmd[32];
+
+		snprintf(cmd, sizeof(cmd), "free %d", ids[i]);
+		hjob_expect(&j, cmd, "free 0");
+	}
+	assert_counts(base, 0, "freed");
+	hjob_end(&j);
+}
+
 /* Every view says the slice: hipMemGetInfo, hipDeviceTotalMem and
  * hipGetDeviceProperties' totalGlobalMem. */
 Test(hip_shim, views_show_the_slice)

@@ -149,6 +149,19 @@ Test(rsmi, dlopen_sees_the_slice)
 	cr_expect_eq(used, 0);
 }
 
+/* ROCm's and DTK's ROCm SMI go by other names than Debian's (a SONAME
+ * librocm_smi64.so.5, here opened by path): its handle is caught too. */
+Test(rsmi, dlopen_by_another_name_sees_the_slice)
+{
+	uint64_t total, used;
+
+	job_start(100 * MiB);
+	probe(shim("128MiB"), "dlopen " RSMI_ROCM_LIB, &total, &used);
+	cr_expect_eq(total, 128 * MiB);
+	cr_expect_eq(used, 100 * MiB);
+	job_exit();
+}
+
 /* The tenant's terms are the ledger's: a later process's own limit does
  * not change what it sees while the tenant has one. */
 Test(rsmi, the_tenants_terms_win)
