@@ -99,6 +99,12 @@ Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
 	pthread_t t;
 	void *res;
 
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan cannot follow a cancelled thread's unwinding: it reports its
+	 * own stack poisoning when the thread is destroyed (a stack overflow
+	 * in sigaltstack). The plain build runs this test. */
+	cr_skip_test("pthread_cancel under ASan");
+#endif
 	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
 	start();
 	for (int i = 0; i < 3; i++) {
