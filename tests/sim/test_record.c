@@ -582,6 +582,13 @@ Test(record, a_late_host_leaves_no_gaps_between_queued_kernels, .timeout = 30)
 	simtest_record_free(&r);
 }
 
+static int by_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return (x > y) - (x < y);
+}
+
 /* Events around each kernel, the host waiting for every one (so that the
  * worker sleeps and wakes late before each, here 1 ms): the events measure
  * the kernel's 1 ms, not the host's 1 ms on top; the record agrees. */
@@ -590,6 +597,7 @@ Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 	unsigned long long ns = MS, none = 0;
 	void *params[] = { &ns, &none };
 	struct simtest_record r;
+	float ms[20];
 	CUevent e0, e1;
 	CUstream s;
 	CUmodule m;
@@ -603,23 +611,25 @@ Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 	CU_OK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
 	CU_OK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
 	for (int i = 0; i < 20; i++) {
-		float ms;
-
 		simtest_sleep_ms(2);	/* the worker goes to sleep */
 		CU_OK(cuEventRecord(e0, s));
 		CU_OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, params,
 				     NULL));
 		CU_OK(cuEventRecord(e1, s));
 		CU_OK(cuEventSynchronize(e1));
-		CU_OK(cuEventElapsedTime(&ms, e0, e1));
-		/* Up to 400 us over: the host may be late between the
-		 * record and the launch (it is on a real GPU too; seen: 30
-		 * us on a loaded machine, 101 us in a CI run with two tests
-		 * at once), but not by the worker's 1 ms. */
-		cr_assert(ms >= 1.0f && ms <= 1.4f,
-			  "kernel %d: its events measured %.4f ms, want 1 ms",
-			  i, (double)ms);
+		CU_OK(cuEventElapsedTime(&ms[i], e0, e1));
+		cr_assert(ms[i] >= 1.0f, "kernel %d: its events measured "
+			  "%.4f ms, want 1 ms", i, (double)ms[i]);
 	}
+	/* The median within 400 us of 1 ms: the host may be late between
+	 * the record and the launch (it is on a real GPU too: 30 us on a
+	 * loaded machine, 101 us, and once 1.97 ms in CI runs with tests
+	 * beside it, when the thread was not scheduled), now and then, but
+	 * the worker's 1 ms would be in every kernel's time. */
+	qsort(ms, 20, sizeof(*ms), by_float);
+	cr_assert(ms[10] <= 1.4f, "the median kernel's events measured "
+		  "%.4f ms (the fastest %.4f, the slowest %.4f), want 1 ms",
+		  (double)ms[10], (double)ms[0], (double)ms[19]);
 	simtest_record_read(&r, NULL);
 	cr_assert_eq(r.n, 20);
 	for (long i = 0; i < r.n; i++)
