@@ -10,8 +10,8 @@ split:   tenants at 30% and 70% (hard caps) saturating one device with
          10 ms kernels for 3 s: each within 3 points of its cap.
 elastic: a 30% elastic tenant alone gets more than 90%; 1.5 s in, a 70%
          tenant arrives, and from 200 ms after that the elastic tenant is
-         back at its share (every 100 ms window within 5 points of 30%,
-         their mean within 3).
+         back at its share (every 100 ms window from 25% to 30% plus the
+         burst's 20 points, their mean within 3 points of 30%).
 inherit: a tenant started at 30% (hard) by one process, joined by a second
          that asks for no share: the two together within 26..32% (the
          tenant's share binds the second; once it ran uncapped, 82%).
@@ -263,8 +263,12 @@ def main():
                      t + 100 <= b_start + 1400]
             ok_alone = bool(alone) and min(alone) > 90
             mean = sum(after) / len(after) if after else 0
+            # Each 100 ms window: not starved (5 points under at most),
+            # and over by no more than the bucket's burst (20 ms of GPU
+            # time, 20 points of a 100 ms window: an elastic tenant also
+            # takes what the other leaves idle). The mean holds the share.
             ok_after = bool(after) and abs(mean - 30) <= 3 and \
-                all(abs(s - 30) <= 5 for s in after)
+                all(25 <= s <= 50 for s in after)
             if record == by_device:
                 failed = not (ok_alone and ok_after)
             how = "the device's record" if record else "the kernels' stamps"
