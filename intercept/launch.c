@@ -473,6 +473,9 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 			 "each device");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	if (!__atomic_load_n(&vgpu__gate_on, __ATOMIC_RELAXED))
+		return vgpu__real.cuLaunchCooperativeKernelMultiDevice(
+			launchParamsList, numDevices, flags);
 	vgpu__gate_enter();	/* waits while the process is held */
 	r = vgpu__real.cuLaunchCooperativeKernelMultiDevice(launchParamsList,
 							    numDevices, flags);
