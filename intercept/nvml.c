@@ -459,27 +459,6 @@ static const struct {
 #undef NVML_HOOK
 };
 
-void *(*vgpu__real_dlsym)(void *, const char *);
-
-/* Found without a once: two threads that both find it unset both look it
- * up and store the same address. Uninstrumented (shim.h): the sanitizers'
- * start-up calls dlsym. */
-VGPU_UNINSTRUMENTED void *(*vgpu__dlsym_real(void))(void *, const char *)
-{
-	void *(*f)(void *, const char *) =
-		__atomic_load_n(&vgpu__real_dlsym, __ATOMIC_ACQUIRE);
-	void *g;
-
-	if (f)
-		return f;
-	g = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-	if (!g)
-		g = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	f = (void *(*)(void *, const char *))g;
-	__atomic_store_n(&vgpu__real_dlsym, f, __ATOMIC_RELEASE);
-	return f;
-}
-
 /* A lookup of an "nvml" name in some handle: the hook if the handle is the
  * loaded NVML's and it has the name, else NULL. */
 static __attribute__((noinline)) void *nvml_catch(void *handle,
@@ -512,8 +491,7 @@ static __attribute__((noinline)) void *nvml_catch(void *handle,
  * sanitizer looks up. */
 VGPU_UNINSTRUMENTED void *vgpu__dlsym_name(void *handle, const char *name)
 {
-	if (!vgpu__dlsym_real() || !name || name[0] != 'n' ||
-	    name[1] != 'v' || name[2] != 'm' || name[3] != 'l' ||
+	if (!vgpu__dlsym_real() || !vgpu__name_starts(name, "nvml") ||
 	    handle == RTLD_DEFAULT || handle == RTLD_NEXT)
 		return NULL;
 	return nvml_catch(handle, name);

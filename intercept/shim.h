@@ -3,6 +3,7 @@
 #ifndef VGPU_SHIM_H
 #define VGPU_SHIM_H
 
+#include "dlsym_real.h"
 #include "hooks.h"
 #include "log.h"
 #include "options.h"
@@ -26,24 +27,12 @@ bool vgpu__refused_late(void);
 /* Whether limits are off (VGPU_DISABLE / CUDA_DISABLE_CONTROL). */
 bool vgpu__disabled(void);
 
-/* Code reached by the dlopen and dlsym catches before the program's
- * sanitizers are up: AddressSanitizer's and ThreadSanitizer's own start-up
- * look functions up with dlsym, which is ours, before their shadow memory
- * exists, so an instrumented load there faults (every sanitizer build
- * crashed at start-up). Such code reads memory only through plain loads
- * and calls no intercepted function. */
-#define VGPU_UNINSTRUMENTED \
-	__attribute__((no_sanitize_address, no_sanitize_thread, \
-		       no_sanitize_undefined, noinline))
-
 /* The real dlopen, and a call of it that bypasses the shim's name mapping. */
 extern void *(*vgpu__real_dlopen)(const char *, int);
 void *vgpu__dlopen_real(const char *path, int flags);
-/* The dlsym catch (nvml.c, trampolines.S): NULL to go on to the real dlsym,
- * else the hook to return; it resolves vgpu__real_dlsym first (as
- * vgpu__dlsym_real does, which returns it). Neither waits on a thread. */
-extern void *(*vgpu__real_dlsym)(void *, const char *);
-void *(*vgpu__dlsym_real(void))(void *, const char *);
+/* The dlsym catch (nvml.c, trampolines.S): NULL to go on to the real dlsym
+ * (dlsym_real.h), else the hook to return; it resolves vgpu__real_dlsym
+ * first. It waits on no thread. */
 void *vgpu__dlsym_name(void *handle, const char *name);
 const char *vgpu__dlopen_name(const char *name);
 

@@ -20,7 +20,7 @@ vgpu__hip_dlsym:
 	popq	%rdi
 	testq	%rax, %rax
 	jnz	1f
-	jmp	*vgpu__hip_real_dlsym(%rip)
+	jmp	*vgpu__real_dlsym(%rip)
 1:	ret
 	.size	vgpu__hip_dlsym, .-vgpu__hip_dlsym
 

@@ -20,6 +20,7 @@
  * process that never joined the ledger reads its tenant's usage from the
  * file without joining it.
  */
+#include "dlsym_real.h"
 #include "hip.h"
 #include "ledger.h"
 #include "vgpu.h"
@@ -54,31 +55,12 @@ typedef vgpu_rsmi_status (*rsmi_mem_fn)(uint32_t, vgpu_rsmi_mem_type,
 					uint64_t *);
 typedef vgpu_rsmi_status (*rsmi_pci_fn)(uint32_t, uint64_t *);
 
-/* The real dlsym (dlsym.S jumps to it). */
-void *(*vgpu__hip_real_dlsym)(void *, const char *);
-
-static void *(*real_dlsym(void))(void *, const char *)
-{
-	void *(*f)(void *, const char *) =
-		__atomic_load_n(&vgpu__hip_real_dlsym, __ATOMIC_ACQUIRE);
-	void *g;
-
-	if (f)
-		return f;
-	g = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-	if (!g)
-		g = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	f = (void *(*)(void *, const char *))g;
-	__atomic_store_n(&vgpu__hip_real_dlsym, f, __ATOMIC_RELEASE);
-	return f;
-}
-
 /* ROCm SMI's own function: in the library a program opened and looked the
  * hooks up in (RTLD_LOCAL, any name), else after this library, else in a
  * loaded library of a known name. Looked up per call: queries are rare. */
 static void *smi_real(const char *name)
 {
-	void *(*look)(void *, const char *) = real_dlsym();
+	void *(*look)(void *, const char *) = vgpu__dlsym_real();
 	void *f, *h;
 
 	if (!look)
@@ -131,7 +113,7 @@ static bool same_bus(const char *bus, uint64_t bdfid)
 /* The HIP device at bdfid, through the runtime (loaded if it is not). */
 static bool find_hip(uint64_t bdfid, struct smi_map *m)
 {
-	void *(*look)(void *, const char *) = real_dlsym();
+	void *(*look)(void *, const char *) = vgpu__dlsym_real();
 	hipError_t (*count_of)(int *);
 	hipError_t (*bus_of)(char *, int, int);
 	hipError_t (*uuid_of)(hipUUID *, hipDevice_t);
@@ -274,15 +256,12 @@ vgpu_rsmi_status rsmi_dev_memory_usage_get(uint32_t dv,
  * dlsym.S jumps to the real dlsym (RTLD_NEXT keeps meaning the caller's).
  * It never loads the library, and waits on nothing: dlsym may be called
  * with the loader's lock held. */
-void *vgpu__hip_dlsym_name(void *handle, const char *name)
+static __attribute__((noinline)) void *rsmi_catch(void *handle,
+						  const char *name)
 {
-	static const char prefix[] = "rsmi_dev_memory_";
-	void *(*look)(void *, const char *) = real_dlsym();
+	void *(*look)(void *, const char *) = vgpu__real_dlsym;
 	void *hook = NULL, *real;
 
-	if (!look || !name || handle == RTLD_DEFAULT || handle == RTLD_NEXT ||
-	    strncmp(name, prefix, sizeof(prefix) - 1) != 0)
-		return NULL;
 	if (strcmp(name, "rsmi_dev_memory_total_get") == 0)
 		hook = (void *)rsmi_dev_memory_total_get;
 	else if (strcmp(name, "rsmi_dev_memory_usage_get") == 0)
@@ -301,4 +280,17 @@ void *vgpu__hip_dlsym_name(void *handle, const char *name)
 			__atomic_store_n(&rsmi_seen[i], f, __ATOMIC_RELEASE);
 	}
 	return hook;
+}
+
+/* Every dlsym of the process comes here first, the sanitizers' start-up's
+ * included: uninstrumented up to the name's prefix, which no sanitizer
+ * looks up (dlsym_real.h). */
+VGPU_UNINSTRUMENTED void *vgpu__hip_dlsym_name(void *handle,
+					       const char *name)
+{
+	if (!vgpu__dlsym_real() ||
+	    !vgpu__name_starts(name, "rsmi_dev_memory_") ||
+	    handle == RTLD_DEFAULT || handle == RTLD_NEXT)
+		return NULL;
+	return rsmi_catch(handle, name);
 }
