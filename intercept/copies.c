@@ -6,12 +6,20 @@
  * process is suspended they wait, as launches do. Otherwise: one flag test
  * and the driver's call.
  *
- * The ABIs hooked are those of sim/entries.def (the synchronous and
- * asynchronous copies between host and device and within the device,
- * 2D copies, every memset, and their per-thread stream forms). 3D, peer,
- * array and batched copies pass the gate by (docs/control.md).
+ * Every copy and memset the driver exports is hooked, in every ABI and
+ * per-thread stream form: between host, device and arrays, 2D and 3D,
+ * between contexts (peer) and in batches. A driver without one of them
+ * (an older one, or the simulator) answers CUDA_ERROR_NOT_FOUND for it,
+ * as the forwarders do.
  */
 #include "devices.h"
+
+/* A function the driver lacks, or no driver yet. */
+static CUresult missing(void)
+{
+	return vgpu__real_path()[0] ? CUDA_ERROR_NOT_FOUND
+				    : CUDA_ERROR_NOT_INITIALIZED;
+}
 
 #define GATED(sym, params, args)					\
 	CUresult sym params						\
@@ -19,7 +27,7 @@
 		CUresult r;						\
 									\
 		if (!vgpu__real.sym)					\
-			return CUDA_ERROR_NOT_INITIALIZED;		\
+			return missing();				\
 		if (__builtin_expect(!__atomic_load_n(&vgpu__gate_on, \
 						      __ATOMIC_RELAXED), 1)) \
 			return vgpu__real.sym args;			\
@@ -125,3 +133,70 @@ GATED(cuMemsetD8Async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstr
       (dstDevice, uc, N, hStream))
 GATED(cuMemsetD8Async_ptsz, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
       (dstDevice, uc, N, hStream))
+
+/* ---- 3D, array, peer and batched copies ---- */
+
+GATED(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy),
+      (pCopy))
+GATED(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy),
+      (pCopy))
+GATED(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream),
+      (pCopy, hStream))
+GATED(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D *pCopy, CUstream hStream),
+      (pCopy, hStream))
+GATED(cuMemcpy3DBatchAsync, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream),
+      (numOps, opList, failIdx, flags, hStream))
+GATED(cuMemcpy3DBatchAsync_ptsz, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream),
+      (numOps, opList, failIdx, flags, hStream))
+GATED(cuMemcpy3DBatchAsync_v2, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
+      (numOps, opList, flags, hStream))
+GATED(cuMemcpy3DBatchAsync_v2_ptsz, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
+      (numOps, opList, flags, hStream))
+GATED(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy),
+      (pCopy))
+GATED(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy),
+      (pCopy))
+GATED(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
+      (pCopy, hStream))
+GATED(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
+      (pCopy, hStream))
+GATED(cuMemcpyAtoA_v2, (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+      (dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+GATED(cuMemcpyAtoA_v2_ptds, (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+      (dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+GATED(cuMemcpyAtoD_v2, (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+      (dstDevice, srcArray, srcOffset, ByteCount))
+GATED(cuMemcpyAtoD_v2_ptds, (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+      (dstDevice, srcArray, srcOffset, ByteCount))
+GATED(cuMemcpyAtoH_v2_ptds, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+      (dstHost, srcArray, srcOffset, ByteCount))
+GATED(cuMemcpyAtoHAsync_v2, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
+      (dstHost, srcArray, srcOffset, ByteCount, hStream))
+GATED(cuMemcpyAtoHAsync_v2_ptsz, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
+      (dstHost, srcArray, srcOffset, ByteCount, hStream))
+GATED(cuMemcpyBatchAsync, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
+      (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+GATED(cuMemcpyBatchAsync_ptsz, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
+      (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+GATED(cuMemcpyBatchAsync_v2, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
+      (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+GATED(cuMemcpyBatchAsync_v2_ptsz, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
+      (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+GATED(cuMemcpyDtoA_v2, (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
+      (dstArray, dstOffset, srcDevice, ByteCount))
+GATED(cuMemcpyDtoA_v2_ptds, (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
+      (dstArray, dstOffset, srcDevice, ByteCount))
+GATED(cuMemcpyHtoA_v2_ptds, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),
+      (dstArray, dstOffset, srcHost, ByteCount))
+GATED(cuMemcpyHtoAAsync_v2, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream),
+      (dstArray, dstOffset, srcHost, ByteCount, hStream))
+GATED(cuMemcpyHtoAAsync_v2_ptsz, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream),
+      (dstArray, dstOffset, srcHost, ByteCount, hStream))
+GATED(cuMemcpyPeer, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount),
+      (dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+GATED(cuMemcpyPeer_ptds, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount),
+      (dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+GATED(cuMemcpyPeerAsync, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream),
+      (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+GATED(cuMemcpyPeerAsync_ptsz, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream),
+      (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))

@@ -14,6 +14,8 @@
 #undef cuStreamSynchronize
 #undef cuGraphInstantiate
 #undef cuIpcOpenMemHandle
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 

@@ -163,13 +163,20 @@ VSIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src,
 
 /* ---- 2D copies ------------------------------------------------------------ */
 
-/* Resolves one side of a CUDA_MEMCPY2D to an address and checks its extent. */
-static CUresult side_2d(CUmemorytype type, const void *host, CUdeviceptr dev,
-			size_t x, size_t y, size_t pitch, size_t width,
-			size_t height, const char **out)
+/* The shape of a 2D or 3D copy: width bytes of height rows, depth slices. */
+struct shape {
+	size_t width, height, depth;
+};
+
+/* Resolves one side of a CUDA_MEMCPY2D or 3D to an address and checks its
+ * extent: from (x, y, z), rows pitch apart, slices rows * pitch apart. */
+static CUresult side_3d(CUmemorytype type, const void *host, CUdeviceptr dev,
+			size_t x, size_t y, size_t z, size_t pitch,
+			size_t rows, const struct shape *sh, const char **out)
 {
 	const char *base;
-	size_t offset, extent;
+	size_t offset, extent, slice = 0, zoff, last;
+	size_t width = sh->width, height = sh->height;
 
 	switch (type) {
 	case CU_MEMORYTYPE_HOST:
@@ -184,14 +191,21 @@ static CUresult side_2d(CUmemorytype type, const void *host, CUdeviceptr dev,
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!base || (height > 1 && pitch < width))
+	if (!base || ((height > 1 || sh->depth > 1) && pitch < width) ||
+	    (sh->depth > 1 && rows < height))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Offsets and extents that overflow would wrap into small ranges
 	 * that pass the check below. */
+	if ((sh->depth > 1 || z) && __builtin_mul_overflow(rows, pitch, &slice))
+		return CUDA_ERROR_INVALID_VALUE;
 	if (__builtin_mul_overflow(y, pitch, &offset) ||
 	    __builtin_add_overflow(offset, x, &offset) ||
+	    __builtin_mul_overflow(z, slice, &zoff) ||
+	    __builtin_add_overflow(offset, zoff, &offset) ||
 	    __builtin_mul_overflow(height - 1, pitch, &extent) ||
 	    __builtin_add_overflow(extent, width, &extent) ||
+	    __builtin_mul_overflow(sh->depth - 1, slice, &last) ||
+	    __builtin_add_overflow(extent, last, &extent) ||
 	    (uintptr_t)base > UINTPTR_MAX - offset ||
 	    (uintptr_t)base + offset > UINTPTR_MAX - extent)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -203,10 +217,31 @@ static CUresult side_2d(CUmemorytype type, const void *host, CUdeviceptr dev,
 	return CUDA_SUCCESS;
 }
 
+/* Queues (or runs) the copy of sh's rows and slices from src to dst. */
+static CUresult submit_rows(struct CUstream_st *s, const char *dst,
+			    size_t dpitch, size_t dslice, const char *src,
+			    size_t spitch, size_t sslice, const struct shape *sh,
+			    bool sync)
+{
+	struct vsim_op *op = vsim_op_new(VSIM_OP_COPY2D);
+
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->u.copy2d.dst = (void *)dst;
+	op->u.copy2d.src = src;
+	op->u.copy2d.dpitch = dpitch;
+	op->u.copy2d.spitch = spitch;
+	op->u.copy2d.width = sh->width;
+	op->u.copy2d.height = sh->height;
+	op->u.copy2d.depth = sh->depth;
+	op->u.copy2d.dslice = dslice;
+	op->u.copy2d.sslice = sslice;
+	return sync ? vsim_stream_run(s, op) : vsim_stream_submit(s, op, NULL);
+}
+
 static CUresult copy_2d(const CUDA_MEMCPY2D *c, CUstream h, bool ptds, bool sync)
 {
 	struct CUstream_st *s;
-	struct vsim_op *op;
 	const char *src, *dst;
 	CUresult rc = vsim_stream_resolve(h, ptds, &s);
 
@@ -216,24 +251,46 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *c, CUstream h, bool ptds, bool sync
 		return CUDA_ERROR_INVALID_VALUE;
 	if (c->WidthInBytes == 0 || c->Height == 0)
 		return CUDA_SUCCESS;
-	rc = side_2d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes,
-		     c->srcY, c->srcPitch, c->WidthInBytes, c->Height, &src);
+	const struct shape sh = { c->WidthInBytes, c->Height, 1 };
+
+	rc = side_3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes,
+		     c->srcY, 0, c->srcPitch, c->Height, &sh, &src);
 	if (rc == CUDA_SUCCESS)
-		rc = side_2d(c->dstMemoryType, c->dstHost, c->dstDevice,
-			     c->dstXInBytes, c->dstY, c->dstPitch,
-			     c->WidthInBytes, c->Height, &dst);
+		rc = side_3d(c->dstMemoryType, c->dstHost, c->dstDevice,
+			     c->dstXInBytes, c->dstY, 0, c->dstPitch, c->Height,
+			     &sh, &dst);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	op = vsim_op_new(VSIM_OP_COPY2D);
-	if (!op)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	op->u.copy2d.dst = (void *)dst;
-	op->u.copy2d.src = src;
-	op->u.copy2d.dpitch = c->dstPitch;
-	op->u.copy2d.spitch = c->srcPitch;
-	op->u.copy2d.width = c->WidthInBytes;
-	op->u.copy2d.height = c->Height;
-	return sync ? vsim_stream_run(s, op) : vsim_stream_submit(s, op, NULL);
+	return submit_rows(s, dst, c->dstPitch, 0, src, c->srcPitch, 0, &sh,
+			   sync);
+}
+
+/* A 3D copy between host and device memory (arrays: not supported). */
+static CUresult copy_3d(const CUDA_MEMCPY3D *c, CUstream h, bool ptds, bool sync)
+{
+	struct CUstream_st *s;
+	const char *src, *dst;
+	CUresult rc = vsim_stream_resolve(h, ptds, &s);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!c || c->srcLOD || c->dstLOD)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->WidthInBytes == 0 || c->Height == 0 || c->Depth == 0)
+		return CUDA_SUCCESS;
+	const struct shape sh = { c->WidthInBytes, c->Height, c->Depth };
+
+	rc = side_3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes,
+		     c->srcY, c->srcZ, c->srcPitch, c->srcHeight, &sh, &src);
+	if (rc == CUDA_SUCCESS)
+		rc = side_3d(c->dstMemoryType, c->dstHost, c->dstDevice,
+			     c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
+			     c->dstHeight, &sh, &dst);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return submit_rows(s, dst, c->dstPitch, c->dstPitch * c->dstHeight,
+			   src, c->srcPitch, c->srcPitch * c->srcHeight, &sh,
+			   sync);
 }
 
 VSIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c)
@@ -267,6 +324,73 @@ CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream h);
 VSIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream h)
 {
 	return copy_2d(c, h, true, false);
+}
+
+/* ---- 3D and peer copies ------------------------------------------------------ */
+
+VSIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c)
+{
+	return copy_3d(c, NULL, false, true);
+}
+
+CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c);
+VSIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c)
+{
+	return copy_3d(c, NULL, true, true);
+}
+
+VSIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream h)
+{
+	return copy_3d(c, h, false, false);
+}
+
+CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream h);
+VSIM_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream h)
+{
+	return copy_3d(c, h, true, false);
+}
+
+/* Every simulated device's memory is one address space: a peer copy is a
+ * device-to-device copy once both contexts are known. */
+static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+		     CUcontext sctx, size_t n, CUstream h, bool ptds, bool sync)
+{
+	if (!dctx || !sctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return copy(DPTR(dst), SIDE_DEVICE, DPTR(src), SIDE_DEVICE, n, h, ptds,
+		    sync);
+}
+
+VSIM_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx,
+				  CUdeviceptr src, CUcontext sctx, size_t n)
+{
+	return peer(dst, dctx, src, sctx, n, NULL, false, true);
+}
+
+CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx,
+				   CUdeviceptr src, CUcontext sctx, size_t n);
+VSIM_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx,
+				       CUdeviceptr src, CUcontext sctx,
+				       size_t n)
+{
+	return peer(dst, dctx, src, sctx, n, NULL, true, true);
+}
+
+VSIM_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx,
+				       CUdeviceptr src, CUcontext sctx,
+				       size_t n, CUstream h)
+{
+	return peer(dst, dctx, src, sctx, n, h, false, false);
+}
+
+CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx,
+					CUdeviceptr src, CUcontext sctx,
+					size_t n, CUstream h);
+VSIM_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx,
+					    CUdeviceptr src, CUcontext sctx,
+					    size_t n, CUstream h)
+{
+	return peer(dst, dctx, src, sctx, n, h, true, false);
 }
 
 /* ---- memsets -------------------------------------------------------------- */

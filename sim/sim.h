@@ -525,8 +525,9 @@ struct vsim_op {
 	uint64_t queued_ns;    /* when it was submitted (CLOCK_MONOTONIC) */
 	union {
 		struct { void *dst; const void *src; size_t len; } copy;
+		/* depth slices of height rows, dslice/sslice bytes apart */
 		struct { void *dst; const void *src; size_t dpitch, spitch;
-			 size_t width, height; } copy2d;
+			 size_t width, height, depth, dslice, sslice; } copy2d;
 		/* count elements of elem bytes per row, height rows pitch apart */
 		struct { void *dst; uint32_t value; unsigned elem; size_t count;
 			 size_t pitch, height; } set;

@@ -82,11 +82,15 @@ static void op_run(struct CUstream_st *s, struct vsim_op *op)
 		memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.len);
 		break;
 	case VSIM_OP_COPY2D:
-		for (size_t r = 0; r < op->u.copy2d.height; r++)
-			memmove((char *)op->u.copy2d.dst + r * op->u.copy2d.dpitch,
-				(const char *)op->u.copy2d.src +
-					r * op->u.copy2d.spitch,
-				op->u.copy2d.width);
+		for (size_t z = 0; z < op->u.copy2d.depth; z++)
+			for (size_t r = 0; r < op->u.copy2d.height; r++)
+				memmove((char *)op->u.copy2d.dst +
+						z * op->u.copy2d.dslice +
+						r * op->u.copy2d.dpitch,
+					(const char *)op->u.copy2d.src +
+						z * op->u.copy2d.sslice +
+						r * op->u.copy2d.spitch,
+					op->u.copy2d.width);
 		break;
 	case VSIM_OP_SET:
 		vsim_fill_rows(op->u.set.dst, op->u.set.pitch, op->u.set.value,

@@ -5,8 +5,10 @@
  * 32 threads share one context and a 256 MiB slice. Each allocates
  * buffers of random sizes (cuMemAlloc mostly, cuMemAllocAsync and
  * cuMemCreate sometimes), about twice the slice in all, fills them with a
- * pattern of their own (cuMemcpyHtoD, 1 MiB at a time), checks some back
- * (cuMemcpyDtoH) and frees others in random order, while the allocations
+ * pattern of their own (1 MiB at a time, by cuMemcpyHtoD, cuMemcpy3D(Async)
+ * or cuMemcpyPeer(Async) from a staging buffer, chosen at random), checks
+ * some back the same ways and frees others in random order, while the
+ * allocations
  * and frees of the other threads move their ranges to the host and back.
  * Every call returns CUDA_SUCCESS or the documented refusal (pools and VMM
  * handles do not spill: CUDA_ERROR_OUT_OF_MEMORY past the slice); every
@@ -54,6 +56,7 @@ struct worker {
 	int nlive;
 	uint32_t next_id;
 	uint32_t chunk[CHUNK / 4];
+	CUdeviceptr staging;	/* CHUNK bytes: under the granularity, never moves */
 	uint64_t copied_bytes;	/* written and checked */
 };
 
@@ -105,6 +108,52 @@ static void fill_chunk(struct worker *w, const struct buf *b, size_t off,
 		w->chunk[i] = pattern(b->id, off / 4 + i);
 }
 
+/* n bytes between w->chunk and the device at d, to it (in) or from it,
+ * by a way chosen at random: every copy the shim holds during a move. */
+static CUresult copy_chunk(struct worker *w, CUdeviceptr d, size_t n, bool in)
+{
+	unsigned way = 1 + (unsigned)(next_rand(w) % 5);
+	CUDA_MEMCPY3D c;
+	CUresult r;
+
+	if (way == 0 || (way <= 2 && n % 4096))
+		return in ? cuMemcpyHtoD(d, w->chunk, n)
+			  : cuMemcpyDtoH(w->chunk, d, n);
+	if (way <= 2) {		/* 3D: slices of 2 rows of 1 KiB */
+		memset(&c, 0, sizeof(c));
+		c.WidthInBytes = 1024;
+		c.Height = 2;
+		c.Depth = n / 2048;
+		c.srcMemoryType = in ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+		c.dstMemoryType = in ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+		c.srcHost = w->chunk;
+		c.dstHost = w->chunk;
+		c.srcDevice = d;
+		c.dstDevice = d;
+		c.srcPitch = c.dstPitch = 1024;
+		c.srcHeight = c.dstHeight = 2;
+		if (way == 1)
+			return cuMemcpy3D(&c);
+		r = cuMemcpy3DAsync(&c, w->s);
+		return r == CUDA_SUCCESS ? cuStreamSynchronize(w->s) : r;
+	}
+	/* Peer, through the staging buffer. */
+	if (in && (r = cuMemcpyHtoD(w->staging, w->chunk, n)) != CUDA_SUCCESS)
+		return r;
+	if (way <= 4) {
+		r = in ? cuMemcpyPeer(d, ctx, w->staging, ctx, n)
+		       : cuMemcpyPeer(w->staging, ctx, d, ctx, n);
+	} else {
+		r = in ? cuMemcpyPeerAsync(d, ctx, w->staging, ctx, n, w->s)
+		       : cuMemcpyPeerAsync(w->staging, ctx, d, ctx, n, w->s);
+		if (r == CUDA_SUCCESS)
+			r = cuStreamSynchronize(w->s);
+	}
+	if (!in && r == CUDA_SUCCESS)
+		r = cuMemcpyDtoH(w->chunk, w->staging, n);
+	return r;
+}
+
 static bool write_buf(struct worker *w, const struct buf *b)
 {
 	CUresult r = CUDA_SUCCESS;
@@ -114,10 +163,10 @@ static bool write_buf(struct worker *w, const struct buf *b)
 		size_t n = b->bytes - off < CHUNK ? b->bytes - off : CHUNK;
 
 		fill_chunk(w, b, off, n);
-		r = cuMemcpyHtoD(b->p + off, w->chunk, n);
+		r = copy_chunk(w, b->p + off, n, true);
 	}
 	if (r != CUDA_SUCCESS)
-		fail("cuMemcpyHtoD", w->index, (long)r, (long)b->bytes);
+		fail("a copy to the device", w->index, (long)r, (long)b->bytes);
 	w->copied_bytes += b->bytes;
 	return r == CUDA_SUCCESS;
 }
@@ -131,14 +180,14 @@ static bool check_buf(struct worker *w, const struct buf *b)
 	     off += CHUNK) {
 		size_t n = b->bytes - off < CHUNK ? b->bytes - off : CHUNK;
 
-		r = cuMemcpyDtoH(w->chunk, b->p + off, n);
+		r = copy_chunk(w, b->p + off, n, false);
 		for (size_t i = 0; r == CUDA_SUCCESS && i < n / 4; i++)
 			if (w->chunk[i] != pattern(b->id, off / 4 + i) &&
 			    bad++ == 0)
 				first = off + 4 * i;
 	}
 	if (r != CUDA_SUCCESS)
-		fail("cuMemcpyDtoH", w->index, (long)r, (long)b->bytes);
+		fail("a copy from the device", w->index, (long)r, (long)b->bytes);
 	else if (bad)
 		fail("words differ (count, first offset)", w->index, (long)bad,
 		     (long)first);
@@ -253,6 +302,8 @@ static void *run(void *arg)
 
 	if (r == CUDA_SUCCESS)
 		r = cuStreamCreate(&w->s, CU_STREAM_NON_BLOCKING);
+	if (r == CUDA_SUCCESS)
+		r = cuMemAlloc(&w->staging, CHUNK);
 	if (r != CUDA_SUCCESS) {
 		fail("setup", w->index, (long)r, 0);
 		return NULL;
@@ -261,9 +312,11 @@ static void *run(void *arg)
 		round_of(w);
 	while (w->nlive)
 		drop_live(w, 0, true);
-	r = cuStreamDestroy(w->s);
+	r = cuMemFree(w->staging);
+	if (r == CUDA_SUCCESS)
+		r = cuStreamDestroy(w->s);
 	if (r != CUDA_SUCCESS)
-		fail("cuStreamDestroy", w->index, (long)r, 0);
+		fail("cuMemFree/cuStreamDestroy", w->index, (long)r, 0);
 	return NULL;
 }
 
@@ -288,6 +341,8 @@ static void start(void)
 	ctx = simtest_init();
 	shimtest_need("cuMemAllocAsync", 11020);
 	shimtest_need("cuMemCreate", 10020);
+	shimtest_need("cuMemcpy3D", 3020);
+	shimtest_need("cuMemcpyPeer", 4000);
 }
 
 Test(overcommit_threads, alloc_free_spill_promote_lose_nothing,

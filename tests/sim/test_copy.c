@@ -1,5 +1,6 @@
 /* test_copy.c - copies and memsets: data intact both ways, on streams, 2D
- * with pitches, and ranges leaving their allocation refused.
+ * and 3D with pitches, between contexts, and ranges leaving their
+ * allocation refused.
  */
 #include "simtest.h"
 
@@ -300,6 +301,120 @@ Test(copy, memcpy_2d_overflowing_extent)
 	CU_ASSERT(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
 	c.srcXInBytes = 0;
 	CU_OK(cuMemcpy2D(&c));
+}
+
+/* A box of W x H x D bytes from a host volume to a device volume of other
+ * pitches and heights, at an offset, and back: every byte where it
+ * belongs, nothing written around it. */
+Test(copy, memcpy_3d_boxes)
+{
+	enum { W = 40, H = 5, D = 3, X = 3, Y = 2, Z = 1, P = 64, R = 9 };
+	const size_t dev_bytes = (size_t)P * R * (D + Z);
+	unsigned char *src = pattern(W * H * D, 9), out[W * H * D];
+	unsigned char *all = malloc(dev_bytes);
+	CUdeviceptr d;
+	CUDA_MEMCPY3D c;
+
+	simtest_init();
+	cr_assert_not_null(all);
+	CU_OK(cuMemAlloc(&d, dev_bytes));
+	CU_OK(cuMemsetD8(d, 0xaa, dev_bytes));
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_HOST;
+	c.srcHost = src;
+	c.srcPitch = W;
+	c.srcHeight = H;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.dstDevice = d;
+	c.dstPitch = P;
+	c.dstHeight = R;
+	c.dstXInBytes = X;
+	c.dstY = Y;
+	c.dstZ = Z;
+	c.WidthInBytes = W;
+	c.Height = H;
+	c.Depth = D;
+	CU_OK(cuMemcpy3D(&c));
+	CU_OK(cuMemcpyDtoH(all, d, dev_bytes));
+	for (size_t z = 0; z < D + Z; z++)
+		for (size_t y = 0; y < R; y++)
+			for (size_t x = 0; x < P; x++) {
+				unsigned char v = all[(z * R + y) * P + x];
+				bool in = z >= Z && y >= Y && y < Y + H &&
+					  x >= X && x < X + W;
+
+				cr_assert_eq(v, in ? src[((z - Z) * H + y - Y) *
+							 W + x - X] : 0xaa,
+					     "byte (%zu, %zu, %zu)", x, y, z);
+			}
+
+	/* Back, asynchronously. */
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.srcDevice = d;
+	c.srcPitch = P;
+	c.srcHeight = R;
+	c.srcXInBytes = X;
+	c.srcY = Y;
+	c.srcZ = Z;
+	c.dstMemoryType = CU_MEMORYTYPE_HOST;
+	c.dstHost = out;
+	c.dstPitch = W;
+	c.dstHeight = H;
+	c.WidthInBytes = W;
+	c.Height = H;
+	c.Depth = D;
+	memset(out, 0, sizeof(out));
+	CU_OK(cuMemcpy3DAsync(&c, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	cr_assert_eq(memcmp(src, out, sizeof(out)), 0);
+
+	/* One slice too deep, a height under the box's: refused. */
+	c.Depth = D + 1;
+	CU_ASSERT(cuMemcpy3D(&c), CUDA_ERROR_INVALID_VALUE);
+	c.Depth = D;
+	c.srcHeight = H - 1;
+	CU_ASSERT(cuMemcpy3D(&c), CUDA_ERROR_INVALID_VALUE);
+	c.srcHeight = R;
+	c.srcLOD = 1;
+	CU_ASSERT(cuMemcpy3D(&c), CUDA_ERROR_INVALID_VALUE);
+	CU_ASSERT(cuMemcpy3D(NULL), CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuMemFree(d));
+	free(all);
+	free(src);
+}
+
+/* A peer copy between two contexts' memory, synchronous and on a stream. */
+Test(copy, peer_between_contexts)
+{
+	const size_t n = MIB + 17;
+	unsigned char *src = pattern(n, 11), *dst = calloc(1, n);
+	CUcontext a, b;
+	CUdevice dev;
+	CUdeviceptr pa, pb;
+
+	a = simtest_init();
+	CU_OK(cuDeviceGet(&dev, 0));
+	CU_OK(cuMemAlloc(&pa, n));
+	CU_OK(cuMemcpyHtoD(pa, src, n));
+	CU_OK(cuCtxCreate(&b, NULL, 0, dev));
+	CU_OK(cuMemAlloc(&pb, n));
+	CU_OK(cuMemcpyPeer(pb, b, pa, a, n));
+	CU_OK(cuMemcpyDtoH(dst, pb, n));
+	cr_assert_eq(memcmp(src, dst, n), 0);
+	CU_OK(cuMemsetD8(pa, 0, n));
+	CU_OK(cuMemcpyPeerAsync(pa, a, pb, b, n, NULL));
+	CU_OK(cuStreamSynchronize(NULL));
+	memset(dst, 0, n);
+	CU_OK(cuMemcpyDtoH(dst, pa, n));
+	cr_assert_eq(memcmp(src, dst, n), 0);
+	CU_ASSERT(cuMemcpyPeer(pb, NULL, pa, a, n), CUDA_ERROR_INVALID_CONTEXT);
+	CU_ASSERT(cuMemcpyPeer(pb, b, pa, a, n + 1), CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuMemFree(pb));
+	CU_OK(cuCtxDestroy(b));
+	CU_OK(cuMemFree(pa));
+	free(src);
+	free(dst);
 }
 
 Test(copy, out_of_range)
