@@ -317,6 +317,13 @@ static const struct vsim_cfg_var vars[] = {
 		.parse = parse_count,
 	},
 	{
+		.name = "VGPU_SIM_HIP_DEVICES", .def = "0",
+		.expect = "a device count from 0 to 16",
+		.min = 0, .max = VSIM_MAX_DEVICES,
+		.type = VSIM_CFG_INT, .offset = FIELD(hip_devices),
+		.parse = parse_count,
+	},
+	{
 		.name = "VGPU_SIM_MEMORY", .def = "16GiB",
 		.expect = "a size of at least 1MiB: " SIZE_FORMS
 			  " (e.g. 16GiB)",

@@ -125,6 +125,9 @@ CUresult vsim_check_device(CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
+/* Set by the simulated HIP runtime before its cuInit. */
+static bool hip_process;
+
 /* A stable UUID per (name, ordinal): FNV-1a spread over 16 bytes. */
 void vsim_device_uuid_make(const char *name, int ordinal, CUuuid *out)
 {
@@ -152,22 +155,50 @@ static void setup_device(int i, int phys)
 	pthread_mutex_init(&d->primary_lock, NULL);
 }
 
-/* The physical devices visible, in ordinal order; returns their count. */
-static int visible_devices(int *phys)
+/* Devices list[0..n) (physical) narrowed to those spec names (NULL: all),
+ * in its order; an entry is an index into the list or a UUID, as for
+ * CUDA_VISIBLE_DEVICES. Returns the new count. */
+static int narrow(const char *spec, int *list, int n)
 {
 	char uuids[VSIM_MAX_DEVICES][VSIM_UUID_STRLEN];
-	const char *spec = getenv("CUDA_VISIBLE_DEVICES");
-	int n = vsim_g.cfg.devices;
+	int pos[VSIM_MAX_DEVICES], was[VSIM_MAX_DEVICES], m;
 
-	for (int i = 0; i < n; i++) {
-		CUuuid u;
-		vsim_device_uuid_make(vsim_g.cfg.name, i, &u);
-		vsim_uuid_format(&u, uuids[i]);
-		phys[i] = i;
-	}
 	if (!spec)
 		return n;
-	return vsim_visible_parse(spec, n, uuids, phys, VSIM_MAX_DEVICES);
+	for (int i = 0; i < n; i++) {
+		CUuuid u;
+		vsim_device_uuid_make(vsim_g.cfg.name, list[i], &u);
+		vsim_uuid_format(&u, uuids[i]);
+		was[i] = list[i];
+	}
+	m = vsim_visible_parse(spec, n, uuids, pos, VSIM_MAX_DEVICES);
+	for (int i = 0; i < m; i++)
+		list[i] = was[pos[i]];
+	return m;
+}
+
+/* The physical devices visible, in ordinal order; returns their count.
+ * With VGPU_SIM_HIP_DEVICES=N the last N devices are AMD ones: the HIP
+ * runtime's process sees only those, narrowed by ROCR_VISIBLE_DEVICES
+ * then HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES, as AMD's HIP);
+ * a CUDA process sees the others, narrowed by CUDA_VISIBLE_DEVICES. */
+static int visible_devices(int *phys)
+{
+	int n = vsim_g.cfg.devices, amd = vsim_g.cfg.hip_devices, m = 0;
+	const char *hip = getenv("HIP_VISIBLE_DEVICES");
+
+	for (int i = 0; i < n; i++)
+		if (amd == 0 || (i >= n - amd) == hip_process)
+			phys[m++] = i;
+	if (!hip_process)
+		return narrow(getenv("CUDA_VISIBLE_DEVICES"), phys, m);
+	m = narrow(getenv("ROCR_VISIBLE_DEVICES"), phys, m);
+	return narrow(hip ? hip : getenv("CUDA_VISIBLE_DEVICES"), phys, m);
+}
+
+VSIM_EXPORT void vsim_hip_process(void)
+{
+	hip_process = true;
 }
 
 static void fork_child(void)

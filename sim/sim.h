@@ -52,6 +52,7 @@ struct vsim_fail_rule {
 
 struct vsim_config {
 	int devices;
+	int hip_devices;          /* the last N are AMD's; 0: all are both */
 	uint64_t memory;          /* bytes per device */
 	int sm_count;
 	char name[256];
@@ -312,6 +313,10 @@ bool vsim_fail_now(enum vsim_fail_kind kind);
 uint64_t vsim_now_ns(void);
 /* The UUID of device `ordinal` of a simulator named `name` (VGPU_SIM_NAME). */
 void vsim_device_uuid_make(const char *name, int ordinal, CUuuid *out);
+/* Exported for the simulated HIP runtime, which calls it before its
+ * cuInit: this process sees the devices as HIP does (VGPU_SIM_HIP_DEVICES,
+ * ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES), not as a CUDA program. */
+void vsim_hip_process(void);
 /* The device's UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
 void vsim_device_uuid_string(int dev, char *out, size_t len);
 /* Waits until CLOCK_MONOTONIC reaches deadline_ns, precisely (sleep, then spin). */

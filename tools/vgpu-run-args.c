@@ -56,6 +56,8 @@ static const struct vrun_valopt valopts[] = {
 	{ "--gpu", offsetof(struct vrun_args, gpu) },
 	{ "--place", NO_FIELD },
 	{ "--probe-gpus", offsetof(struct vrun_args, probe_driver) },
+	{ "--probe-hip-gpus", offsetof(struct vrun_args, probe_hip_runtime) },
+	{ "--probe-hip-driver", offsetof(struct vrun_args, probe_hip_driver) },
 };
 
 __attribute__((format(printf, 4, 5)))
@@ -179,7 +181,8 @@ static int check_all(struct vrun_args *a, char *err, size_t errlen)
 	if (a->install_preload && a->command)
 		return bad(err, errlen, VRUN_EXIT_USAGE, "--install-preload "
 			   "takes no command (%s ...)", a->command[0]);
-	if (!a->install_preload && !a->help && !a->probe_driver && !a->command)
+	if (!a->install_preload && !a->help && !a->probe_driver &&
+	    !a->probe_hip_runtime && !a->command)
 		return bad(err, errlen, VRUN_EXIT_USAGE,
 			   "no command given; try vgpu-run --help");
 	return 0;

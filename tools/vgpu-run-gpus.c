@@ -1,8 +1,10 @@
-/* vgpu-run-gpus.c - what --gpu needs to know: the GPUs, from the driver,
- * and what is reserved on each, from the ledger.
+/* vgpu-run-gpus.c - what --gpu needs to know: the GPUs, from the CUDA
+ * driver and the HIP runtime, and what is reserved on each, from the
+ * ledger.
  *
- * The driver is asked in a child process (vgpu-run --probe-gpus), so that
- * the process that execs the command has never loaded it. The ledger is
+ * The driver is asked in a child process (vgpu-run --probe-gpus), and the
+ * HIP runtime in another (--probe-hip-gpus, vgpu-run-hip-gpus.c), so that
+ * the process that execs the command has never loaded either. The ledger is
  * read through include/vgpu.h only, never written.
  */
 #include "vgpu-run.h"
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,17 +116,15 @@ int vrun_probe_main(const char *path)
 
 /* ---- the parent: start the probe, read its lines ------------------------ */
 
-static void probe_child(int wfd, const char *self, const char *driver)
+static void probe_child(int wfd, const char *self, char **argv)
 {
-	char *argv[] = { "vgpu-run", "--probe-gpus", (char *)driver, NULL };
-
 	if (dup2(wfd, STDOUT_FILENO) < 0)
 		_exit(127);
 	/* A libvgpu preloaded by /etc/ld.so.preload passes calls through. */
 	setenv("VGPU_DISABLE", "1", 1);
 	unsetenv("LD_PRELOAD");
 	execv(self, argv);
-	printf("error cannot run %s --probe-gpus: %s\n", self, strerror(errno));
+	printf("error cannot run %s %s: %s\n", self, argv[1], strerror(errno));
 	fflush(stdout);
 	_exit(127);
 }
@@ -169,8 +170,11 @@ static int parse_lines(char *out, struct vrun_gpu *gpus, size_t max,
 	return (int)n;
 }
 
-int vrun_list_gpus(const char *self, const char *driver,
-		   struct vrun_gpu *gpus, size_t max, char *err, size_t errlen)
+/* Runs `self argv[1] argv[2]...` and reads its GPUs, ordinals in order;
+ * `what` names what it asks in a failure. */
+static int run_probe(const char *self, char **argv, const char *what,
+		     struct vrun_gpu *gpus, size_t max, char *err,
+		     size_t errlen)
 {
 	static char out[VRUN_MAX_GPUS * 96 + 4096];
 	int fds[2], status;
@@ -189,7 +193,7 @@ int vrun_list_gpus(const char *self, const char *driver,
 		return -VRUN_EXIT_DRIVER;
 	}
 	if (pid == 0)
-		probe_child(fds[1], self, driver);
+		probe_child(fds[1], self, argv);
 	close(fds[1]);
 	read_all(fds[0], out, sizeof(out));
 	close(fds[0]);
@@ -198,7 +202,7 @@ int vrun_list_gpus(const char *self, const char *driver,
 	int n = parse_lines(out, gpus, max, err, errlen);
 	if (n >= 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
 		snprintf(err, errlen, "listing the GPUs through %s failed "
-			 "(the probe %s %d)", driver,
+			 "(the probe %s %d)", what,
 			 WIFSIGNALED(status) ? "was killed by signal"
 					     : "exited with",
 			 WIFSIGNALED(status) ? WTERMSIG(status)
@@ -206,6 +210,78 @@ int vrun_list_gpus(const char *self, const char *driver,
 		return -VRUN_EXIT_DRIVER;
 	}
 	return n;
+}
+
+int vrun_list_gpus(const char *self, const char *driver,
+		   struct vrun_gpu *gpus, size_t max, char *err, size_t errlen)
+{
+	char *argv[] = { "vgpu-run", "--probe-gpus", (char *)driver, NULL };
+	int n = run_probe(self, argv, driver, gpus, max, err, errlen);
+
+	for (int i = 0; i < n; i++) {
+		gpus[i].fronts = VRUN_FRONT_CUDA;
+		gpus[i].cuda_index = (unsigned)i;
+	}
+	return n;
+}
+
+static int find_key(const struct vrun_gpu *gpus, int n, const char *key)
+{
+	for (int i = 0; i < n; i++)
+		if (strcasecmp(gpus[i].uuid, key) == 0)
+			return i;
+	return -1;
+}
+
+/* The HIP runtime's devices added to gpus[0..n): one the CUDA driver
+ * listed under the same key gains the HIP front end, others follow. */
+static int merge_hip(struct vrun_gpu *gpus, int n, size_t max,
+		     const struct vrun_gpu *hip, int nh)
+{
+	for (int i = 0; i < nh; i++) {
+		int at = find_key(gpus, n, hip[i].uuid);
+
+		if (at < 0 && (size_t)n == max)
+			break;
+		if (at < 0) {
+			at = n++;
+			gpus[at] = hip[i];
+			gpus[at].index = (unsigned)at;
+			gpus[at].fronts = 0;
+		}
+		gpus[at].fronts |= VRUN_FRONT_HIP;
+		gpus[at].hip_index = (unsigned)i;
+	}
+	return n;
+}
+
+int vrun_list_all_gpus(const char *self, const struct vrun_probe *p,
+		       struct vrun_gpu *gpus, size_t max, char *err,
+		       size_t errlen)
+{
+	static struct vrun_gpu hip[VRUN_MAX_GPUS];
+	char *argv[] = { "vgpu-run", "--probe-hip-gpus",
+			 (char *)p->hip_runtime, "--probe-hip-driver",
+			 (char *)p->hip_driver, NULL };
+	char cerr[VRUN_PATH_MAX + 512], herr[VRUN_PATH_MAX + 512];
+	int nc, nh;
+
+	if (!p->hip_driver)
+		argv[3] = NULL;
+	cerr[0] = herr[0] = '\0';
+	nc = vrun_list_gpus(self, p->driver, gpus, max, cerr, sizeof(cerr));
+	nh = run_probe(self, argv, p->hip_runtime, hip, VRUN_MAX_GPUS, herr,
+		       sizeof(herr));
+	err[0] = '\0';
+	if (nc < 0 && nh < 0) {
+		snprintf(err, errlen, "cannot list the GPUs, neither through "
+			 "the CUDA driver (%s) nor through the HIP runtime "
+			 "(%s)", cerr, herr);
+		return -VRUN_EXIT_DRIVER;
+	}
+	if (nc < 0 || nh < 0)
+		snprintf(err, errlen, "%s", nc < 0 ? cerr : herr);
+	return merge_hip(gpus, nc < 0 ? 0 : nc, max, hip, nh < 0 ? 0 : nh);
 }
 
 /* ---- the ledger ---------------------------------------------------------- */

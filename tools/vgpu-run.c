@@ -144,6 +144,26 @@ static int find_uuid(const struct vrun_gpu *g, int n, const char *want)
 	return found;
 }
 
+/* "an AMD GPU (the HIP runtime lists it)" */
+static const char *vendor_of(const struct vrun_gpu *g)
+{
+	if (g->fronts == (VRUN_FRONT_CUDA | VRUN_FRONT_HIP))
+		return "a GPU both the CUDA driver and the HIP runtime list";
+	return g->fronts & VRUN_FRONT_HIP ?
+	       "an AMD GPU (the HIP runtime lists it)" :
+	       "an NVIDIA GPU (the CUDA driver lists it)";
+}
+
+static const char *job_kind(bool hip)
+{
+	return hip ? "a HIP job" : "a CUDA job";
+}
+
+static bool usable(const struct vrun_gpu *g, bool hip)
+{
+	return g->fronts & (hip ? VRUN_FRONT_HIP : VRUN_FRONT_CUDA);
+}
+
 static int no_fit(const struct vrun_gpu *g, int n, const struct vrun_request *r)
 {
 	char mem[32], line[256];
@@ -161,68 +181,134 @@ static int no_fit(const struct vrun_gpu *g, int n, const struct vrun_request *r)
 	return VRUN_EXIT_NOFIT;
 }
 
-/* Reads every GPU's reservations and places the job. */
+/* Reads the reservations of the GPUs the job can use and places it among
+ * them: the chosen GPU's position in g, or minus an exit code. */
 static int place_auto(struct vrun_gpu *g, int n, const struct vgpu_options *o,
-		      int mode)
+		      int mode, bool hip)
 {
+	static struct vrun_gpu c[VRUN_MAX_GPUS];
 	struct vrun_request r = request_of(o);
 	char err[VRUN_PATH_MAX + 1024], line[256];
-	int pick;
+	int m = 0, pick;
 
-	for (int i = 0; i < n; i++) {
-		if (vrun_scan_ledger(o->ledger_dir, o->tenant, &g[i], err,
+	for (int i = 0; i < n; i++)
+		if (usable(&g[i], hip))
+			c[m++] = g[i];
+	if (m == 0) {
+		fprintf(stderr, "vgpu-run: --gpu auto: no GPU for %s: %s lists "
+			"none (a job runs only on its own vendor's GPUs)\n",
+			job_kind(hip), hip ? "the HIP runtime" :
+			"the CUDA driver");
+		return -VRUN_EXIT_NOGPU;
+	}
+	for (int i = 0; i < m; i++) {
+		if (vrun_scan_ledger(o->ledger_dir, o->tenant, &c[i], err,
 				     sizeof(err)) != 0) {
-			fprintf(stderr, "vgpu-run: warning: %s; GPU %d is not "
-				"considered\n", err, i);
-			g[i].reserved = g[i].total;
-			g[i].reserved_pct = 100;
+			fprintf(stderr, "vgpu-run: warning: %s; GPU %u is not "
+				"considered\n", err, c[i].index);
+			c[i].reserved = c[i].total;
+			c[i].reserved_pct = 100;
 		}
-		vrun_describe_gpu(&g[i], line, sizeof(line));
+		vrun_describe_gpu(&c[i], line, sizeof(line));
 		say("%s", line);
 	}
-	pick = vrun_place(g, (size_t)n, &r, mode);
-	return pick < 0 ? -no_fit(g, n, &r) : pick;
+	pick = vrun_place(c, (size_t)m, &r, mode);
+	return pick < 0 ? -no_fit(c, m, &r) : (int)c[pick].index;
 }
 
-/* Chooses the GPU of --gpu and sets CUDA_VISIBLE_DEVICES to its UUID. */
-static int choose_gpu(const struct vrun_args *a, const char *self,
-		      const char *driver, const struct vgpu_options *o)
+/* The listed GPUs, in --verbose. */
+static void say_gpus(const struct vrun_gpu *g, int n, const char *note)
 {
-	static struct vrun_gpu g[VRUN_MAX_GPUS];
-	char err[VRUN_PATH_MAX + 1024];
-	int n, pick;
+	char size[32];
 
-	n = vrun_list_gpus(self, driver, g, VRUN_MAX_GPUS, err, sizeof(err));
-	if (n < 0)
-		return fail(-n, err);
-	if (n == 0) {
-		snprintf(err, sizeof(err), "no GPU found (driver %s)", driver);
-		return fail(VRUN_EXIT_NOGPU, err);
+	if (note[0])
+		say("not listed from one source: %s", note);
+	for (int i = 0; i < n; i++) {
+		vrun_human_size(g[i].total, size, sizeof(size));
+		say("GPU %d (%s): %s, %s", i, g[i].uuid, vendor_of(&g[i]),
+		    size);
 	}
+}
+
+/* --gpu INDEX or UUID: its position in g, or -1 with err set. */
+static int pick_named(const struct vrun_args *a, const struct vrun_gpu *g,
+		      int n, bool hip, char *err, size_t errlen)
+{
+	int pick;
+
 	if (a->gpu_mode == VRUN_GPU_INDEX) {
 		pick = a->gpu_index < (unsigned)n ? (int)a->gpu_index : -1;
 		if (pick < 0)
-			snprintf(err, sizeof(err), "--gpu %s: no such GPU; "
+			snprintf(err, errlen, "--gpu %s: no such GPU; "
 				 "there %s %d (0 to %d)", a->gpu,
 				 n == 1 ? "is" : "are", n, n - 1);
-	} else if (a->gpu_mode == VRUN_GPU_UUID) {
+	} else {
 		pick = find_uuid(g, n, a->gpu);
 		if (pick < 0)
-			snprintf(err, sizeof(err), "--gpu %s: %s", a->gpu,
+			snprintf(err, errlen, "--gpu %s: %s", a->gpu,
 				 pick == -2 ? "more than one GPU has a UUID "
 				 "starting so" : "no GPU has that UUID");
-	} else {
-		pick = place_auto(g, n, o, a->place);
+	}
+	if (pick >= 0 && !usable(&g[pick], hip)) {
+		snprintf(err, errlen, "--gpu %s: GPU %d (%s) is %s; %s cannot "
+			 "run on it", a->gpu, pick, g[pick].uuid,
+			 vendor_of(&g[pick]), job_kind(hip));
+		pick = -1;
+	}
+	return pick;
+}
+
+/* Makes the chosen GPU the job's only one: CUDA_VISIBLE_DEVICES, its
+ * UUID; HIP_VISIBLE_DEVICES, its runtime ordinal as the caller's lists
+ * name it. */
+static int make_visible(const struct vrun_gpu *g, bool hip)
+{
+	char v[256];
+
+	if (!hip) {
+		set("CUDA_VISIBLE_DEVICES", g->uuid);
+		return 0;
+	}
+	if (vrun_hip_visible(getenv("HIP_VISIBLE_DEVICES"),
+			     getenv("CUDA_VISIBLE_DEVICES"), g->hip_index, v,
+			     sizeof(v)) != 0)
+		return fail(VRUN_EXIT_VALUE, "HIP_VISIBLE_DEVICES (or "
+			    "CUDA_VISIBLE_DEVICES) has no entry for the GPU "
+			    "chosen");
+	set("HIP_VISIBLE_DEVICES", v);
+	return 0;
+}
+
+/* Chooses the GPU of --gpu among those the CUDA driver and the HIP
+ * runtime list, one of the job's own vendor, and makes it the job's. */
+static int choose_gpu(const struct vrun_args *a, const char *self,
+		      const struct vrun_probe *p, const struct vgpu_options *o,
+		      bool hip)
+{
+	static struct vrun_gpu g[VRUN_MAX_GPUS];
+	char err[3 * VRUN_PATH_MAX + 1024];
+	int n, pick;
+
+	n = vrun_list_all_gpus(self, p, g, VRUN_MAX_GPUS, err, sizeof(err));
+	if (n < 0)
+		return fail(-n, err);
+	say_gpus(g, n, err);
+	if (n == 0) {
+		snprintf(err, sizeof(err), "no GPU found (CUDA driver %s, HIP "
+			 "runtime %s)", p->driver, p->hip_runtime);
+		return fail(VRUN_EXIT_NOGPU, err);
+	}
+	if (a->gpu_mode == VRUN_GPU_AUTO) {
+		pick = place_auto(g, n, o, a->place, hip);
 		if (pick < 0)
 			return -pick;
-	}
-	if (pick < 0)
+	} else if ((pick = pick_named(a, g, n, hip, err, sizeof(err))) < 0) {
 		return fail(VRUN_EXIT_NOGPU, err);
+	}
 	say("GPU %d (%s) chosen%s", pick, g[pick].uuid,
 	    a->gpu_mode != VRUN_GPU_AUTO ? "" :
 	    a->place == VRUN_PLACE_BINPACK ? " by binpack" : " by spread");
-	set("CUDA_VISIBLE_DEVICES", g[pick].uuid);
-	return 0;
+	return make_visible(&g[pick], hip);
 }
 
 static int install_preload(const struct vrun_args *a, const char *lib)
@@ -277,6 +363,30 @@ static int front_end(const struct vrun_args *a, const char **lib,
 	return 0;
 }
 
+/* Where --gpu lists the GPUs: the driver libvgpu will use (the simulator
+ * with --sim), and the HIP runtime a HIP job loads (the simulated one,
+ * made of the simulated driver, with --sim). */
+static const struct vrun_probe *probe_of(const struct vrun_args *a,
+					 const struct vgpu_options *o,
+					 const char *sim_lib)
+{
+	static char runtime[VRUN_PATH_MAX + 32];
+	static struct vrun_probe p;
+	const char *slash = strrchr(sim_lib, '/');
+
+	p.driver = a->sim ? sim_lib : o->real_libcuda[0] ? o->real_libcuda :
+		   "libcuda.so.1";
+	p.hip_runtime = "libamdhip64.so.5";
+	p.hip_driver = NULL;
+	if (a->sim) {
+		snprintf(runtime, sizeof(runtime), "%.*s/hip/libamdhip64.so.5",
+			 slash ? (int)(slash - sim_lib) : 0, sim_lib);
+		p.hip_runtime = runtime;
+		p.hip_driver = sim_lib;
+	}
+	return &p;
+}
+
 static int run(const struct vrun_args *a, const char *self, const char *lib)
 {
 	static char preload[3 * VRUN_PATH_MAX], sim_lib[VRUN_PATH_MAX];
@@ -298,8 +408,7 @@ static int run(const struct vrun_args *a, const char *self, const char *lib)
 	if ((rc = check_environment(&o)))
 		return rc;
 	if (a->gpu_mode != VRUN_GPU_NONE &&
-	    (rc = choose_gpu(a, self, a->sim ? sim_lib : o.real_libcuda[0] ?
-			     o.real_libcuda : "libcuda.so.1", &o)))
+	    (rc = choose_gpu(a, self, probe_of(a, &o, sim_lib), &o, hip)))
 		return rc;
 	if (vrun_merge_preload(getenv("LD_PRELOAD"), lib, preload,
 			       sizeof(preload)) != 0)
@@ -333,6 +442,9 @@ int main(int argc, char **argv)
 	}
 	if (a.probe_driver)
 		return vrun_probe_main(a.probe_driver);
+	if (a.probe_hip_runtime)
+		return vrun_probe_hip_main(a.probe_hip_runtime,
+					   a.probe_hip_driver);
 	verbose = a.verbose;
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)

@@ -61,6 +61,8 @@ struct vrun_args {
 	bool install_preload;
 	const char *preload_file;	/* --install-preload's PATH, or NULL */
 	const char *probe_driver;	/* internal: --probe-gpus DRIVER */
+	const char *probe_hip_runtime;	/* internal: --probe-hip-gpus RT */
+	const char *probe_hip_driver;	/* and --probe-hip-driver DRIVER */
 	char **command;			/* NULL-terminated; NULL: none */
 };
 
@@ -78,10 +80,17 @@ extern const char vrun_usage[];
 
 /* ---- vgpu-run-place.c: choosing a GPU ---------------------------------- */
 
+/* Who lists a GPU: the front ends whose jobs can run on it. */
+#define VRUN_FRONT_CUDA		1u	/* the CUDA driver: an NVIDIA GPU */
+#define VRUN_FRONT_HIP		2u	/* the HIP runtime: AMD, Hygon */
+
 /* One GPU as placement sees it. */
 struct vrun_gpu {
-	unsigned index;			/* CUDA ordinal in vgpu-run */
-	char uuid[VGPU_LEDGER_UUID_MAX];	/* "GPU-..." */
+	unsigned index;			/* in vgpu-run's list (--gpu INDEX) */
+	char uuid[VGPU_LEDGER_UUID_MAX];	/* "GPU-...", or HIP's "PCI-..." */
+	unsigned fronts;		/* VRUN_FRONT_*: both on the simulator */
+	unsigned cuda_index;		/* CUDA ordinal, with VRUN_FRONT_CUDA */
+	unsigned hip_index;		/* HIP ordinal, with VRUN_FRONT_HIP */
 	uint64_t total;			/* device memory, bytes */
 	uint64_t reserved;		/* live tenants' limits, at most total */
 	unsigned reserved_pct;		/* live tenants' shares, at most 100 */
@@ -121,6 +130,25 @@ void vrun_human_size(uint64_t bytes, char *buf, size_t len);
 int vrun_list_gpus(const char *self, const char *driver,
 		   struct vrun_gpu *gpus, size_t max, char *err, size_t errlen);
 
+/* Where the GPUs are listed from: the CUDA driver (a path or a bare
+ * name), the HIP runtime, and the driver to load before the runtime (the
+ * simulated one, with --sim; else NULL). */
+struct vrun_probe {
+	const char *driver;
+	const char *hip_runtime;
+	const char *hip_driver;
+};
+
+/* Every GPU: the CUDA driver's first, in its order (fronts CUDA), then
+ * the HIP runtime's not listed already (fronts HIP); one listed by both
+ * under one key (the simulator) is one GPU of both. Each in its own probe
+ * child, as vrun_list_gpus. One of the two failing is not an error: its
+ * reason is left in err (else err is ""). Returns the number of GPUs, or
+ * -VRUN_EXIT_DRIVER when both fail, err naming both. */
+int vrun_list_all_gpus(const char *self, const struct vrun_probe *p,
+		       struct vrun_gpu *gpus, size_t max, char *err,
+		       size_t errlen);
+
 /* The --probe-gpus child: writes one line per GPU, "<uuid> <bytes>", to
  * stdout, or "error <text>"; returns its exit status. */
 int vrun_probe_main(const char *driver);
@@ -135,6 +163,23 @@ int vrun_probe_main(const char *driver);
  * owner and mode); g unchanged. */
 int vrun_scan_ledger(const char *dir, const char *tenant,
 		     struct vrun_gpu *g, char *err, size_t errlen);
+
+/* ---- vgpu-run-hip-gpus.c: AMD/Hygon GPUs -------------------------------- */
+
+/* The --probe-hip-gpus child: loads `driver` (if not NULL) then the HIP
+ * runtime at `runtime`, writes one line per device, "<key> <bytes>" (the
+ * ledger's key, as libvgpu-hip.so makes it), or "error <text>"; returns
+ * its exit status. */
+int vrun_probe_hip_main(const char *runtime, const char *driver);
+
+/* HIP_VISIBLE_DEVICES that makes HIP ordinal `ordinal` (as the runtime
+ * numbers devices under hip_env, HIP_VISIBLE_DEVICES, else cuda_env,
+ * CUDA_VISIBLE_DEVICES, which HIP reads when its own is unset; either
+ * NULL when unset) the job's only device: that list's entry, or with
+ * neither the ordinal (relative to ROCR_VISIBLE_DEVICES, which stays).
+ * Returns 0, or -1 when the list has no such entry or out is short. */
+int vrun_hip_visible(const char *hip_env, const char *cuda_env,
+		     unsigned ordinal, char *out, size_t len);
 
 /* ---- vgpu-run-env.c: the library, LD_PRELOAD, the preload file --------- */
 

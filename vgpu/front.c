@@ -123,6 +123,24 @@ void vgpu_device_uuid_string(const unsigned char b[16], char *out, size_t len)
 		 b[15]);
 }
 
+bool vgpu_device_key(const unsigned char *uuid, const char *bus, char *out,
+		     size_t len)
+{
+	size_t n;
+
+	if (uuid) {
+		vgpu_device_uuid_string(uuid, out, len);
+		return true;
+	}
+	if (!bus)
+		return false;
+	snprintf(out, len, "PCI-%s", bus);
+	for (n = 4; n < len && out[n]; n++)
+		if (out[n] == ':' || out[n] == '.')
+			out[n] = '-';
+	return true;
+}
+
 static bool capped(unsigned share, int policy)
 {
 	return share > 0 && share < 100 && policy != VGPU_POLICY_OFF;

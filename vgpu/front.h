@@ -80,6 +80,13 @@ extern bool vgpu__compute_on;
 void vgpu_device_uuid_string(const unsigned char uuid[16], char *out,
 			     size_t len);
 
+/* The ledger's key of a device its runtime names by a UUID (uuid, not
+ * NULL: vgpu_device_uuid_string) or else by its PCI bus id (bus,
+ * "0000:03:00.0": "PCI-0000-03-00-0"), as the HIP front end keys its
+ * ledgers and vgpu-run lists HIP devices. False with neither. */
+bool vgpu_device_key(const unsigned char *uuid, const char *bus, char *out,
+		     size_t len);
+
 /* Whether launches go through the throttle: a share that caps, or the
  * opportunistic class. */
 bool vgpu_device_throttled(unsigned share, int policy);

@@ -40,18 +40,12 @@ bool vgpu__hip_device_key(hipError_t (*uuid_of)(hipUUID *, hipDevice_t),
 	char bus[32];
 
 	memset(&u, 0, sizeof(u));
-	if (uuid_of && uuid_of(&u, d) == hipSuccess) {
-		vgpu_device_uuid_string((const unsigned char *)u.bytes, key,
-					len);
-		return true;
-	}
+	if (uuid_of && uuid_of(&u, d) == hipSuccess)
+		return vgpu_device_key((const unsigned char *)u.bytes, NULL,
+				       key, len);
 	if (!bus_of || bus_of(bus, (int)sizeof(bus), d) != hipSuccess)
 		return false;
-	for (char *c = bus; *c; c++)
-		if (*c == ':' || *c == '.')
-			*c = '-';
-	snprintf(key, len, "PCI-%s", bus);
-	return true;
+	return vgpu_device_key(NULL, bus, key, len);
 }
 
 static bool device_key(int d, char *key, size_t len)

@@ -17,6 +17,10 @@
 #define VHIP_EXPORT __attribute__((visibility("default")))
 #define VHIP_MAX_DEVICES 16
 
+/* The simulated driver's (sim/init.c): called before cuInit, so this
+ * process sees the devices as the HIP runtime does. */
+void vsim_hip_process(void);
+
 /* ---- runtime.c: init, the current device, errors ------------------------- */
 
 /* Every entry's first step: the driver initialised once, and the calling

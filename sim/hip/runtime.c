@@ -25,6 +25,7 @@ static _Thread_local hipError_t last_error;
 
 static void init_driver(void)
 {
+	vsim_hip_process();
 	init_rc = cuInit(0);
 	if (init_rc == CUDA_SUCCESS)
 		init_rc = cuDeviceGetCount(&device_count);

@@ -579,6 +579,7 @@ static const struct {
 } rows[] = {
 #define O(f) offsetof(struct vsim_config, f)
 	{ "VGPU_SIM_DEVICES", "4", "0", RANGE, O(devices), 1, 4 },
+	{ "VGPU_SIM_HIP_DEVICES", "2", "17", RANGE, O(hip_devices), 0, 2 },
 	{ "VGPU_SIM_MEMORY", "512MiB", "512MiBs", UNIT, O(memory),
 	  16ull << 30, 512ull << 20 },
 	{ "VGPU_SIM_SM_COUNT", "64", "64.0", TRAILING, O(sm_count), 132, 64 },

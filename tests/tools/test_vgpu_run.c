@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "vgpu-run.h"
+#include "front.h"
 #include "ledger.h"
 #include "throttle.h"
 #include "options.h"
@@ -677,4 +678,37 @@ Test(run_ledger, a_symlink_is_skipped, .init = make_tmpdir,
 	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
 	cr_expect(strstr(err, "a symbolic link, never followed"), "%s", err);
 	cr_expect(strstr(err, path), "%s", err);
+}
+
+/* ---- HIP GPUs: the ledger key, HIP_VISIBLE_DEVICES --------------------- */
+
+Test(hip_gpus, key_is_the_uuid_else_the_bus_id)
+{
+	const unsigned char u[16] = { 0x88, 0x8d, 0x40, 0x5d, 1, 2, 3, 4, 5,
+				      6, 7, 8, 9, 10, 11, 12 };
+	char key[VGPU_LEDGER_UUID_MAX];
+
+	cr_assert(vgpu_device_key(u, "0000:03:00.0", key, sizeof(key)));
+	cr_assert_str_eq(key, "GPU-888d405d-0102-0304-0506-0708090a0b0c");
+	cr_assert(vgpu_device_key(NULL, "0000:03:00.0", key, sizeof(key)));
+	cr_assert_str_eq(key, "PCI-0000-03-00-0");
+	cr_assert_not(vgpu_device_key(NULL, NULL, key, sizeof(key)));
+}
+
+Test(hip_gpus, visible_devices_composed_with_the_callers)
+{
+	char v[16];
+
+	cr_assert_eq(vrun_hip_visible(NULL, NULL, 3, v, sizeof(v)), 0);
+	cr_assert_str_eq(v, "3", "relative to ROCR_VISIBLE_DEVICES, kept");
+	cr_assert_eq(vrun_hip_visible("2, 5 ,7", NULL, 1, v, sizeof(v)), 0);
+	cr_assert_str_eq(v, "5", "the caller's entry");
+	cr_assert_eq(vrun_hip_visible(NULL, "4,1", 1, v, sizeof(v)), 0);
+	cr_assert_str_eq(v, "1", "CUDA_VISIBLE_DEVICES, read by HIP");
+	cr_assert_eq(vrun_hip_visible("6", "4,1", 0, v, sizeof(v)), 0);
+	cr_assert_str_eq(v, "6", "HIP's own wins");
+	cr_assert_eq(vrun_hip_visible("2,5", NULL, 2, v, sizeof(v)), -1);
+	cr_assert_eq(vrun_hip_visible("2,,5", NULL, 1, v, sizeof(v)), -1);
+	cr_assert_eq(vrun_hip_visible("12345678901234567", NULL, 0, v,
+				      sizeof(v)), -1, "out is short");
 }
