@@ -36,8 +36,9 @@ const char vrun_usage[] =
 "  -h, --help            this text\n"
 "\n"
 "Exit status: the command's own, or 64 usage, 65 bad value, 66 no GPU fits,\n"
-"67 no such GPU, 68 driver unusable, 69 library not found, 70 preload file\n"
-"not writable, 126 command not executable, 127 command not found.\n";
+"67 no such GPU (or one of the other vendor), 68 neither the CUDA driver nor\n"
+"the HIP runtime usable, 69 library not found, 70 preload file not\n"
+"writable, 126 command not executable, 127 command not found.\n";
 
 /* Options that take a value, and where it goes. */
 #define NO_FIELD ((size_t)-1)	/* checked and stored by its own parser */
