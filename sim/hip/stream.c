@@ -61,6 +61,11 @@ VHIP_EXPORT hipError_t hipStreamSynchronize(hipStream_t s)
 }
 
 /* hipErrorNotReady is an answer, not an error: not the last error. */
+VHIP_EXPORT hipError_t hipStreamSynchronize_spt(hipStream_t s)
+{
+	return hipStreamSynchronize(s ? s : hipStreamPerThread);
+}
+
 VHIP_EXPORT hipError_t hipStreamQuery(hipStream_t s)
 {
 	hipError_t e = vhip_enter();
