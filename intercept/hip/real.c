@@ -36,11 +36,14 @@ static const struct {
 	const char *name, *node;
 	size_t offset;
 } rows[] = {
+#define VGPU_HIP_HOOK_CXX(node, name, symbol, params) \
+	{ #symbol, #node, offsetof(struct vgpu_hip_real, name) },
 #define VGPU_HIP_HOOK(node, name, params) \
-	{ #name, #node, offsetof(struct vgpu_hip_real, name) },
+	VGPU_HIP_HOOK_CXX(node, name, name, params)
 #define VGPU_HIP_CALL VGPU_HIP_HOOK
 #include "hooks.def"
 #undef VGPU_HIP_HOOK
+#undef VGPU_HIP_HOOK_CXX
 #undef VGPU_HIP_CALL
 };
 

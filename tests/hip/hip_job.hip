@@ -26,8 +26,19 @@
  *   touch ID [SEED]    vgpu_touch writes SEED's pattern (default 1) over
  *                      allocation ID, checked on the host after a copy
  *                      back: "touch ERR bad=N" (elements that differ).
- *   spin US COUNT      COUNT launches of vgpu_spin(US µs) on one stream,
- *                      timed by events: "spin ERR ms=M" (event time).
+ *   spin US COUNT [HOW] COUNT launches of vgpu_spin(US µs) on one stream,
+ *                      timed by events: "spin ERR ms=M" (event time). HOW
+ *                      is the launch entry: ggl (hipLaunchKernelGGL, the
+ *                      default), spt (hipLaunchKernel_spt on the null
+ *                      stream, the per-thread default stream, as hipcc
+ *                      -fgpu-default-stream=per-thread makes <<<...>>>),
+ *                      coopspt (hipLaunchCooperativeKernel_spt, null
+ *                      stream), extmodule (hipExtModuleLaunchKernel of the
+ *                      program's own code object, hipModuleLoadData'd),
+ *                      hccmodule (hipHccModuleLaunchKernel, the same),
+ *                      coopmulti (hipLaunchCooperativeKernelMultiDevice,
+ *                      one device), extmulti
+ *                      (hipExtLaunchMultiKernelMultiDevice, one device).
  *   saxpy N            vgpu_saxpy over N floats, checked on the host:
  *                      "saxpy ERR bad=N".
  *   sync               hipDeviceSynchronize: "sync ERR".
@@ -38,7 +49,10 @@
  * An unknown command prints "COMMAND -1 unknown". Allocations are kept
  * until freed or the process ends.
  */
+#include <hip/hip_ext.h>
 #include <hip/hip_runtime.h>
+
+#include <elf.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,14 +323,101 @@ static void cmd_touch(const char *id, const char *seed_s)
 	printf("touch %d bad=%llu\n", (int)rc, bad);
 }
 
-static void cmd_spin(const char *us_s, const char *count_s)
+/* The program's own offload bundle (its .hip_fatbin section, read from
+ * /proc/self/exe, kept), for the module launches; NULL if not found. */
+static const void *own_bundle(void)
+{
+	static char *image;
+	FILE *f = image ? NULL : fopen("/proc/self/exe", "rb");
+	const Elf64_Ehdr *eh;
+	const Elf64_Shdr *sh;
+	long size;
+
+	if (!f)
+		return image;
+	if (fseek(f, 0, SEEK_END) || (size = ftell(f)) <= 0 ||
+	    fseek(f, 0, SEEK_SET) || !(image = (char *)malloc(size)) ||
+	    fread(image, 1, size, f) != (size_t)size) {
+		fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	eh = (const Elf64_Ehdr *)image;
+	sh = (const Elf64_Shdr *)(image + eh->e_shoff);
+	for (unsigned i = 0; i < eh->e_shnum; i++)
+		if (strcmp(image + sh[eh->e_shstrndx].sh_offset +
+			   sh[i].sh_name, ".hip_fatbin") == 0)
+			return image + sh[i].sh_offset;
+	return NULL;
+}
+
+/* vgpu_spin of the program's own code object, loaded once. */
+static hipError_t spin_function(hipFunction_t *fn)
+{
+	static hipFunction_t spin;
+	hipModule_t m;
+	const void *bundle = spin ? NULL : own_bundle();
+	hipError_t rc = hipSuccess;
+
+	if (!spin && !bundle)
+		return hipErrorNotFound;
+	if (!spin && (rc = hipModuleLoadData(&m, bundle)) == hipSuccess)
+		rc = hipModuleGetFunction(&spin, m, "vgpu_spin");
+	*fn = spin;
+	return rc;
+}
+
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+
+/* One vgpu_spin of ns nanoseconds on s through entry how. */
+static hipError_t spin_once(const char *how, unsigned long long ns,
+			    hipStream_t s)
+{
+	unsigned long long *times = NULL;
+	void *args[] = { &ns, &times };
+	hipLaunchParams one = { (void *)vgpu_spin, dim3(1), dim3(64), args, 0,
+				s };
+	hipFunction_t fn;
+	hipError_t rc;
+
+	if (strcmp(how, "ggl") == 0) {
+		hipLaunchKernelGGL(vgpu_spin, dim3(1), dim3(64), 0, s, ns,
+				   (unsigned long long *)NULL);
+		return hipGetLastError();
+	}
+	if (strcmp(how, "spt") == 0)
+		return hipLaunchKernel_spt((const void *)vgpu_spin, dim3(1),
+					   dim3(64), args, 0, NULL);
+	if (strcmp(how, "coopspt") == 0)
+		return hipLaunchCooperativeKernel_spt((const void *)vgpu_spin,
+						      dim3(1), dim3(64), args,
+						      0, NULL);
+	if (strcmp(how, "coopmulti") == 0)
+		return hipLaunchCooperativeKernelMultiDevice(&one, 1, 0);
+	if (strcmp(how, "extmulti") == 0)
+		return hipExtLaunchMultiKernelMultiDevice(&one, 1, 0);
+	if ((rc = spin_function(&fn)) != hipSuccess)
+		return rc;
+	if (strcmp(how, "extmodule") == 0)
+		return hipExtModuleLaunchKernel(fn, 64, 1, 1, 64, 1, 1, 0, s,
+						args, NULL);
+	if (strcmp(how, "hccmodule") == 0)
+		return hipHccModuleLaunchKernel(fn, 64, 1, 1, 64, 1, 1, 0, s,
+						args, NULL);
+	return hipErrorInvalidValue;
+}
+
+/* The per-thread entries launch on the null stream, which is the
+ * thread's: timed there (hipStreamPerThread). */
+static void cmd_spin(const char *us_s, const char *count_s, const char *how)
 {
 	unsigned long long ns = us_s ? strtoull(us_s, NULL, 0) * 1000 : 0;
 	long count = count_s ? strtol(count_s, NULL, 0) : 1;
+	bool spt = how && strstr(how, "spt");
 	hipEvent_t start = NULL, end = NULL;
-	hipStream_t s = NULL;
+	hipStream_t s = hipStreamPerThread;
 	float ms = 0;
-	hipError_t rc = hipStreamCreate(&s);
+	hipError_t rc = spt ? hipSuccess : hipStreamCreate(&s);
 
 	if (rc == hipSuccess)
 		rc = hipEventCreate(&start);
@@ -324,11 +425,8 @@ static void cmd_spin(const char *us_s, const char *count_s)
 		rc = hipEventCreate(&end);
 	if (rc == hipSuccess)
 		rc = hipEventRecord(start, s);
-	for (long i = 0; rc == hipSuccess && i < count; i++) {
-		hipLaunchKernelGGL(vgpu_spin, dim3(1), dim3(64), 0, s, ns,
-				   (unsigned long long *)NULL);
-		rc = hipGetLastError();
-	}
+	for (long i = 0; rc == hipSuccess && i < count; i++)
+		rc = spin_once(how ? how : "ggl", ns, s);
 	if (rc == hipSuccess)
 		rc = hipEventRecord(end, s);
 	if (rc == hipSuccess)
@@ -339,7 +437,7 @@ static void cmd_spin(const char *us_s, const char *count_s)
 		(void)hipEventDestroy(start);
 	if (end)
 		(void)hipEventDestroy(end);
-	if (s)
+	if (!spt && s)
 		(void)hipStreamDestroy(s);
 	printf("spin %d ms=%.3f\n", (int)rc, ms);
 }
@@ -416,7 +514,7 @@ static bool run(char *line)
 	else if (strcmp(cmd, "touch") == 0)
 		cmd_touch(args[0], args[1]);
 	else if (strcmp(cmd, "spin") == 0)
-		cmd_spin(args[0], args[1]);
+		cmd_spin(args[0], args[1], args[2]);
 	else if (strcmp(cmd, "saxpy") == 0)
 		cmd_saxpy(args[0]);
 	else if (strcmp(cmd, "sync") == 0)
