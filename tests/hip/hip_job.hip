@@ -16,7 +16,12 @@
  *                      (hipMallocArray of SIZE/4 floats, rows of 4096), host
  *                      (hipHostMalloc), narrow (a 1-byte-wide array of SIZE
  *                      rows), odd (1024 x SIZE/4096 of a description with
- *                      channel widths 32, -31). Prints "alloc ERR id=N".
+ *                      channel widths 32, -31), mipmap
+ *                      (hipMallocMipmappedArray of floats, 4096 wide,
+ *                      SIZE/16K rows, two levels: 20 KiB a row for an
+ *                      even number of rows),
+ *                      mipmapdrv (the same by hipMipmappedArrayCreate).
+ *                      Prints "alloc ERR id=N".
  *   free ID            free allocation ID with its path's free function.
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
  *   totalmem           "totalmem ERR bytes=B" (hipDeviceTotalMem, device 0).
@@ -73,16 +78,18 @@ extern "C" __global__ void vgpu_saxpy(unsigned long long n, float a,
 				      const float *x, float *y);
 
 enum path { P_MALLOC, P_PITCH, P_3D, P_MANAGED, P_EXT, P_ASYNC, P_ARRAY,
-	    P_HOST, P_NARROW, P_ODD };
+	    P_HOST, P_NARROW, P_ODD, P_MIPMAP, P_MIPMAP_DRV };
 static const char *const path_names[] = { "malloc", "pitch", "3d", "managed",
 					   "ext", "async", "array", "host",
-					   "narrow", "odd" };
+					   "narrow", "odd", "mipmap",
+					   "mipmapdrv" };
 
 struct alloc {
 	bool used;
 	enum path path;
 	void *ptr;
 	hipArray_t array;
+	hipMipmappedArray_t mipmap;
 	size_t size;
 };
 static struct alloc allocs[MAX_ALLOCS];
@@ -151,6 +158,23 @@ static hipError_t alloc_by(struct alloc *a)
 		return hipMallocArray(&a->array, &d, 1024, a->size / 4096,
 				      hipArrayDefault);
 	}
+	case P_MIPMAP: {
+		hipChannelFormatDesc d = hipCreateChannelDesc(
+			32, 0, 0, 0, hipChannelFormatKindFloat);
+
+		return hipMallocMipmappedArray(&a->mipmap, &d,
+			make_hipExtent(4096, a->size / (16 << 10), 0), 2,
+			hipArrayDefault);
+	}
+	case P_MIPMAP_DRV: {
+		HIP_ARRAY3D_DESCRIPTOR d = {};
+
+		d.Width = 4096;
+		d.Height = a->size / (16 << 10);
+		d.Format = HIP_AD_FORMAT_FLOAT;
+		d.NumChannels = 1;
+		return hipMipmappedArrayCreate(&a->mipmap, &d, 2);
+	}
 	case P_HOST:
 		return hipHostMalloc(&a->ptr, a->size, hipHostMallocDefault);
 	case P_MALLOC:
@@ -166,6 +190,10 @@ static hipError_t free_by(struct alloc *a)
 	case P_NARROW:
 	case P_ODD:
 		return hipFreeArray(a->array);
+	case P_MIPMAP:
+		return hipFreeMipmappedArray(a->mipmap);
+	case P_MIPMAP_DRV:
+		return hipMipmappedArrayDestroy(a->mipmap);
 	case P_HOST:
 		return hipHostFree(a->ptr);
 	case P_ASYNC: {
@@ -286,7 +314,7 @@ static void cmd_copy(const char *id)
 	size_t bad = 0;
 	hipError_t rc;
 
-	if (!a || a->path == P_ARRAY || a->path == P_NARROW || a->path == P_ODD) {
+	if (!a || (a->path >= P_ARRAY && a->path != P_HOST)) {
 		printf("copy -1 no such buffer\n");
 		return;
 	}
@@ -302,7 +330,7 @@ static void cmd_touch(const char *id, const char *seed_s)
 	unsigned *host;
 	hipError_t rc;
 
-	if (!a || a->path == P_ARRAY || a->path == P_NARROW || a->path == P_ODD) {
+	if (!a || (a->path >= P_ARRAY && a->path != P_HOST)) {
 		printf("touch -1 no such buffer\n");
 		return;
 	}

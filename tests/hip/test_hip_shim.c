@@ -255,6 +255,58 @@ Test(hip_shim, narrow_and_odd_arrays_charged_what_the_device_holds)
 	hjob_end(&j);
 }
 
+/* Mipmapped arrays are charged the sum of their levels, as the device
+ * holds them: hip_job's mipmap of H rows (even) is 16 KiB a row at level 0
+ * and 8 KiB a row of H/2 at level 1, 20 KiB a row. Filled to 16 KiB short
+ * of the slice by both entries (hipMallocMipmappedArray,
+ * hipMipmappedArrayCreate), one past refused, the rest taken by a buffer;
+ * freed in random order, to zero. */
+Test(hip_shim, mipmapped_arrays_at_the_edge)
+{
+	static const char *const paths[3] = { "mipmap", "mipmapdrv",
+					      "malloc" };
+	const unsigned long long charge[3] = { 2000 * 20 * KIB,
+					       1276 * 20 * KIB, 16 * KIB };
+	uint64_t base = hs_device_used(), held = 0;
+	unsigned seed = hs_seed();
+	struct hjob j;
+	int ids[3], order[3] = { 0, 1, 2 };
+
+	hjob_start(&j, NULL);
+	cr_assert_eq(hjob_alloc(&j, 2000 * 16 * KIB, "mipmap", &ids[0]), 0);
+	held += charge[0];
+	assert_counts(base, held, "mipmap");
+	/* Two rows more than fit: 40 KiB past the slice's last 16 KiB. */
+	cr_assert_eq(hjob_alloc(&j, 1278 * 16 * KIB, "mipmapdrv", NULL), 2);
+	cr_assert_eq(hjob_alloc(&j, 1276 * 16 * KIB, "mipmapdrv", &ids[1]),
+		     0);
+	held += charge[1];
+	assert_counts(base, held, "mipmapdrv");
+	cr_assert_eq(hjob_alloc(&j, 2 * 16 * KIB, "mipmap", NULL), 2);
+	cr_assert_eq(hjob_alloc(&j, 16 * KIB, "malloc", &ids[2]), 0);
+	held += charge[2];
+	cr_assert_eq(held, LIMIT);
+	cr_assert_eq(hjob_alloc(&j, 1, "malloc", NULL), 2);
+	assert_counts(base, LIMIT, "full");
+	for (int i = 2; i > 0; i--) {
+		int r = rand_r(&seed) % (i + 1), t = order[i];
+
+		order[i] = order[r];
+		order[r] = t;
+	}
+	for (int i = 0; i < 3; i++) {
+		int p = order[i];
+		char cmd[32];
+
+		snprintf(cmd, sizeof(cmd), "free %d", ids[p]);
+		hjob_expect(&j, cmd, "free 0");
+		held -= charge[p];
+		assert_counts(base, held, paths[p]);
+	}
+	hjob_end(&j);
+	cr_assert_eq(hs_device_used(), base);
+}
+
 /* Every view says the slice: hipMemGetInfo, hipDeviceTotalMem and
  * hipGetDeviceProperties' totalGlobalMem. */
 Test(hip_shim, views_show_the_slice)
