@@ -507,7 +507,7 @@ static bool ptr_gone(uint64_t key, const struct vgpu_tracked *t)
 void vgpu__ptr_drop(const struct vgpu_tracked *t)
 {
 	if (t->kind == VGPU_USAGE_POOL)
-		vgpu__pool_freed((int)t->aux);
+		vgpu_pool_freed((int)t->aux);
 	else if (t->kind == VGPU_USAGE_BUFFER && t->aux)
 		vgpu__share_gone(t->aux);
 	else
@@ -519,7 +519,7 @@ static void sweep_device(int ordinal)
 {
 	vgpu__track_sweep(VGPU_TRACK_PTR, (unsigned)ordinal, ptr_gone,
 			  vgpu__ptr_drop);
-	vgpu__pools_settle_device(ordinal);
+	vgpu_pools_settle_device(ordinal);
 }
 
 /* The protocol for a context the driver is asked to make on dev: its
