@@ -210,6 +210,47 @@ VHIP_EXPORT hipError_t hipMemPoolTrimTo(hipMemPool_t pool, size_t keep)
 	       vhip_result(cuMemPoolTrimTo((CUmemoryPool)pool, keep));
 }
 
+/* HIP's pool attributes have the driver's values (hipMemPoolAttr). */
+VHIP_EXPORT hipError_t hipMemPoolGetAttribute(hipMemPool_t pool,
+					      hipMemPoolAttr attr, void *value)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuMemPoolGetAttribute((CUmemoryPool)pool,
+						 (CUmemPool_attribute)attr,
+						 value));
+}
+
+VHIP_EXPORT hipError_t hipMemPoolSetAttribute(hipMemPool_t pool,
+					      hipMemPoolAttr attr, void *value)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuMemPoolSetAttribute((CUmemoryPool)pool,
+						 (CUmemPool_attribute)attr,
+						 value));
+}
+
+VHIP_EXPORT hipError_t hipDeviceGetMemPool(hipMemPool_t *pool, int dev)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuDeviceGetMemPool((CUmemoryPool *)pool,
+					      (CUdevice)dev));
+}
+
+VHIP_EXPORT hipError_t hipDeviceSetMemPool(int dev, hipMemPool_t pool)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuDeviceSetMemPool((CUdevice)dev,
+					      (CUmemoryPool)pool));
+}
+
 /* ---- arrays ---------------------------------------------------------------- */
 
 static hipError_t array_wrap(CUarray a, unsigned w, unsigned h, unsigned d,
