@@ -101,6 +101,11 @@ struct vgpu_tracked;
 hipError_t vgpu__hip_freed(int table, uint64_t key, bool had,
 			  const struct vgpu_tracked *t, hipError_t r);
 
+/* ---- pools.c ------------------------------------------------------------- */
+
+/* The runtime's side of the core's pools (vgpu/pool.h). */
+extern const struct vgpu_pool_ops vgpu__hip_pool_ops;
+
 /* ---- launch.c ------------------------------------------------------------- */
 
 extern const struct vgpu_prim vgpu__hip_prim;

@@ -10,6 +10,7 @@
  * (its ordinal + 1 as the handle), made current with hipSetDevice.
  */
 #include "hip.h"
+#include "pool.h"
 
 #include <stdint.h>
 
@@ -291,12 +292,17 @@ hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t s)
 
 /* ---- synchronisations: the ends read now, the ledgers followed ---------- */
 
+/* A pool gives its idle memory past its release threshold back at a
+ * synchronisation: each accounted device's pools are settled. */
 static hipError_t synchronised(hipError_t r)
 {
 	if (r == hipSuccess &&
 	    __atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED))
 		vgpu_measure_synchronised(&tls_meter);
 	vgpu__hip_dev_poll();
+	for (int d = 0; r == hipSuccess && d < VGPU_MAX_DEVICES; d++)
+		if (vgpu__hip_dev_peek(d))
+			vgpu_pools_settle_device(d);
 	return r;
 }
 
@@ -349,10 +355,10 @@ void vgpu__hip_launch_fork_child(void)
 
 /* ---- the primitives (vgpu/prim.h) over the runtime ---------------------- */
 
+/* The device's pools give back their idle memory (pools.c). */
 static bool reclaim(int dev)
 {
-	(void)dev;
-	return false;	/* pools are charged per allocation, not held */
+	return vgpu_pools_reclaim(dev);
 }
 
 static struct vgpu_prim_ctx *ctx_current(void)

@@ -9,6 +9,7 @@
  * not followed (docs/hip.md).
  */
 #include "hip.h"
+#include "pool.h"
 #include "track.h"
 
 #include <stdint.h>
@@ -158,6 +159,8 @@ hipError_t vgpu__hip_freed(int table, uint64_t key, bool had,
 		return r;
 	if (r != hipSuccess)
 		vgpu__track_keep(table, key, t);	/* still there */
+	else if (t->kind == VGPU_USAGE_POOL)	/* its pool's, pools.c */
+		vgpu_pool_freed((int)t->aux);
 	else
 		vgpu__hip_uncharge(vgpu__hip_dev_peek((int)t->dev),
 				   (int)t->kind, t->bytes);

@@ -20,9 +20,19 @@
  *                      (hipMallocMipmappedArray of floats, 4096 wide,
  *                      SIZE/16K rows, two levels: 20 KiB a row for an
  *                      even number of rows),
- *                      mipmapdrv (the same by hipMipmappedArrayCreate).
+ *                      mipmapdrv (the same by hipMipmappedArrayCreate),
+ *                      pool (hipMallocFromPoolAsync from the pool made by
+ *                      "pool create", then a synchronize).
  *                      Prints "alloc ERR id=N".
- *   free ID            free allocation ID with its path's free function.
+ *   free ID            free allocation ID with its path's free function
+ *                      (async, pool: hipFreeAsync, then a synchronize).
+ *   pool create T      hipMemPoolCreate on device 0 with a release
+ *                      threshold of T bytes (K/M/G): "pool ERR".
+ *   pool default T     the device's current pool's release threshold.
+ *   pool trim [KEEP]   hipMemPoolTrimTo(the created pool, KEEP).
+ *   pool destroy       hipMemPoolDestroy(the created pool).
+ *   pool reserved [default]  "pool ERR bytes=B": the created (or the
+ *                      device's current) pool's ReservedMemCurrent.
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
  *   totalmem           "totalmem ERR bytes=B" (hipDeviceTotalMem, device 0).
  *   copy ID            round trip: a pattern hipMemcpy'd host to device,
@@ -78,11 +88,12 @@ extern "C" __global__ void vgpu_saxpy(unsigned long long n, float a,
 				      const float *x, float *y);
 
 enum path { P_MALLOC, P_PITCH, P_3D, P_MANAGED, P_EXT, P_ASYNC, P_ARRAY,
-	    P_HOST, P_NARROW, P_ODD, P_MIPMAP, P_MIPMAP_DRV };
+	    P_HOST, P_NARROW, P_ODD, P_MIPMAP, P_MIPMAP_DRV, P_POOL };
 static const char *const path_names[] = { "malloc", "pitch", "3d", "managed",
 					   "ext", "async", "array", "host",
 					   "narrow", "odd", "mipmap",
-					   "mipmapdrv" };
+					   "mipmapdrv", "pool" };
+static hipMemPool_t pool;	/* "pool create"'s */
 
 struct alloc {
 	bool used;
@@ -158,6 +169,9 @@ static hipError_t alloc_by(struct alloc *a)
 		return hipMallocArray(&a->array, &d, 1024, a->size / 4096,
 				      hipArrayDefault);
 	}
+	case P_POOL:
+		rc = hipMallocFromPoolAsync(&a->ptr, a->size, pool, 0);
+		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
 	case P_MIPMAP: {
 		hipChannelFormatDesc d = hipCreateChannelDesc(
 			32, 0, 0, 0, hipChannelFormatKindFloat);
@@ -196,7 +210,8 @@ static hipError_t free_by(struct alloc *a)
 		return hipMipmappedArrayDestroy(a->mipmap);
 	case P_HOST:
 		return hipHostFree(a->ptr);
-	case P_ASYNC: {
+	case P_ASYNC:
+	case P_POOL: {
 		hipError_t rc = hipFreeAsync(a->ptr, 0);
 
 		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
@@ -204,6 +219,13 @@ static hipError_t free_by(struct alloc *a)
 	default:
 		return hipFree(a->ptr);
 	}
+}
+
+/* Arrays, which copies and kernels cannot take. */
+static bool not_a_buffer(enum path p)
+{
+	return p == P_ARRAY || p == P_NARROW || p == P_ODD || p == P_MIPMAP ||
+	       p == P_MIPMAP_DRV;
 }
 
 static struct alloc *alloc_arg(const char *s)
@@ -314,7 +336,7 @@ static void cmd_copy(const char *id)
 	size_t bad = 0;
 	hipError_t rc;
 
-	if (!a || (a->path >= P_ARRAY && a->path != P_HOST)) {
+	if (!a || not_a_buffer(a->path)) {
 		printf("copy -1 no such buffer\n");
 		return;
 	}
@@ -330,7 +352,7 @@ static void cmd_touch(const char *id, const char *seed_s)
 	unsigned *host;
 	hipError_t rc;
 
-	if (!a || (a->path >= P_ARRAY && a->path != P_HOST)) {
+	if (!a || not_a_buffer(a->path)) {
 		printf("touch -1 no such buffer\n");
 		return;
 	}
@@ -349,6 +371,55 @@ static void cmd_touch(const char *id, const char *seed_s)
 		bad += host[i] != vgpu_touch_pattern(seed, i);
 	free(host);
 	printf("touch %d bad=%llu\n", (int)rc, bad);
+}
+
+/* The pool a "pool" command is about: the created one, or with
+ * "default" the device's current pool. */
+static hipError_t pool_arg(const char *op, const char *arg, hipMemPool_t *p)
+{
+	*p = pool;
+	if (strcmp(op, "default") == 0 || (arg && !strcmp(arg, "default")))
+		return hipDeviceGetMemPool(p, 0);
+	return hipSuccess;
+}
+
+static hipError_t pool_create(hipMemPool_t *p)
+{
+	hipMemPoolProps props = {};
+
+	props.allocType = hipMemAllocationTypePinned;
+	props.location.type = hipMemLocationTypeDevice;
+	return hipMemPoolCreate(p, &props);
+}
+
+static void cmd_pool(const char *op, const char *arg)
+{
+	uint64_t v = arg ? parse_size(arg) : 0;
+	hipMemPool_t p;
+	hipError_t rc;
+
+	op = op ? op : "";
+	rc = strcmp(op, "create") == 0 ? pool_create(&pool) : hipSuccess;
+	if (rc == hipSuccess)
+		rc = pool_arg(op, arg, &p);
+	if (rc != hipSuccess)
+		;	/* said below */
+	else if (strcmp(op, "create") == 0 || strcmp(op, "default") == 0)
+		rc = hipMemPoolSetAttribute(p, hipMemPoolAttrReleaseThreshold,
+					    &v);
+	else if (strcmp(op, "trim") == 0)
+		rc = hipMemPoolTrimTo(p, v);
+	else if (strcmp(op, "destroy") == 0)
+		rc = hipMemPoolDestroy(p);
+	else if (strcmp(op, "reserved") == 0) {
+		v = 0;
+		rc = hipMemPoolGetAttribute(p, hipMemPoolAttrReservedMemCurrent,
+					    &v);
+		printf("pool %d bytes=%llu\n", (int)rc, (unsigned long long)v);
+		return;
+	} else
+		rc = hipErrorInvalidValue;
+	printf("pool %d\n", (int)rc);
 }
 
 /* The program's own offload bundle (its .hip_fatbin section, read from
@@ -543,6 +614,8 @@ static bool run(char *line)
 		cmd_touch(args[0], args[1]);
 	else if (strcmp(cmd, "spin") == 0)
 		cmd_spin(args[0], args[1], args[2]);
+	else if (strcmp(cmd, "pool") == 0)
+		cmd_pool(args[0], args[1]);
 	else if (strcmp(cmd, "saxpy") == 0)
 		cmd_saxpy(args[0]);
 	else if (strcmp(cmd, "sync") == 0)
