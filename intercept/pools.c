@@ -70,8 +70,6 @@ const struct vgpu_pool_ops vgpu__pool_ops = {
  * cannot follow it. */
 static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 {
-	int i;
-
 	if (!explicit_pool &&
 	    (!vgpu__real.cuDeviceGetMemPool ||
 	     vgpu__real.cuDeviceGetMemPool(&pool, dv->ordinal) != CUDA_SUCCESS))
@@ -79,10 +77,8 @@ static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 	if (!pool)
 		return -1;
 	/* A pool made through the shim is registered with its own device
-	 * (cuMemPoolCreate); others are the current device's. */
-	i = vgpu_pool_find((uintptr_t)pool);
-	return i >= 0 ? i : vgpu_pool_index((uintptr_t)pool, dv->ordinal,
-					    false);
+	 * (cuMemPoolCreate); others, found now, are the current device's. */
+	return vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
 }
 
 static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,

@@ -75,8 +75,6 @@ const struct vgpu_pool_ops vgpu__hip_pool_ops = {
 static int pool_of(struct vgpu_hip_dev *dv, hipMemPool_t pool,
 		   bool explicit_pool)
 {
-	int i;
-
 	if (!explicit_pool &&
 	    (!vgpu__hip.hipDeviceGetMemPool ||
 	     vgpu__hip.hipDeviceGetMemPool(&pool, dv->ordinal) != hipSuccess))
@@ -84,10 +82,8 @@ static int pool_of(struct vgpu_hip_dev *dv, hipMemPool_t pool,
 	if (!pool)
 		return -1;
 	/* A pool made through the shim is registered with its own device
-	 * (hipMemPoolCreate); others are the current device's. */
-	i = vgpu_pool_find((uintptr_t)pool);
-	return i >= 0 ? i : vgpu_pool_index((uintptr_t)pool, dv->ordinal,
-					    false);
+	 * (hipMemPoolCreate); others, found now, are the current device's. */
+	return vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
 }
 
 static hipError_t call_alloc(void **p, size_t size, hipMemPool_t pool,
