@@ -18,7 +18,7 @@ static __thread struct vgpu_measure_thread tls_meter;
 
 enum {
 	CALL_KERNEL, CALL_KERNEL_SPT, CALL_EXT, CALL_COOPERATIVE,
-	CALL_COOPERATIVE_SPT, CALL_MODULE, CALL_EXT_MODULE, CALL_HCC_MODULE,
+	CALL_COOPERATIVE_SPT, CALL_MODULE, CALL_EXT_MODULE,
 	CALL_MULTI_COOPERATIVE, CALL_MULTI_EXT, CALL_GRAPH
 };
 
@@ -61,21 +61,13 @@ static int call_stub(const struct call *c)
 
 static int call_module(const struct call *c)
 {
-	switch (c->which) {
-	case CALL_MODULE:
+	if (c->which == CALL_MODULE)
 		return vgpu__hip.hipModuleLaunchKernel(c->mf, c->g[0], c->g[1],
 			c->g[2], c->b[0], c->b[1], c->b[2], (unsigned)c->shm,
 			c->stream, c->args, c->extra);
-	case CALL_EXT_MODULE:
-		return vgpu__hip.hipExtModuleLaunchKernel(c->mf, c->g[0],
-			c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm,
-			c->stream, c->args, c->extra, c->start, c->stop,
-			(uint32_t)c->flags);
-	default:
-		return vgpu__hip.hipHccModuleLaunchKernel(c->mf, c->g[0],
-			c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm,
-			c->stream, c->args, c->extra, c->start, c->stop);
-	}
+	return vgpu__hip.hipExtModuleLaunchKernel(c->mf, c->g[0], c->g[1],
+		c->g[2], c->b[0], c->b[1], c->b[2], c->shm, c->stream, c->args,
+		c->extra, c->start, c->stop, (uint32_t)c->flags);
 }
 
 static int call_real(const void *arg)
@@ -85,7 +77,6 @@ static int call_real(const void *arg)
 	switch (c->which) {
 	case CALL_MODULE:
 	case CALL_EXT_MODULE:
-	case CALL_HCC_MODULE:
 		return call_module(c);
 	case CALL_MULTI_COOPERATIVE:
 		return vgpu__hip.hipLaunchCooperativeKernelMultiDevice(c->list,
@@ -223,20 +214,16 @@ hipError_t hipExtModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy,
 			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
 }
 
-/* hipExtModuleLaunchKernel's deprecated name, without the flags. */
+/* hipExtModuleLaunchKernel's deprecated name, without the flags (the
+ * runtime's is that call): made as one. */
 hipError_t hipHccModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy,
 				    uint32_t gz, uint32_t lx, uint32_t ly,
 				    uint32_t lz, size_t shm, hipStream_t s,
 				    void **args, void **extra,
 				    hipEvent_t start, hipEvent_t stop)
 {
-	struct call c = { .which = CALL_HCC_MODULE, .mf = f,
-			  .g = { gx, gy, gz }, .b = { lx, ly, lz },
-			  .shm = shm, .stream = s, .args = args,
-			  .extra = extra, .start = start, .stop = stop };
-
-	return launch_if(&vgpu__hip.hipHccModuleLaunchKernel, &c,
-			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+	return hipExtModuleLaunchKernel(f, gx, gy, gz, lx, ly, lz, shm, s,
+					args, extra, start, stop, 0);
 }
 
 /* A multi-device launch of one device is measured as that device's

@@ -238,30 +238,30 @@ hipError_t hipMipmappedArrayCreate(hipMipmappedArray_t *m,
 			   levels), m, n);
 }
 
-hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t m)
+/* A mipmapped array freed by the runtime's real (either name). */
+static hipError_t mipmap_free(hipMipmappedArray_t m,
+			      hipError_t (*real)(hipMipmappedArray_t))
 {
 	struct vgpu_tracked t;
 	bool had;
 
-	vgpu__hip_start();
-	if (!vgpu__hip.hipMipmappedArrayDestroy)
+	if (!real)
 		return hipErrorNotInitialized;
 	had = handle_take(m, &t);
 	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)m, had, &t,
-			       vgpu__hip.hipMipmappedArrayDestroy(m));
+			       real(m));
+}
+
+hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t m)
+{
+	vgpu__hip_start();
+	return mipmap_free(m, vgpu__hip.hipMipmappedArrayDestroy);
 }
 
 hipError_t hipFreeMipmappedArray(hipMipmappedArray_t m)
 {
-	struct vgpu_tracked t;
-	bool had;
-
 	vgpu__hip_start();
-	if (!vgpu__hip.hipFreeMipmappedArray)
-		return hipErrorNotInitialized;
-	had = handle_take(m, &t);
-	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)m, had, &t,
-			       vgpu__hip.hipFreeMipmappedArray(m));
+	return mipmap_free(m, vgpu__hip.hipFreeMipmappedArray);
 }
 
 /* ---- VMM ------------------------------------------------------------------ */
