@@ -10,6 +10,8 @@
  */
 #include "hipshim.h"
 
+#include <criterion/parameterized.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,33 +84,25 @@ Test(hip_compute, spin_100us_at_30pct, .timeout = 60)
 }
 
 /* The other launch entries, each the program's only one: 1 ms kernels,
- * 600 of them (about 2 s at 30%). */
-Test(hip_compute, per_thread_stream_launch_at_30pct, .timeout = 60)
+ * 600 of them (about 2 s at 30%). The entry's name is held in the
+ * parameter itself: a test runs in a process of its own, where a
+ * pointer into the runner's would not hold. */
+struct entry {
+	char how[16];
+};
+
+ParameterizedTestParameters(hip_compute, each_launch_entry_at_30pct)
 {
-	judge(1000, 600, 2, "spt");
+	static struct entry entries[] = { { "spt" }, { "coopspt" },
+					  { "extmodule" }, { "hccmodule" },
+					  { "coopmulti" }, { "extmulti" } };
+
+	return cr_make_param_array(struct entry, entries,
+				   sizeof(entries) / sizeof(entries[0]));
 }
 
-Test(hip_compute, per_thread_cooperative_launch_at_30pct, .timeout = 60)
+ParameterizedTest(struct entry *e, hip_compute, each_launch_entry_at_30pct,
+		  .timeout = 60)
 {
-	judge(1000, 600, 2, "coopspt");
-}
-
-Test(hip_compute, ext_module_launch_at_30pct, .timeout = 60)
-{
-	judge(1000, 600, 2, "extmodule");
-}
-
-Test(hip_compute, hcc_module_launch_at_30pct, .timeout = 60)
-{
-	judge(1000, 600, 2, "hccmodule");
-}
-
-Test(hip_compute, cooperative_multi_device_launch_at_30pct, .timeout = 60)
-{
-	judge(1000, 600, 2, "coopmulti");
-}
-
-Test(hip_compute, ext_multi_device_launch_at_30pct, .timeout = 60)
-{
-	judge(1000, 600, 2, "extmulti");
+	judge(1000, 600, 2, e->how);
 }

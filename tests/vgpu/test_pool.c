@@ -78,14 +78,6 @@ static struct vgpu_slot *start(struct vgpu_ledger **l, uint64_t limit)
 	return fake.slot;
 }
 
-static void finish(struct vgpu_ledger *l, struct vgpu_slot *s)
-{
-	cr_assert_eq(vgpu_ledger_tenant_used(s), 0, "%llu bytes left",
-		     (unsigned long long)vgpu_ledger_tenant_used(s));
-	vgpu_ledger_leave(s);
-	vgpu_ledger_close(l);
-}
-
 /* A block of pool i, as a front end makes it: admitted by its size, the
  * pool grown by grow, settled, the admission given back. */
 static int alloc(struct vgpu_slot *s, int i, uint64_t h, uint64_t size,
@@ -130,7 +122,7 @@ Test(pool, charge_follows_what_the_pool_reserves)
 	cr_assert_eq(vgpu_ledger_tenant_used(s), 0);
 	vgpu_pool_destroyed(i);
 	cr_assert_eq(vgpu_pool_find(2), -1);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* At the edge, idle memory is trimmed and the reservation tried again;
@@ -152,7 +144,7 @@ Test(pool, idle_memory_trimmed_at_the_edge)
 	free_block(i, 2, 4 * MiB);
 	vgpu_pool_destroyed(i);
 	cr_assert_eq(vgpu_ledger_tenant_used(s), 0);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* Destroyed with a block live, a pool keeps its charge until the free. */
@@ -172,7 +164,7 @@ Test(pool, destroyed_pool_drains_at_its_last_free)
 	cr_assert_eq(vgpu_ledger_tenant_used(s), 4 * MiB);
 	cr_assert(vgpu_pool_unlive(i), "the last block drains it");
 	cr_assert_eq(fake.given_back, 4 * MiB);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* The default pool is never destroyable; a host pool is never charged. */
@@ -189,5 +181,5 @@ Test(pool, default_and_host_pools)
 	cr_assert_not(vgpu_pool_settle(h));
 	cr_assert_eq(vgpu_ledger_tenant_used(s), 0);
 	cr_assert_eq(vgpu_pool_index(0, 0, false), -1, "no handle");
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
