@@ -9,6 +9,7 @@
 #include "front.h"
 #include "ledger.h"
 #include "measure.h"
+#include "pool.h"
 #include "throttle.h"
 
 #include <time.h>
@@ -128,19 +129,10 @@ static inline struct vgpu_dev *vgpu__dev_current(void)
 	return vgpu__dev_attach(d);
 }
 
-/* pools.c: a pool's charge follows what it holds ("settling" it); true if
- * that gave bytes back. */
-bool vgpu__pool_settle(int index);
-/* An allocation of pool index was freed (a destroyed pool's last one gives
- * its charge back). */
-void vgpu__pool_freed(int index);
-bool vgpu__pools_settle_device(int ordinal);
-/* The device's pools give back the memory they keep idle (trimmed), then
- * are settled; true if any charge fell (the core's reclaim primitive). */
-bool vgpu__pools_reclaim(int ordinal);
+/* pools.c: the driver's side of the core's pools (vgpu/pool.h). */
+extern const struct vgpu_pool_ops vgpu__pool_ops;
 /* prim.c: the core's primitives over this driver. */
 extern const struct vgpu_prim vgpu__prim;
-void vgpu__pools_fork_child(void);
 
 
 /* The core's answer (VGPU_ACCOUNT_*) as the driver's error. */

@@ -54,7 +54,7 @@ static void child_after_fork(void)
 	vgpu__track_forget();
 	vgpu__vmm_fork_child();
 	vgpu__share_fork_child();
-	vgpu__pools_fork_child();
+	vgpu_pools_fork_child();
 	vgpu__launch_fork_child();
 	vgpu__overcommit_fork_child();
 	vgpu__control_fork_child();
@@ -64,6 +64,7 @@ static void child_after_fork(void)
 void vgpu__lifetime_started(void)
 {
 	vgpu_account_use(&vgpu__prim);
+	vgpu_pools_use(&vgpu__pool_ops);
 	vgpu_measure_use(&vgpu__prim);
 	pthread_atfork(NULL, NULL, child_after_fork);
 	__atomic_store_n(&used_cuda, true, __ATOMIC_RELEASE);

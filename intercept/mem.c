@@ -169,7 +169,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return r;
 	}
 	if (t.kind == VGPU_USAGE_POOL)
-		vgpu__pool_freed((int)t.aux);
+		vgpu_pool_freed((int)t.aux);
 	else if (t.kind == VGPU_USAGE_BUFFER && t.aux)	/* shared (IPC) */
 		vgpu__share_gone(t.aux);
 	else if (t.kind != VGPU_USAGE_SPILLED)
@@ -191,7 +191,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 	r = vgpu__real.cuMemGetInfo_v2(free, total);
 	if (r != CUDA_SUCCESS || !dv || !dv->slot || !free || !total)
 		return r;
-	vgpu__pools_settle_device(dv->ordinal);
+	vgpu_pools_settle_device(dv->ordinal);
 	vgpu_device_mem_view(&dv->core, free, total);
 	return r;
 }

@@ -57,14 +57,20 @@ static uint64_t format_bytes(CUarray_format f, unsigned *implied)
 
 /* A w x h x d array (0 counts as 1) of the estimate above, saturating.
  * layers: d counts layers or cube faces (it does not shrink with levels). */
-static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f,
-			    unsigned channels)
+/* An element of format f in channels channels (a format may imply
+ * them). */
+static uint64_t array_elem(CUarray_format f, unsigned channels)
 {
 	unsigned implied;
 	uint64_t elem = format_bytes(f, &implied);
 
-	elem *= implied ? implied : (channels ? channels : 1);
-	return vgpu_array_bytes(elem, w, h, d);
+	return elem * (implied ? implied : (channels ? channels : 1));
+}
+
+static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f,
+			    unsigned channels)
+{
+	return vgpu_array_bytes(array_elem(f, channels), w, h, d);
 }
 
 static CUresult charge_handle(struct vgpu_dev *dv, int kind, uint64_t bytes)
@@ -224,30 +230,6 @@ CUresult cuArrayDestroy(CUarray hArray)
 			     vgpu__real.cuArrayDestroy(hArray), &t, known);
 }
 
-/* The levels of a mipmapped array halve width and height, and the depth
- * unless it counts layers or cube faces, down to 1; at most as many
- * levels as the largest extent allows. */
-static uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d,
-				unsigned levels)
-{
-	size_t w = d->Width, h = d->Height, z = d->Depth;
-	bool layers = d->Flags & LAYERS;
-	uint64_t sum = 0;
-
-	for (unsigned i = 0; i < levels && i < 64; i++) {
-		uint64_t b = array_bytes(w, h, z, d->Format, d->NumChannels);
-		if (b > UINT64_MAX - sum)
-			return UINT64_MAX;
-		sum += b;
-		if (w <= 1 && h <= 1 && (layers || z <= 1))
-			break;
-		w = w > 1 ? w / 2 : w;
-		h = h > 1 ? h / 2 : h;
-		z = !layers && z > 1 ? z / 2 : z;
-	}
-	return sum;
-}
-
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
 				const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
 				unsigned int numMipmapLevels)
@@ -263,7 +245,9 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
 	if (!pHandle || !d || !accounted(dv, &r))
 		goto pass;
 	/* 0 levels makes one, as the driver does. */
-	bytes = mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1);
+	bytes = vgpu_mipmap_bytes(array_elem(d->Format, d->NumChannels),
+				  d->Width, d->Height, d->Depth,
+				  d->Flags & LAYERS, numMipmapLevels);
 	if ((r = charge_handle(dv, VGPU_USAGE_ARRAY, bytes)) != CUDA_SUCCESS)
 		return r;
 	r = vgpu__real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
@@ -523,7 +507,7 @@ static bool ptr_gone(uint64_t key, const struct vgpu_tracked *t)
 void vgpu__ptr_drop(const struct vgpu_tracked *t)
 {
 	if (t->kind == VGPU_USAGE_POOL)
-		vgpu__pool_freed((int)t->aux);
+		vgpu_pool_freed((int)t->aux);
 	else if (t->kind == VGPU_USAGE_BUFFER && t->aux)
 		vgpu__share_gone(t->aux);
 	else
@@ -535,7 +519,7 @@ static void sweep_device(int ordinal)
 {
 	vgpu__track_sweep(VGPU_TRACK_PTR, (unsigned)ordinal, ptr_gone,
 			  vgpu__ptr_drop);
-	vgpu__pools_settle_device(ordinal);
+	vgpu_pools_settle_device(ordinal);
 }
 
 /* The protocol for a context the driver is asked to make on dev: its

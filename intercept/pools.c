@@ -1,181 +1,75 @@
 /* pools.c - stream-ordered allocation: what a pool really holds is charged.
  *
- * A pool keeps memory reserved after its allocations are freed (up to its
- * release threshold, until a synchronisation or a trim), so the charge of a
- * pool is its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, read after every
- * allocation, free and trim through the shim ("settling" the pool) and when
- * the views are read. An allocation is admitted by reserving its size
- * first; the pool's growth is charged when it is settled, and the
- * reservation given back after that, so the ledger never shows less than
- * the pool holds. The pool may overshoot the slice by its rounding (the
- * driver's granularity), never by a whole allocation. An allocation is
- * admitted only when its whole size fits, whatever the pool holds idle (idle
- * memory in pieces may not hold it); at the slice's edge the core asks the
- * pools of the device to give their idle memory back (vgpu__pools_reclaim)
- * and tries once more. An allocation counts as live from before the driver
- * is asked, so a pool destroyed meanwhile keeps its charge.
+ * The rule and the table of pools are the core's (vgpu/pool.h): a pool's
+ * charge is its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, settled after every
+ * allocation, free and trim through the shim and when the views are read;
+ * an allocation is admitted by reserving its size first, given back after
+ * the pool is settled. The pool may overshoot the slice by its rounding
+ * (the driver's granularity), never by a whole allocation. At the slice's
+ * edge the core asks the pools of the device to give their idle memory
+ * back (vgpu_pools_reclaim) and tries once more.
  *
- * A pool destroyed while allocations from it live keeps its memory until
- * they are freed (the driver's rule): its entry then drains, keeping the
- * charge it had, and gives it back when the last of its allocations the
- * shim counted is freed.
+ * Here: the driver's side of it (vgpu__pool_ops), the hooks, and when a
+ * free of a destroyable pool's allocation counts (when the stream reaches
+ * it: a host function).
  */
 #include "devices.h"
+#include "pool.h"
 #include "share.h"
 #include "track.h"
 
-#include <pthread.h>
-
-#define MAX_POOLS 2048
-
-struct pool {
-	uint64_t handle;	/* CUmemoryPool; 0: free entry */
-	int dev;
-	uint64_t charged;	/* bytes charged for it, under lock */
-	uint64_t reads;		/* settles begun, atomic */
-	uint64_t applied;	/* the latest settle applied, under lock */
-	pthread_mutex_t lock;	/* charged, applied; after pools_lock */
-	unsigned live;		/* its allocations the shim counted, atomic */
-	bool draining;		/* destroyed with live allocations */
-	bool destroyable;	/* not the device's default pool */
-	bool host;		/* host memory: nothing to charge */
-};
-
-static struct pool pools[MAX_POOLS];
-static int npools;		/* entries in use or once used, atomic */
-static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* The index of pool p of device dev (host: a host pool), registered now
- * if new; -1 if full. */
-static int pool_index(CUmemoryPool p, int dev, bool host)
+static bool is_default(uint64_t h, int dev)
 {
-	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE), i;
-
 	CUmemoryPool def = NULL;
-	bool destroyable;
 
-	for (i = 0; i < n; i++)
-		if (__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE) ==
-		    (uint64_t)(uintptr_t)p)
-			return i;
-	/* Asked of the driver before the lock is taken. */
-	destroyable = !vgpu__real.cuDeviceGetDefaultMemPool ||
-		      vgpu__real.cuDeviceGetDefaultMemPool(&def, dev) !=
-			      CUDA_SUCCESS || def != p;
-	pthread_mutex_lock(&pools_lock);
-	for (i = 0; i < npools; i++)
-		if (pools[i].handle == (uint64_t)(uintptr_t)p)
-			break;
-	if (i == npools) {
-		for (i = 0; i < npools && (pools[i].handle ||
-					      pools[i].draining); i++)
-			;
-		if (i < MAX_POOLS) {
-			if (i == npools)	/* first use of the entry */
-				pthread_mutex_init(&pools[i].lock, NULL);
-			pthread_mutex_lock(&pools[i].lock);
-			pools[i].charged = 0;
-			pthread_mutex_unlock(&pools[i].lock);
-			pools[i].dev = dev;
-			pools[i].live = 0;
-			pools[i].destroyable = destroyable;
-			pools[i].host = host;
-			__atomic_store_n(&pools[i].handle,
-					 (uint64_t)(uintptr_t)p,
-					 __ATOMIC_RELEASE);
-			if (i == npools)
-				__atomic_store_n(&npools, i + 1,
-						 __ATOMIC_RELEASE);
-		} else {
-			i = -1;
-		}
-	}
-	pthread_mutex_unlock(&pools_lock);
-	return i;
+	return vgpu__real.cuDeviceGetDefaultMemPool &&
+	       vgpu__real.cuDeviceGetDefaultMemPool(&def, dev) ==
+		       CUDA_SUCCESS && (uint64_t)(uintptr_t)def == h;
 }
 
-/* Charges pool i for what it holds now; true if that gave bytes back. */
-/* Charges pool i for what it holds now; true if that gave bytes back. */
-bool vgpu__pool_settle(int i)
+static bool reserved(uint64_t h, uint64_t *bytes)
 {
-	struct pool *pl;
-	struct vgpu_dev *dv;
 	cuuint64_t held = 0;
-	uint64_t old, ticket;
 
-	if (i < 0 || i >= MAX_POOLS || !vgpu__real.cuMemPoolGetAttribute)
-		return false;
-	pl = &pools[i];
-	uint64_t h = __atomic_load_n(&pl->handle, __ATOMIC_ACQUIRE);
-	dv = vgpu__dev_peek(pl->dev);
-	if (!h || !dv || !dv->slot)
-		return false;
-	ticket = __atomic_add_fetch(&pl->reads, 1, __ATOMIC_ACQ_REL);
-	if (vgpu__real.cuMemPoolGetAttribute((CUmemoryPool)(uintptr_t)h,
+	if (!vgpu__real.cuMemPoolGetAttribute ||
+	    vgpu__real.cuMemPoolGetAttribute((CUmemoryPool)(uintptr_t)h,
 					     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
 					     &held) != CUDA_SUCCESS)
 		return false;
-	pthread_mutex_lock(&pl->lock);
-	/* A read older than one applied already, or of a pool destroyed
-	 * since, is dropped: every change is followed by a settle that
-	 * began after it. */
-	if (ticket < pl->applied ||
-	    __atomic_load_n(&pl->handle, __ATOMIC_ACQUIRE) != h) {
-		pthread_mutex_unlock(&pl->lock);
-		return false;
-	}
-	pl->applied = ticket;
-	old = pl->charged;
-	pl->charged = held;
-	if (held > old)
-		vgpu_ledger_charge(dv->slot, VGPU_USAGE_POOL, held - old);
-	else if (held < old)
-		vgpu_ledger_release(dv->slot, VGPU_USAGE_POOL, old - held);
-	pthread_mutex_unlock(&pl->lock);
-	return held < old;
+	*bytes = held;
+	return true;
 }
 
-/* At the slice's edge: every pool of the device gives back the memory it
- * keeps idle (trimmed to what its allocations use), then is settled. True
- * if any charge fell. */
-bool vgpu__pools_reclaim(int ordinal)
+static void trim(uint64_t h)
 {
-	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
-	bool freed = false;
-
-	for (int i = 0; i < n; i++) {
-		uint64_t h = __atomic_load_n(&pools[i].handle,
-					     __ATOMIC_ACQUIRE);
-
-		if (pools[i].dev != ordinal || !h || pools[i].host)
-			continue;
-		if (vgpu__real.cuMemPoolTrimTo)
-			vgpu__real.cuMemPoolTrimTo((CUmemoryPool)(uintptr_t)h,
-						   0);
-		freed |= vgpu__pool_settle(i);
-	}
-	return freed;
+	if (vgpu__real.cuMemPoolTrimTo)
+		vgpu__real.cuMemPoolTrimTo((CUmemoryPool)(uintptr_t)h, 0);
 }
 
-bool vgpu__pools_settle_device(int ordinal)
+static struct vgpu_slot *slot(int dev)
 {
-	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
-	bool freed = false;
+	struct vgpu_dev *dv = vgpu__dev_peek(dev);
 
-	for (int i = 0; i < n; i++)
-		if (pools[i].dev == ordinal)
-			freed |= vgpu__pool_settle(i);
-	return freed;
+	return dv ? dv->slot : NULL;
 }
 
-static int find_pool(CUmemoryPool p);
+static void uncharge(int dev, uint64_t bytes)
+{
+	vgpu__uncharge(vgpu__dev_peek(dev), VGPU_USAGE_POOL, bytes);
+}
+
+const struct vgpu_pool_ops vgpu__pool_ops = {
+	.is_default = is_default,
+	.reserved = reserved,
+	.trim = trim,
+	.slot = slot,
+	.uncharge = uncharge,
+};
 
 /* The pool an allocation is made from, registered; -1 when the shim
  * cannot follow it. */
 static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 {
-	int i;
-
 	if (!explicit_pool &&
 	    (!vgpu__real.cuDeviceGetMemPool ||
 	     vgpu__real.cuDeviceGetMemPool(&pool, dv->ordinal) != CUDA_SUCCESS))
@@ -183,9 +77,8 @@ static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 	if (!pool)
 		return -1;
 	/* A pool made through the shim is registered with its own device
-	 * (cuMemPoolCreate); others are the current device's. */
-	i = find_pool(pool);
-	return i >= 0 ? i : pool_index(pool, dv->ordinal, false);
+	 * (cuMemPoolCreate); others, found now, are the current device's. */
+	return vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
 }
 
 static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,
@@ -249,21 +142,21 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 					    held, 0);
 		return r;
 	}
-	pdv = vgpu__dev_attach(pools[i].dev);
-	if (pools[i].host || !pdv || !pdv->slot)
+	pdv = vgpu_pool_dev(i) < 0 ? NULL : vgpu__dev_attach(vgpu_pool_dev(i));
+	if (!pdv || !pdv->slot)
 		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
 				  explicit_pool);
 	/* The whole size is admitted; the pool's growth is charged when it
 	 * is settled, and the admission given back after. */
 	if ((r = vgpu__charge(pdv, VGPU_USAGE_POOL, bytesize)) != CUDA_SUCCESS)
 		return r;
-	__atomic_add_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL);
+	vgpu_pool_live(i);
 	r = call_alloc(dptr, bytesize, pool, hStream, per_thread,
 		       explicit_pool);
-	vgpu__pool_settle(i);
+	vgpu_pool_settle(i);
 	vgpu__uncharge(pdv, VGPU_USAGE_POOL, bytesize);
 	if (r != CUDA_SUCCESS) {
-		vgpu__pool_freed(i);
+		vgpu_pool_freed(i);
 		return r;
 	}
 	vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_POOL, pdv->ordinal,
@@ -341,17 +234,6 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 	return free_async(dptr, hStream, 1);
 }
 
-static int find_pool(CUmemoryPool p)
-{
-	int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
-
-	for (int i = 0; i < n; i++)
-		if (__atomic_load_n(&pools[i].handle, __ATOMIC_ACQUIRE) ==
-		    (uint64_t)(uintptr_t)p)
-			return i;
-	return -1;
-}
-
 /* A pool is registered with its own device (not the current one), and a
  * host pool as host memory. */
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
@@ -364,9 +246,10 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 	if (r != CUDA_SUCCESS || !pool || !poolProps)
 		return r;
 	if (poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-		pool_index(*pool, poolProps->location.id, false);
+		vgpu_pool_index((uintptr_t)*pool, poolProps->location.id,
+				false);
 	else
-		pool_index(*pool, -1, true);
+		vgpu_pool_index((uintptr_t)*pool, -1, true);
 	return r;
 }
 
@@ -378,55 +261,14 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	r = vgpu__real.cuMemPoolTrimTo(pool, minBytesToKeep);
 	if (r == CUDA_SUCCESS)
-		vgpu__pool_settle(find_pool(pool));
+		vgpu_pool_settle(vgpu_pool_find((uintptr_t)pool));
 	return r;
-}
-
-/* Gives back what a drained pool was charged and frees its entry;
- * pools_lock held. */
-static void drain(int i)
-{
-	uint64_t old;
-
-	pthread_mutex_lock(&pools[i].lock);
-	old = pools[i].charged;
-	pools[i].charged = 0;
-	__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&pools[i].lock);
-	vgpu__uncharge(vgpu__dev_peek(pools[i].dev), VGPU_USAGE_POOL, old);
-	pools[i].draining = false;
-}
-
-/* One allocation of pool i fewer; true when that drained the destroyed
- * pool. Makes no driver call (it runs in a stream's host function too). */
-static bool unlive(int i)
-{
-	bool drained = false;
-
-	if (__atomic_sub_fetch(&pools[i].live, 1, __ATOMIC_ACQ_REL) == 0 &&
-	    __atomic_load_n(&pools[i].draining, __ATOMIC_ACQUIRE)) {
-		pthread_mutex_lock(&pools_lock);
-		if (pools[i].draining && pools[i].live == 0) {
-			drain(i);
-			drained = true;
-		}
-		pthread_mutex_unlock(&pools_lock);
-	}
-	return drained;
-}
-
-void vgpu__pool_freed(int i)
-{
-	if (i < 0 || i >= MAX_POOLS)
-		return;
-	if (!unlive(i))
-		vgpu__pool_settle(i);
 }
 
 /* A stream reached a free of a destroyable pool's allocation. */
 static void CUDA_CB freed_in_order(void *arg)
 {
-	unlive((int)(intptr_t)arg);
+	vgpu_pool_unlive((int)(intptr_t)arg);
 }
 
 /* cuMemFreeAsync of pool i's allocation: a pool that can be destroyed
@@ -437,10 +279,10 @@ static void pool_freed_async(int i, CUstream s, int per_thread)
 {
 	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
 
-	if (i < 0 || i >= MAX_POOLS)
+	if (i < 0)
 		return;
-	vgpu__pool_settle(i);
-	if (!pools[i].destroyable)
+	vgpu_pool_settle(i);
+	if (!vgpu_pool_destroyable(i))
 		goto now;
 	if (per_thread && vgpu__real.cuLaunchHostFunc_ptsz)
 		r = vgpu__real.cuLaunchHostFunc_ptsz(s, freed_in_order,
@@ -451,44 +293,20 @@ static void pool_freed_async(int i, CUstream s, int per_thread)
 	if (r == CUDA_SUCCESS)
 		return;
 now:
-	unlive(i);
+	vgpu_pool_unlive(i);
 }
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-	int i = find_pool(pool);
+	int i = vgpu_pool_find((uintptr_t)pool);
 	CUresult r;
 
 	if (!vgpu__real.cuMemPoolDestroy)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	/* What it holds now is what it keeps while allocations live. */
-	vgpu__pool_settle(i);
+	vgpu_pool_settle(i);
 	r = vgpu__real.cuMemPoolDestroy(pool);
-	if (r != CUDA_SUCCESS || i < 0)
-		return r;
-	pthread_mutex_lock(&pools_lock);
-	if (__atomic_load_n(&pools[i].live, __ATOMIC_ACQUIRE) == 0) {
-		drain(i);
-	} else {
-		__atomic_store_n(&pools[i].draining, true, __ATOMIC_RELEASE);
-		__atomic_store_n(&pools[i].handle, 0, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&pools_lock);
+	if (r == CUDA_SUCCESS)
+		vgpu_pool_destroyed(i);
 	return r;
-}
-
-void vgpu__pools_fork_child(void)
-{
-	pthread_mutex_init(&pools_lock, NULL);
-	for (int i = 0; i < npools; i++)
-		pthread_mutex_init(&pools[i].lock, NULL);
-	for (int i = 0; i < MAX_POOLS; i++) {
-		pools[i].handle = 0;
-		pools[i].charged = 0;
-		pools[i].live = 0;
-		pools[i].draining = false;
-		pools[i].destroyable = false;
-		pools[i].host = false;
-	}
-	npools = 0;
 }

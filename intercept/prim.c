@@ -8,7 +8,7 @@
  * edge they are trimmed and their charge read again (pools.c). */
 static bool reclaim(int dev)
 {
-	return vgpu__pools_reclaim(dev);
+	return vgpu_pools_reclaim(dev);
 }
 
 /* ---- contexts ------------------------------------------------------------- */

@@ -201,6 +201,32 @@ static inline uint64_t vgpu_array_bytes(uint64_t elem, size_t w, size_t h,
 	return vgpu__alloc_size(row * rows);
 }
 
+/* A mipmapped array's estimate: the sum of its levels (vgpu_array_bytes
+ * each), which halve width and height, and the depth unless it counts
+ * layers or cube faces (layers), down to 1; at most levels (0 counts as
+ * 1) and no more than the largest extent allows. Saturates. */
+static inline uint64_t vgpu_mipmap_bytes(uint64_t elem, size_t w, size_t h,
+					 size_t d, bool layers,
+					 unsigned levels)
+{
+	uint64_t sum = 0;
+
+	levels = levels ? levels : 1;
+	for (unsigned i = 0; i < levels && i < 64; i++) {
+		uint64_t b = vgpu_array_bytes(elem, w, h, d);
+
+		if (b > UINT64_MAX - sum)
+			return UINT64_MAX;
+		sum += b;
+		if (w <= 1 && h <= 1 && (layers || d <= 1))
+			break;
+		w = w > 1 ? w / 2 : w;
+		h = h > 1 ? h / 2 : h;
+		d = !layers && d > 1 ? d / 2 : d;
+	}
+	return sum;
+}
+
 /* ---- the host, for the primitives (prim.h) --------------------------------- */
 
 uint64_t vgpu_host_now(void);		/* CLOCK_MONOTONIC, ns */

@@ -11,12 +11,15 @@ import sys
 hooks = {}
 nodes = set()
 for line in open(sys.argv[1]):
-    m = re.match(r'VGPU_HIP_(HOOK|CALL)\((hip_[0-9.]+),\s*(\w+),', line)
+    m = re.match(r'VGPU_HIP_(HOOK|HOOK_CXX|CALL)\((hip_[0-9.]+),\s*(\w+),'
+                 r'(?:\s*(\w+),)?', line)
     if not m:
         continue
     nodes.add(m.group(2))
-    if m.group(1) == 'HOOK':
-        hooks.setdefault(m.group(2), []).append(m.group(3))
+    if m.group(1) != 'CALL':
+        # HOOK_CXX: exported under its C++ symbol, not its C name.
+        name = m.group(4) if m.group(1) == 'HOOK_CXX' else m.group(3)
+        hooks.setdefault(m.group(2), []).append(name)
 order = sorted(nodes | {'hip_4.2'}, key=lambda n: [int(x) for x in n[4:].split('.')])
 with open(sys.argv[2], 'w') as out:
     prev = None

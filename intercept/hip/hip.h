@@ -23,12 +23,26 @@
  * (dlvsym(RTLD_NEXT, name, node)), NULL where the runtime lacks one. */
 struct vgpu_hip_real {
 #define VGPU_HIP_HOOK(node, name, params) hipError_t (*name) params;
+#define VGPU_HIP_HOOK_CXX(node, name, symbol, params) VGPU_HIP_HOOK(, name, params)
 #define VGPU_HIP_CALL VGPU_HIP_HOOK
 #include "hooks.def"
 #undef VGPU_HIP_HOOK
+#undef VGPU_HIP_HOOK_CXX
 #undef VGPU_HIP_CALL
 };
 extern struct vgpu_hip_real vgpu__hip;
+
+/* The hooks of C++ names (hip_ext.h declares them for C++ alone), each
+ * exported under its runtime's symbol (the others are the header's). */
+#define VGPU_HIP_HOOK(node, name, params)
+#define VGPU_HIP_HOOK_CXX(node, name, symbol, params) \
+	__attribute__((visibility("default"))) hipError_t name params \
+		__asm__(#symbol);
+#define VGPU_HIP_CALL VGPU_HIP_HOOK
+#include "hooks.def"
+#undef VGPU_HIP_HOOK
+#undef VGPU_HIP_HOOK_CXX
+#undef VGPU_HIP_CALL
 
 /* Loads the options (once: reports bad ones, hands the core its
  * primitives, arms the fork handler) and the real functions. */
@@ -86,6 +100,11 @@ struct vgpu_tracked;
  * answer r returned; freed, t's charge given back; refused, t kept. */
 hipError_t vgpu__hip_freed(int table, uint64_t key, bool had,
 			  const struct vgpu_tracked *t, hipError_t r);
+
+/* ---- pools.c ------------------------------------------------------------- */
+
+/* The runtime's side of the core's pools (vgpu/pool.h). */
+extern const struct vgpu_pool_ops vgpu__hip_pool_ops;
 
 /* ---- launch.c ------------------------------------------------------------- */
 

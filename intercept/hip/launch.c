@@ -10,20 +10,26 @@
  * (its ordinal + 1 as the handle), made current with hipSetDevice.
  */
 #include "hip.h"
+#include "pool.h"
 
 #include <stdint.h>
 
 static __thread struct vgpu_measure_thread tls_meter;
 
-enum { CALL_KERNEL, CALL_EXT, CALL_COOPERATIVE, CALL_MODULE, CALL_GRAPH };
+enum {
+	CALL_KERNEL, CALL_KERNEL_SPT, CALL_EXT, CALL_COOPERATIVE,
+	CALL_COOPERATIVE_SPT, CALL_MODULE, CALL_EXT_MODULE,
+	CALL_MULTI_COOPERATIVE, CALL_MULTI_EXT, CALL_GRAPH
+};
 
 struct call {
 	int which;
 	const void *f;
 	hipFunction_t mf;
 	hipGraphExec_t exec;
+	hipLaunchParams *list;
 	dim3 grid, block;
-	unsigned g[3], b[3];
+	unsigned g[3], b[3];	/* module launches: grid (or work-items), block */
 	void **args, **extra;
 	size_t shm;
 	hipStream_t stream;
@@ -31,14 +37,15 @@ struct call {
 	int flags;
 };
 
-static int call_real(const void *arg)
+static int call_stub(const struct call *c)
 {
-	const struct call *c = arg;
-
 	switch (c->which) {
 	case CALL_KERNEL:
 		return vgpu__hip.hipLaunchKernel(c->f, c->grid, c->block,
 						 c->args, c->shm, c->stream);
+	case CALL_KERNEL_SPT:
+		return vgpu__hip.hipLaunchKernel_spt(c->f, c->grid, c->block,
+						     c->args, c->shm, c->stream);
 	case CALL_EXT:
 		return vgpu__hip.hipExtLaunchKernel(c->f, c->grid, c->block,
 			c->args, c->shm, c->stream, c->start, c->stop,
@@ -46,29 +53,73 @@ static int call_real(const void *arg)
 	case CALL_COOPERATIVE:
 		return vgpu__hip.hipLaunchCooperativeKernel(c->f, c->grid,
 			c->block, c->args, (unsigned)c->shm, c->stream);
-	case CALL_MODULE:
+	default:
+		return vgpu__hip.hipLaunchCooperativeKernel_spt(c->f, c->grid,
+			c->block, c->args, (uint32_t)c->shm, c->stream);
+	}
+}
+
+static int call_module(const struct call *c)
+{
+	if (c->which == CALL_MODULE)
 		return vgpu__hip.hipModuleLaunchKernel(c->mf, c->g[0], c->g[1],
 			c->g[2], c->b[0], c->b[1], c->b[2], (unsigned)c->shm,
 			c->stream, c->args, c->extra);
-	default:
+	return vgpu__hip.hipExtModuleLaunchKernel(c->mf, c->g[0], c->g[1],
+		c->g[2], c->b[0], c->b[1], c->b[2], c->shm, c->stream, c->args,
+		c->extra, c->start, c->stop, (uint32_t)c->flags);
+}
+
+static int call_real(const void *arg)
+{
+	const struct call *c = arg;
+
+	switch (c->which) {
+	case CALL_MODULE:
+	case CALL_EXT_MODULE:
+		return call_module(c);
+	case CALL_MULTI_COOPERATIVE:
+		return vgpu__hip.hipLaunchCooperativeKernelMultiDevice(c->list,
+			1, (unsigned)c->flags);
+	case CALL_MULTI_EXT:
+		return vgpu__hip.hipExtLaunchMultiKernelMultiDevice(c->list,
+			1, (unsigned)c->flags);
+	case CALL_GRAPH:
 		return vgpu__hip.hipGraphLaunch(c->exec, c->stream);
+	default:
+		return call_stub(c);
 	}
 }
 
 /* One launch: to the runtime at once when no device has a share, else
- * through the core. */
+ * through the core. A per-thread entry's null stream is the thread's
+ * stream (hipStreamPerThread), where its events are recorded. */
 static hipError_t launch(const struct call *c, uint64_t key, int kind)
 {
+	bool spt = c->which == CALL_KERNEL_SPT ||
+		   c->which == CALL_COOPERATIVE_SPT;
+	hipStream_t s = spt && !c->stream ? hipStreamPerThread : c->stream;
 	struct vgpu_measure_call m = {
 		.key = key, .kind = kind,
-		.stream = (struct vgpu_prim_stream *)c->stream,
-		.per_thread = c->stream == hipStreamPerThread,
+		.stream = (struct vgpu_prim_stream *)s,
+		.per_thread = s == hipStreamPerThread,
 		.launch = call_real, .arg = c,
 	};
 
 	if (!__atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE))
 		return (hipError_t)call_real(c);
 	return (hipError_t)vgpu_measure_launch(&tls_meter, &m);
+}
+
+/* The runtime's entry, or NULL: a hook whose real function is missing
+ * answers hipErrorNotInitialized. */
+static hipError_t launch_if(const void *real, const struct call *c,
+			    uint64_t key, int kind)
+{
+	vgpu__hip_start();
+	if (!*(void *const *)real)
+		return hipErrorNotInitialized;
+	return launch(c, key, kind);
 }
 
 hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args,
@@ -78,10 +129,20 @@ hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args,
 			  .block = block, .args = args, .shm = shm,
 			  .stream = s };
 
-	vgpu__hip_start();
-	if (!vgpu__hip.hipLaunchKernel)
-		return hipErrorNotInitialized;
-	return launch(&c, (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+	return launch_if(&vgpu__hip.hipLaunchKernel, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+}
+
+/* What <<<...>>> becomes under hipcc -fgpu-default-stream=per-thread. */
+hipError_t hipLaunchKernel_spt(const void *f, dim3 grid, dim3 block,
+			       void **args, size_t shm, hipStream_t s)
+{
+	struct call c = { .which = CALL_KERNEL_SPT, .f = f, .grid = grid,
+			  .block = block, .args = args, .shm = shm,
+			  .stream = s };
+
+	return launch_if(&vgpu__hip.hipLaunchKernel_spt, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
 }
 
 hipError_t hipExtLaunchKernel(const void *f, dim3 grid, dim3 block,
@@ -93,10 +154,8 @@ hipError_t hipExtLaunchKernel(const void *f, dim3 grid, dim3 block,
 			  .stream = s, .start = start, .stop = stop,
 			  .flags = flags };
 
-	vgpu__hip_start();
-	if (!vgpu__hip.hipExtLaunchKernel)
-		return hipErrorNotInitialized;
-	return launch(&c, (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+	return launch_if(&vgpu__hip.hipExtLaunchKernel, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
 }
 
 hipError_t hipLaunchCooperativeKernel(const void *f, dim3 grid, dim3 block,
@@ -107,10 +166,20 @@ hipError_t hipLaunchCooperativeKernel(const void *f, dim3 grid, dim3 block,
 			  .block = block, .args = args, .shm = shm,
 			  .stream = s };
 
-	vgpu__hip_start();
-	if (!vgpu__hip.hipLaunchCooperativeKernel)
-		return hipErrorNotInitialized;
-	return launch(&c, (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+	return launch_if(&vgpu__hip.hipLaunchCooperativeKernel, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+}
+
+hipError_t hipLaunchCooperativeKernel_spt(const void *f, dim3 grid,
+					  dim3 block, void **args,
+					  uint32_t shm, hipStream_t s)
+{
+	struct call c = { .which = CALL_COOPERATIVE_SPT, .f = f,
+			  .grid = grid, .block = block, .args = args,
+			  .shm = shm, .stream = s };
+
+	return launch_if(&vgpu__hip.hipLaunchCooperativeKernel_spt, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
 }
 
 hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx,
@@ -123,30 +192,104 @@ hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx,
 			  .b = { bx, by, bz }, .shm = shm, .stream = s,
 			  .args = args, .extra = extra };
 
+	return launch_if(&vgpu__hip.hipModuleLaunchKernel, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+}
+
+/* hip_ext.h's: sizes in work-items, not blocks (the runtime divides). */
+hipError_t hipExtModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy,
+				    uint32_t gz, uint32_t lx, uint32_t ly,
+				    uint32_t lz, size_t shm, hipStream_t s,
+				    void **args, void **extra,
+				    hipEvent_t start, hipEvent_t stop,
+				    uint32_t flags)
+{
+	struct call c = { .which = CALL_EXT_MODULE, .mf = f,
+			  .g = { gx, gy, gz }, .b = { lx, ly, lz },
+			  .shm = shm, .stream = s, .args = args,
+			  .extra = extra, .start = start, .stop = stop,
+			  .flags = (int)flags };
+
+	return launch_if(&vgpu__hip.hipExtModuleLaunchKernel, &c,
+			 (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+}
+
+/* hipExtModuleLaunchKernel's deprecated name, without the flags (the
+ * runtime's is that call): made as one. */
+hipError_t hipHccModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy,
+				    uint32_t gz, uint32_t lx, uint32_t ly,
+				    uint32_t lz, size_t shm, hipStream_t s,
+				    void **args, void **extra,
+				    hipEvent_t start, hipEvent_t stop)
+{
+	return hipExtModuleLaunchKernel(f, gx, gy, gz, lx, ly, lz, shm, s,
+					args, extra, start, stop, 0);
+}
+
+/* A multi-device launch of one device is measured as that device's
+ * launch. Of more, its kernels cannot be measured as one launch, on one
+ * stream: refused while a compute share is set, as the CUDA front end
+ * refuses cuLaunchCooperativeKernelMultiDevice. */
+static hipError_t launch_multi(const void *real, int which,
+			       hipLaunchParams *l, int n, unsigned flags)
+{
+	struct call c = { .which = which, .list = l, .flags = (int)flags };
+
+	if (n == 1 && l) {
+		c.stream = l->stream;
+		return launch_if(real, &c, (uint64_t)(uintptr_t)l->func,
+				 VGPU_MEASURE_KERNEL);
+	}
 	vgpu__hip_start();
-	if (!vgpu__hip.hipModuleLaunchKernel)
+	if (!*(void *const *)real)
 		return hipErrorNotInitialized;
-	return launch(&c, (uint64_t)(uintptr_t)f, VGPU_MEASURE_KERNEL);
+	if (__atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE)) {
+		vgpu_log(VGPU_LOG_ERROR, "a multi-device launch of %d devices "
+			 "is refused while a compute share is set "
+			 "(VGPU_COMPUTE_LIMIT): its launches cannot be "
+			 "measured; launch on each device", n);
+		return hipErrorNotSupported;
+	}
+	return which == CALL_MULTI_COOPERATIVE
+		? vgpu__hip.hipLaunchCooperativeKernelMultiDevice(l, n, flags)
+		: vgpu__hip.hipExtLaunchMultiKernelMultiDevice(l, n, flags);
+}
+
+hipError_t hipLaunchCooperativeKernelMultiDevice(hipLaunchParams *l, int n,
+						 unsigned int flags)
+{
+	return launch_multi(&vgpu__hip.hipLaunchCooperativeKernelMultiDevice,
+			    CALL_MULTI_COOPERATIVE, l, n, flags);
+}
+
+hipError_t hipExtLaunchMultiKernelMultiDevice(hipLaunchParams *l, int n,
+					      unsigned int flags)
+{
+	return launch_multi(&vgpu__hip.hipExtLaunchMultiKernelMultiDevice,
+			    CALL_MULTI_EXT, l, n, flags);
 }
 
 hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t s)
 {
 	struct call c = { .which = CALL_GRAPH, .exec = exec, .stream = s };
 
-	vgpu__hip_start();
-	if (!vgpu__hip.hipGraphLaunch)
-		return hipErrorNotInitialized;
-	return launch(&c, (uint64_t)(uintptr_t)exec, VGPU_MEASURE_GRAPH);
+	return launch_if(&vgpu__hip.hipGraphLaunch, &c,
+			 (uint64_t)(uintptr_t)exec, VGPU_MEASURE_GRAPH);
 }
 
 /* ---- synchronisations: the ends read now, the ledgers followed ---------- */
 
+/* A pool gives its idle memory past its release threshold back at a
+ * synchronisation: each accounted device's pools are settled. */
 static hipError_t synchronised(hipError_t r)
 {
 	if (r == hipSuccess &&
 	    __atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED))
 		vgpu_measure_synchronised(&tls_meter);
 	vgpu__hip_dev_poll();
+	for (int d = 0; r == hipSuccess && d < VGPU_MAX_DEVICES; d++)
+		if (vgpu__hip_dev_peek(d))
+			vgpu_pools_settle_device(d);
 	return r;
 }
 
@@ -164,6 +307,14 @@ hipError_t hipStreamSynchronize(hipStream_t s)
 	if (!vgpu__hip.hipStreamSynchronize)
 		return hipErrorNotInitialized;
 	return synchronised(vgpu__hip.hipStreamSynchronize(s));
+}
+
+hipError_t hipStreamSynchronize_spt(hipStream_t s)
+{
+	vgpu__hip_start();
+	if (!vgpu__hip.hipStreamSynchronize_spt)
+		return hipErrorNotInitialized;
+	return synchronised(vgpu__hip.hipStreamSynchronize_spt(s));
 }
 
 hipError_t hipEventSynchronize(hipEvent_t e)
@@ -191,10 +342,10 @@ void vgpu__hip_launch_fork_child(void)
 
 /* ---- the primitives (vgpu/prim.h) over the runtime ---------------------- */
 
+/* The device's pools give back their idle memory (pools.c). */
 static bool reclaim(int dev)
 {
-	(void)dev;
-	return false;	/* pools are charged per allocation, not held */
+	return vgpu_pools_reclaim(dev);
 }
 
 static struct vgpu_prim_ctx *ctx_current(void)

@@ -8,6 +8,7 @@
  * untouched.
  */
 #include "hip.h"
+#include "pool.h"
 #include "track.h"
 
 #include <stdint.h>
@@ -100,34 +101,6 @@ hipError_t hipMallocManaged(void **p, size_t size, unsigned int flags)
 	return end(&a, vgpu__hip.hipMallocManaged(p, size, flags), p);
 }
 
-/* Stream-ordered allocations are charged each as made, and given back at
- * their free (hipFreeAsync or hipFree): what a pool keeps idle after a
- * free is not counted (docs/hip.md). */
-hipError_t hipMallocAsync(void **p, size_t size, hipStream_t s)
-{
-	struct alloc a = { .kind = VGPU_USAGE_POOL };
-
-	vgpu__hip_start();
-	if (!vgpu__hip.hipMallocAsync)
-		return hipErrorNotInitialized;
-	if (!begin(&a, p, size))
-		return a.r;
-	return end(&a, vgpu__hip.hipMallocAsync(p, size, s), p);
-}
-
-hipError_t hipMallocFromPoolAsync(void **p, size_t size, hipMemPool_t pool,
-				  hipStream_t s)
-{
-	struct alloc a = { .kind = VGPU_USAGE_POOL };
-
-	vgpu__hip_start();
-	if (!vgpu__hip.hipMallocFromPoolAsync)
-		return hipErrorNotInitialized;
-	if (!begin(&a, p, size))
-		return a.r;
-	return end(&a, vgpu__hip.hipMallocFromPoolAsync(p, size, pool, s), p);
-}
-
 /* A pitched allocation is charged what was asked, then what the runtime
  * really took (its pitch): past the slice, freed and refused. */
 static hipError_t pitched(struct vgpu_hip_dev *dv, hipError_t r, void *p,
@@ -193,32 +166,20 @@ hipError_t hipMalloc3D(hipPitchedPtr *pp, hipExtent e)
 		       r == hipSuccess ? (uint64_t)pp->pitch * hd : 0);
 }
 
-static hipError_t free_ptr(void *p, hipError_t (*real)(void *, hipStream_t),
-			   hipStream_t s, bool async)
+/* A stream-ordered allocation may be freed here too (pools.c's, given
+ * back to its pool: vgpu__hip_freed). */
+hipError_t hipFree(void *p)
 {
 	struct vgpu_tracked t;
 	uint64_t key = (uint64_t)(uintptr_t)p;
-	bool had = p && vgpu__track_remove(VGPU_TRACK_PTR, key, &t);
-	hipError_t r;
+	bool had;
 
-	r = async ? real(p, s) : vgpu__hip.hipFree(p);
-	return vgpu__hip_freed(VGPU_TRACK_PTR, key, had, &t, r);
-}
-
-hipError_t hipFree(void *p)
-{
 	vgpu__hip_start();
 	if (!vgpu__hip.hipFree)
 		return hipErrorNotInitialized;
-	return free_ptr(p, NULL, NULL, false);
-}
-
-hipError_t hipFreeAsync(void *p, hipStream_t s)
-{
-	vgpu__hip_start();
-	if (!vgpu__hip.hipFreeAsync)
-		return hipErrorNotInitialized;
-	return free_ptr(p, vgpu__hip.hipFreeAsync, s, true);
+	had = p && vgpu__track_remove(VGPU_TRACK_PTR, key, &t);
+	return vgpu__hip_freed(VGPU_TRACK_PTR, key, had, &t,
+			       vgpu__hip.hipFree(p));
 }
 
 /* ---- the memory views ----------------------------------------------------- */
@@ -235,6 +196,8 @@ hipError_t hipMemGetInfo(size_t *free, size_t *total)
 	if (r != hipSuccess || !free || !total)
 		return r;
 	dv = vgpu__hip_dev_current();
+	if (dv)
+		vgpu_pools_settle_device(dv->ordinal);
 	vgpu_device_mem_view(dv ? &dv->core : NULL, free, total);
 	return r;
 }

@@ -9,9 +9,14 @@
  * not followed (docs/hip.md).
  */
 #include "hip.h"
+#include "pool.h"
 #include "track.h"
 
 #include <stdint.h>
+
+/* Layered and cube-map arrays: their depth counts layers, not halved by
+ * a mipmap's levels (hipArrayLayered, hipArrayCubemap). */
+#define LAYERS (hipArrayLayered | hipArrayCubemap)
 
 static uint64_t format_bytes(enum hipArray_Format f)
 {
@@ -154,23 +159,109 @@ hipError_t vgpu__hip_freed(int table, uint64_t key, bool had,
 		return r;
 	if (r != hipSuccess)
 		vgpu__track_keep(table, key, t);	/* still there */
+	else if (t->kind == VGPU_USAGE_POOL)	/* its pool's, pools.c */
+		vgpu_pool_freed((int)t->aux);
 	else
 		vgpu__hip_uncharge(vgpu__hip_dev_peek((int)t->dev),
 				   (int)t->kind, t->bytes);
 	return r;
 }
 
+/* Takes handle h's entry out of the table, into *t: whether it was
+ * there (charged). */
+static bool handle_take(const void *h, struct vgpu_tracked *t)
+{
+	return h && vgpu__track_remove(VGPU_TRACK_HANDLE, (uintptr_t)h, t);
+}
+
 hipError_t hipFreeArray(hipArray *a)
 {
 	struct vgpu_tracked t;
-	uint64_t key = (uint64_t)(uintptr_t)a;
 	bool had;
 
 	vgpu__hip_start();
 	if (!vgpu__hip.hipFreeArray)
 		return hipErrorNotInitialized;
-	had = a && vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
-	return vgpu__hip_freed(VGPU_TRACK_HANDLE, key, had, &t, vgpu__hip.hipFreeArray(a));
+	had = handle_take(a, &t);
+	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)a, had, &t,
+			       vgpu__hip.hipFreeArray(a));
+}
+
+/* ---- mipmapped arrays: the sum of their levels (vgpu_mipmap_bytes) ----- */
+
+/* A mipmapped array made (r) or refused: tracked by handle, or its
+ * charge given back. */
+static hipError_t mipmap_made(struct vgpu_hip_dev *dv, hipError_t r,
+			      hipMipmappedArray_t *m, uint64_t bytes)
+{
+	return array_made(dv, r, (hipArray **)m, bytes);
+}
+
+hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *m,
+				   const struct hipChannelFormatDesc *d,
+				   struct hipExtent e, unsigned int levels,
+				   unsigned int flags)
+{
+	struct vgpu_hip_dev *dv;
+	uint64_t n = vgpu_mipmap_bytes(channel_bytes(d), e.width, e.height,
+				       e.depth, flags & LAYERS, levels);
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMallocMipmappedArray)
+		return hipErrorNotInitialized;
+	r = charge(&dv, n);
+	if (r != hipSuccess)
+		return r;
+	return mipmap_made(dv, vgpu__hip.hipMallocMipmappedArray(m, d, e,
+			   levels, flags), m, n);
+}
+
+hipError_t hipMipmappedArrayCreate(hipMipmappedArray_t *m,
+				   HIP_ARRAY3D_DESCRIPTOR *d,
+				   unsigned int levels)
+{
+	struct vgpu_hip_dev *dv;
+	uint64_t n = d ? vgpu_mipmap_bytes(format_bytes(d->Format) *
+					   d->NumChannels, d->Width,
+					   d->Height, d->Depth,
+					   d->Flags & LAYERS, levels) : 1;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMipmappedArrayCreate)
+		return hipErrorNotInitialized;
+	r = charge(&dv, n);
+	if (r != hipSuccess)
+		return r;
+	return mipmap_made(dv, vgpu__hip.hipMipmappedArrayCreate(m, d,
+			   levels), m, n);
+}
+
+/* A mipmapped array freed by the runtime's real (either name). */
+static hipError_t mipmap_free(hipMipmappedArray_t m,
+			      hipError_t (*real)(hipMipmappedArray_t))
+{
+	struct vgpu_tracked t;
+	bool had;
+
+	if (!real)
+		return hipErrorNotInitialized;
+	had = handle_take(m, &t);
+	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)m, had, &t,
+			       real(m));
+}
+
+hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t m)
+{
+	vgpu__hip_start();
+	return mipmap_free(m, vgpu__hip.hipMipmappedArrayDestroy);
+}
+
+hipError_t hipFreeMipmappedArray(hipMipmappedArray_t m)
+{
+	vgpu__hip_start();
+	return mipmap_free(m, vgpu__hip.hipFreeMipmappedArray);
 }
 
 /* ---- VMM ------------------------------------------------------------------ */
@@ -206,12 +297,12 @@ hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t size,
 hipError_t hipMemRelease(hipMemGenericAllocationHandle_t h)
 {
 	struct vgpu_tracked t;
-	uint64_t key = (uint64_t)(uintptr_t)h;
 	bool had;
 
 	vgpu__hip_start();
 	if (!vgpu__hip.hipMemRelease)
 		return hipErrorNotInitialized;
-	had = h && vgpu__track_remove(VGPU_TRACK_HANDLE, key, &t);
-	return vgpu__hip_freed(VGPU_TRACK_HANDLE, key, had, &t, vgpu__hip.hipMemRelease(h));
+	had = handle_take(h, &t);
+	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)h, had, &t,
+			       vgpu__hip.hipMemRelease(h));
 }

@@ -12,6 +12,7 @@
  * launches are settled and every ledger is left.
  */
 #include "hip.h"
+#include "pool.h"
 #include "track.h"
 #include "vgpu.h"
 
@@ -36,11 +37,14 @@ static const struct {
 	const char *name, *node;
 	size_t offset;
 } rows[] = {
+#define VGPU_HIP_HOOK_CXX(node, name, symbol, params) \
+	{ #symbol, #node, offsetof(struct vgpu_hip_real, name) },
 #define VGPU_HIP_HOOK(node, name, params) \
-	{ #name, #node, offsetof(struct vgpu_hip_real, name) },
+	VGPU_HIP_HOOK_CXX(node, name, name, params)
 #define VGPU_HIP_CALL VGPU_HIP_HOOK
 #include "hooks.def"
 #undef VGPU_HIP_HOOK
+#undef VGPU_HIP_HOOK_CXX
 #undef VGPU_HIP_CALL
 };
 
@@ -74,6 +78,7 @@ static void thread_exit(void *arg)
 static void child_after_fork(void)
 {
 	vgpu__track_forget();
+	vgpu_pools_fork_child();
 	vgpu__hip_launch_fork_child();
 	vgpu__hip_dev_fork_child();
 	tls_watched = false;
@@ -83,6 +88,7 @@ static void start(void)
 {
 	bad_options = vgpu_front_options_start(&opts);
 	vgpu_account_use(&vgpu__hip_prim);
+	vgpu_pools_use(&vgpu__hip_pool_ops);
 	vgpu_measure_use(&vgpu__hip_prim);
 	load_real();
 	exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;

@@ -281,6 +281,55 @@ VHIP_EXPORT hipError_t hipLaunchCooperativeKernel(const void *stub, dim3 grid,
 	return launch_stub(stub, grid, block, args, shared, s);
 }
 
+/* The per-thread default stream's entries: the null stream is the
+ * thread's (the driver's CU_STREAM_PER_THREAD, hipStreamPerThread). */
+VHIP_EXPORT hipError_t hipLaunchKernel_spt(const void *stub, dim3 grid,
+					   dim3 block, void **args,
+					   size_t shared, hipStream_t s)
+{
+	return launch_stub(stub, grid, block, args, shared,
+			   s ? s : hipStreamPerThread);
+}
+
+VHIP_EXPORT hipError_t hipLaunchCooperativeKernel_spt(const void *stub,
+						      dim3 grid, dim3 block,
+						      void **args,
+						      uint32_t shared,
+						      hipStream_t s)
+{
+	return launch_stub(stub, grid, block, args, shared,
+			   s ? s : hipStreamPerThread);
+}
+
+/* Each device's kernel on its stream, in order (one device here: the
+ * kernels are not made to run together). */
+static hipError_t launch_list(hipLaunchParams *l, int n)
+{
+	hipError_t e = hipSuccess;
+
+	if (!l || n <= 0)
+		return vhip_error(hipErrorInvalidValue);
+	for (int i = 0; i < n && e == hipSuccess; i++)
+		e = launch_stub(l[i].func, l[i].gridDim, l[i].blockDim,
+				l[i].args, l[i].sharedMem, l[i].stream);
+	return e;
+}
+
+VHIP_EXPORT hipError_t hipLaunchCooperativeKernelMultiDevice(
+	hipLaunchParams *l, int n, unsigned int flags)
+{
+	(void)flags;
+	return launch_list(l, n);
+}
+
+VHIP_EXPORT hipError_t hipExtLaunchMultiKernelMultiDevice(hipLaunchParams *l,
+							  int n,
+							  unsigned int flags)
+{
+	(void)flags;
+	return launch_list(l, n);
+}
+
 VHIP_EXPORT hipError_t hipExtLaunchKernel(const void *stub, dim3 grid,
 					  dim3 block, void **args,
 					  size_t shared, hipStream_t s,
@@ -541,4 +590,51 @@ VHIP_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t fn,
 	cu_extra[4] = CU_LAUNCH_PARAM_END;
 	return vhip_result(cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared,
 					  (CUstream)s, NULL, cu_extra));
+}
+
+/* hip_ext.h's launch (a C++ name in the real library): sizes in
+ * work-items, each a whole number of blocks; start and stop recorded
+ * around it. */
+VHIP_EXPORT hipError_t hipExtModuleLaunchKernel(hipFunction_t fn,
+	uint32_t gx, uint32_t gy, uint32_t gz, uint32_t lx, uint32_t ly,
+	uint32_t lz, size_t shared, hipStream_t s, void **params,
+	void **extra, hipEvent_t start, hipEvent_t stop, uint32_t flags)
+	__asm__("_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12"
+		"ihipStream_tPPvS4_P11ihipEvent_tS6_j");
+
+VHIP_EXPORT hipError_t hipExtModuleLaunchKernel(hipFunction_t fn,
+	uint32_t gx, uint32_t gy, uint32_t gz, uint32_t lx, uint32_t ly,
+	uint32_t lz, size_t shared, hipStream_t s, void **params,
+	void **extra, hipEvent_t start, hipEvent_t stop, uint32_t flags)
+{
+	hipError_t e = hipSuccess;
+
+	(void)flags;
+	if (!lx || !ly || !lz || gx % lx || gy % ly || gz % lz)
+		return vhip_error(hipErrorInvalidValue);
+	if (start)
+		e = hipEventRecord(start, s);
+	if (e == hipSuccess)
+		e = hipModuleLaunchKernel(fn, gx / lx, gy / ly, gz / lz, lx, ly,
+					  lz, (unsigned)shared, s, params,
+					  extra);
+	if (e == hipSuccess && stop)
+		e = hipEventRecord(stop, s);
+	return e;
+}
+
+VHIP_EXPORT hipError_t hipHccModuleLaunchKernel(hipFunction_t fn,
+	uint32_t gx, uint32_t gy, uint32_t gz, uint32_t lx, uint32_t ly,
+	uint32_t lz, size_t shared, hipStream_t s, void **params,
+	void **extra, hipEvent_t start, hipEvent_t stop)
+	__asm__("_Z24hipHccModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12"
+		"ihipStream_tPPvS4_P11ihipEvent_tS6_");
+
+VHIP_EXPORT hipError_t hipHccModuleLaunchKernel(hipFunction_t fn,
+	uint32_t gx, uint32_t gy, uint32_t gz, uint32_t lx, uint32_t ly,
+	uint32_t lz, size_t shared, hipStream_t s, void **params,
+	void **extra, hipEvent_t start, hipEvent_t stop)
+{
+	return hipExtModuleLaunchKernel(fn, gx, gy, gz, lx, ly, lz, shared, s,
+					params, extra, start, stop, 0);
 }

@@ -210,6 +210,47 @@ VHIP_EXPORT hipError_t hipMemPoolTrimTo(hipMemPool_t pool, size_t keep)
 	       vhip_result(cuMemPoolTrimTo((CUmemoryPool)pool, keep));
 }
 
+/* HIP's pool attributes have the driver's values (hipMemPoolAttr). */
+VHIP_EXPORT hipError_t hipMemPoolGetAttribute(hipMemPool_t pool,
+					      hipMemPoolAttr attr, void *value)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuMemPoolGetAttribute((CUmemoryPool)pool,
+						 (CUmemPool_attribute)attr,
+						 value));
+}
+
+VHIP_EXPORT hipError_t hipMemPoolSetAttribute(hipMemPool_t pool,
+					      hipMemPoolAttr attr, void *value)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuMemPoolSetAttribute((CUmemoryPool)pool,
+						 (CUmemPool_attribute)attr,
+						 value));
+}
+
+VHIP_EXPORT hipError_t hipDeviceGetMemPool(hipMemPool_t *pool, int dev)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuDeviceGetMemPool((CUmemoryPool *)pool,
+					      (CUdevice)dev));
+}
+
+VHIP_EXPORT hipError_t hipDeviceSetMemPool(int dev, hipMemPool_t pool)
+{
+	hipError_t e = vhip_enter();
+
+	return e != hipSuccess ? e :
+	       vhip_result(cuDeviceSetMemPool((CUdevice)dev,
+					      (CUmemoryPool)pool));
+}
+
 /* ---- arrays ---------------------------------------------------------------- */
 
 static hipError_t array_wrap(CUarray a, unsigned w, unsigned h, unsigned d,
@@ -345,6 +386,89 @@ VHIP_EXPORT hipError_t hipFreeArray(hipArray_t a)
 VHIP_EXPORT hipError_t hipArrayDestroy(hipArray_t a)
 {
 	return hipFreeArray(a);
+}
+
+/* ---- mipmapped arrays: HIP's public struct holding the driver's
+ * CUmipmappedArray in .data ------------------------------------------------ */
+
+static hipError_t mipmap_create(hipMipmappedArray_t *out,
+				const CUDA_ARRAY3D_DESCRIPTOR *cd,
+				unsigned levels)
+{
+	hipMipmappedArray_t wrap;
+	CUmipmappedArray m = NULL;
+	hipError_t e = vhip_enter();
+
+	if (e != hipSuccess)
+		return e;
+	if (!out)
+		return vhip_error(hipErrorInvalidValue);
+	e = vhip_result(cuMipmappedArrayCreate(&m, cd, levels));
+	if (e != hipSuccess)
+		return e;
+	if (!(wrap = calloc(1, sizeof(*wrap)))) {
+		(void)cuMipmappedArrayDestroy(m);
+		return vhip_error(hipErrorOutOfMemory);
+	}
+	wrap->data = m;
+	wrap->width = (unsigned)cd->Width;
+	wrap->height = (unsigned)cd->Height;
+	wrap->depth = (unsigned)cd->Depth;
+	wrap->max_mipmap_level = levels ? levels - 1 : 0;
+	wrap->flags = cd->Flags;
+	wrap->format = (enum hipArray_Format)cd->Format;
+	*out = wrap;
+	return hipSuccess;
+}
+
+VHIP_EXPORT hipError_t hipMipmappedArrayCreate(hipMipmappedArray_t *out,
+					       HIP_ARRAY3D_DESCRIPTOR *d,
+					       unsigned int levels)
+{
+	CUDA_ARRAY3D_DESCRIPTOR cd;
+
+	if (!d)
+		return vhip_error(hipErrorInvalidValue);
+	cd = (CUDA_ARRAY3D_DESCRIPTOR){
+		.Width = d->Width, .Height = d->Height, .Depth = d->Depth,
+		.Format = (CUarray_format)d->Format,
+		.NumChannels = d->NumChannels, .Flags = d->Flags,
+	};
+	return mipmap_create(out, &cd, levels);
+}
+
+VHIP_EXPORT hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *out,
+	const struct hipChannelFormatDesc *desc, struct hipExtent extent,
+	unsigned int levels, unsigned int flags)
+{
+	CUDA_ARRAY3D_DESCRIPTOR cd = {
+		.Width = extent.width, .Height = extent.height,
+		.Depth = extent.depth, .Flags = flags,
+	};
+
+	if (!desc || channel_format(desc, &cd.Format, &cd.NumChannels) !=
+			     hipSuccess)
+		return vhip_error(hipErrorInvalidValue);
+	return mipmap_create(out, &cd, levels);
+}
+
+VHIP_EXPORT hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t m)
+{
+	hipError_t e = vhip_enter();
+
+	if (e != hipSuccess)
+		return e;
+	if (!m)
+		return vhip_error(hipErrorInvalidValue);
+	e = vhip_result(cuMipmappedArrayDestroy((CUmipmappedArray)m->data));
+	if (e == hipSuccess)
+		free(m);
+	return e;
+}
+
+VHIP_EXPORT hipError_t hipFreeMipmappedArray(hipMipmappedArray_t m)
+{
+	return hipMipmappedArrayDestroy(m);
 }
 
 /* ---- copies and memsets ---------------------------------------------------- */

@@ -8,6 +8,8 @@
  */
 #include "hip_sim.h"
 
+#include <stdlib.h>
+
 #define EVENT_CUDA_FLAGS (hipEventBlockingSync | hipEventDisableTiming | \
 			  hipEventInterprocess)
 
@@ -61,6 +63,49 @@ VHIP_EXPORT hipError_t hipStreamSynchronize(hipStream_t s)
 }
 
 /* hipErrorNotReady is an answer, not an error: not the last error. */
+VHIP_EXPORT hipError_t hipStreamSynchronize_spt(hipStream_t s)
+{
+	return hipStreamSynchronize(s ? s : hipStreamPerThread);
+}
+
+/* A callback, called as HIP calls it (its stream and HIP's error), from
+ * the driver's. */
+struct callback {
+	hipStreamCallback_t fn;
+	hipStream_t stream;
+	void *data;
+};
+
+static void CUDA_CB callback_run(CUstream s, CUresult status, void *arg)
+{
+	struct callback c = *(struct callback *)arg;
+
+	(void)s;
+	free(arg);
+	c.fn(c.stream, status == CUDA_SUCCESS ? hipSuccess : hipErrorUnknown,
+	     c.data);
+}
+
+VHIP_EXPORT hipError_t hipStreamAddCallback(hipStream_t s,
+					    hipStreamCallback_t fn,
+					    void *data, unsigned int flags)
+{
+	struct callback *c;
+	hipError_t e = vhip_enter();
+
+	if (e != hipSuccess)
+		return e;
+	if (!fn || flags)
+		return vhip_error(hipErrorInvalidValue);
+	if (!(c = malloc(sizeof(*c))))
+		return vhip_error(hipErrorOutOfMemory);
+	*c = (struct callback){ .fn = fn, .stream = s, .data = data };
+	e = vhip_result(cuStreamAddCallback((CUstream)s, callback_run, c, 0));
+	if (e != hipSuccess)
+		free(c);
+	return e;
+}
+
 VHIP_EXPORT hipError_t hipStreamQuery(hipStream_t s)
 {
 	hipError_t e = vhip_enter();

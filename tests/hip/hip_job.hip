@@ -16,8 +16,23 @@
  *                      (hipMallocArray of SIZE/4 floats, rows of 4096), host
  *                      (hipHostMalloc), narrow (a 1-byte-wide array of SIZE
  *                      rows), odd (1024 x SIZE/4096 of a description with
- *                      channel widths 32, -31). Prints "alloc ERR id=N".
- *   free ID            free allocation ID with its path's free function.
+ *                      channel widths 32, -31), mipmap
+ *                      (hipMallocMipmappedArray of floats, 4096 wide,
+ *                      SIZE/16K rows, two levels: 20 KiB a row for an
+ *                      even number of rows),
+ *                      mipmapdrv (the same by hipMipmappedArrayCreate),
+ *                      pool (hipMallocFromPoolAsync from the pool made by
+ *                      "pool create", then a synchronize).
+ *                      Prints "alloc ERR id=N".
+ *   free ID            free allocation ID with its path's free function
+ *                      (async, pool: hipFreeAsync, then a synchronize).
+ *   pool create T      hipMemPoolCreate on device 0 with a release
+ *                      threshold of T bytes (K/M/G): "pool ERR".
+ *   pool default T     the device's current pool's release threshold.
+ *   pool trim [KEEP]   hipMemPoolTrimTo(the created pool, KEEP).
+ *   pool destroy       hipMemPoolDestroy(the created pool).
+ *   pool reserved [default]  "pool ERR bytes=B": the created (or the
+ *                      device's current) pool's ReservedMemCurrent.
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
  *   totalmem           "totalmem ERR bytes=B" (hipDeviceTotalMem, device 0).
  *   copy ID            round trip: a pattern hipMemcpy'd host to device,
@@ -26,8 +41,19 @@
  *   touch ID [SEED]    vgpu_touch writes SEED's pattern (default 1) over
  *                      allocation ID, checked on the host after a copy
  *                      back: "touch ERR bad=N" (elements that differ).
- *   spin US COUNT      COUNT launches of vgpu_spin(US µs) on one stream,
- *                      timed by events: "spin ERR ms=M" (event time).
+ *   spin US COUNT [HOW] COUNT launches of vgpu_spin(US µs) on one stream,
+ *                      timed by events: "spin ERR ms=M" (event time). HOW
+ *                      is the launch entry: ggl (hipLaunchKernelGGL, the
+ *                      default), spt (hipLaunchKernel_spt on the null
+ *                      stream, the per-thread default stream, as hipcc
+ *                      -fgpu-default-stream=per-thread makes <<<...>>>),
+ *                      coopspt (hipLaunchCooperativeKernel_spt, null
+ *                      stream), extmodule (hipExtModuleLaunchKernel of the
+ *                      program's own code object, hipModuleLoadData'd),
+ *                      hccmodule (hipHccModuleLaunchKernel, the same),
+ *                      coopmulti (hipLaunchCooperativeKernelMultiDevice,
+ *                      one device), extmulti
+ *                      (hipExtLaunchMultiKernelMultiDevice, one device).
  *   saxpy N            vgpu_saxpy over N floats, checked on the host:
  *                      "saxpy ERR bad=N".
  *   sync               hipDeviceSynchronize: "sync ERR".
@@ -38,7 +64,10 @@
  * An unknown command prints "COMMAND -1 unknown". Allocations are kept
  * until freed or the process ends.
  */
+#include <hip/hip_ext.h>
 #include <hip/hip_runtime.h>
+
+#include <elf.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,16 +88,19 @@ extern "C" __global__ void vgpu_saxpy(unsigned long long n, float a,
 				      const float *x, float *y);
 
 enum path { P_MALLOC, P_PITCH, P_3D, P_MANAGED, P_EXT, P_ASYNC, P_ARRAY,
-	    P_HOST, P_NARROW, P_ODD };
+	    P_HOST, P_NARROW, P_ODD, P_MIPMAP, P_MIPMAP_DRV, P_POOL };
 static const char *const path_names[] = { "malloc", "pitch", "3d", "managed",
 					   "ext", "async", "array", "host",
-					   "narrow", "odd" };
+					   "narrow", "odd", "mipmap",
+					   "mipmapdrv", "pool" };
+static hipMemPool_t pool;	/* "pool create"'s */
 
 struct alloc {
 	bool used;
 	enum path path;
 	void *ptr;
 	hipArray_t array;
+	hipMipmappedArray_t mipmap;
 	size_t size;
 };
 static struct alloc allocs[MAX_ALLOCS];
@@ -137,6 +169,26 @@ static hipError_t alloc_by(struct alloc *a)
 		return hipMallocArray(&a->array, &d, 1024, a->size / 4096,
 				      hipArrayDefault);
 	}
+	case P_POOL:
+		rc = hipMallocFromPoolAsync(&a->ptr, a->size, pool, 0);
+		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
+	case P_MIPMAP: {
+		hipChannelFormatDesc d = hipCreateChannelDesc(
+			32, 0, 0, 0, hipChannelFormatKindFloat);
+
+		return hipMallocMipmappedArray(&a->mipmap, &d,
+			make_hipExtent(4096, a->size / (16 << 10), 0), 2,
+			hipArrayDefault);
+	}
+	case P_MIPMAP_DRV: {
+		HIP_ARRAY3D_DESCRIPTOR d = {};
+
+		d.Width = 4096;
+		d.Height = a->size / (16 << 10);
+		d.Format = HIP_AD_FORMAT_FLOAT;
+		d.NumChannels = 1;
+		return hipMipmappedArrayCreate(&a->mipmap, &d, 2);
+	}
 	case P_HOST:
 		return hipHostMalloc(&a->ptr, a->size, hipHostMallocDefault);
 	case P_MALLOC:
@@ -152,9 +204,14 @@ static hipError_t free_by(struct alloc *a)
 	case P_NARROW:
 	case P_ODD:
 		return hipFreeArray(a->array);
+	case P_MIPMAP:
+		return hipFreeMipmappedArray(a->mipmap);
+	case P_MIPMAP_DRV:
+		return hipMipmappedArrayDestroy(a->mipmap);
 	case P_HOST:
 		return hipHostFree(a->ptr);
-	case P_ASYNC: {
+	case P_ASYNC:
+	case P_POOL: {
 		hipError_t rc = hipFreeAsync(a->ptr, 0);
 
 		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
@@ -162,6 +219,13 @@ static hipError_t free_by(struct alloc *a)
 	default:
 		return hipFree(a->ptr);
 	}
+}
+
+/* Arrays, which copies and kernels cannot take. */
+static bool not_a_buffer(enum path p)
+{
+	return p == P_ARRAY || p == P_NARROW || p == P_ODD || p == P_MIPMAP ||
+	       p == P_MIPMAP_DRV;
 }
 
 static struct alloc *alloc_arg(const char *s)
@@ -272,7 +336,7 @@ static void cmd_copy(const char *id)
 	size_t bad = 0;
 	hipError_t rc;
 
-	if (!a || a->path == P_ARRAY || a->path == P_NARROW || a->path == P_ODD) {
+	if (!a || not_a_buffer(a->path)) {
 		printf("copy -1 no such buffer\n");
 		return;
 	}
@@ -288,7 +352,7 @@ static void cmd_touch(const char *id, const char *seed_s)
 	unsigned *host;
 	hipError_t rc;
 
-	if (!a || a->path == P_ARRAY || a->path == P_NARROW || a->path == P_ODD) {
+	if (!a || not_a_buffer(a->path)) {
 		printf("touch -1 no such buffer\n");
 		return;
 	}
@@ -309,14 +373,150 @@ static void cmd_touch(const char *id, const char *seed_s)
 	printf("touch %d bad=%llu\n", (int)rc, bad);
 }
 
-static void cmd_spin(const char *us_s, const char *count_s)
+/* The pool a "pool" command is about: the created one, or with
+ * "default" the device's current pool. */
+static hipError_t pool_arg(const char *op, const char *arg, hipMemPool_t *p)
+{
+	*p = pool;
+	if (strcmp(op, "default") == 0 || (arg && !strcmp(arg, "default")))
+		return hipDeviceGetMemPool(p, 0);
+	return hipSuccess;
+}
+
+static hipError_t pool_create(hipMemPool_t *p)
+{
+	hipMemPoolProps props = {};
+
+	props.allocType = hipMemAllocationTypePinned;
+	props.location.type = hipMemLocationTypeDevice;
+	return hipMemPoolCreate(p, &props);
+}
+
+static void cmd_pool(const char *op, const char *arg)
+{
+	uint64_t v = arg ? parse_size(arg) : 0;
+	hipMemPool_t p;
+	hipError_t rc;
+
+	op = op ? op : "";
+	rc = strcmp(op, "create") == 0 ? pool_create(&pool) : hipSuccess;
+	if (rc == hipSuccess)
+		rc = pool_arg(op, arg, &p);
+	if (rc != hipSuccess)
+		;	/* said below */
+	else if (strcmp(op, "create") == 0 || strcmp(op, "default") == 0)
+		rc = hipMemPoolSetAttribute(p, hipMemPoolAttrReleaseThreshold,
+					    &v);
+	else if (strcmp(op, "trim") == 0)
+		rc = hipMemPoolTrimTo(p, v);
+	else if (strcmp(op, "destroy") == 0)
+		rc = hipMemPoolDestroy(p);
+	else if (strcmp(op, "reserved") == 0) {
+		v = 0;
+		rc = hipMemPoolGetAttribute(p, hipMemPoolAttrReservedMemCurrent,
+					    &v);
+		printf("pool %d bytes=%llu\n", (int)rc, (unsigned long long)v);
+		return;
+	} else
+		rc = hipErrorInvalidValue;
+	printf("pool %d\n", (int)rc);
+}
+
+/* The program's own offload bundle (its .hip_fatbin section, read from
+ * /proc/self/exe, kept), for the module launches; NULL if not found. */
+static const void *own_bundle(void)
+{
+	static char *image;
+	FILE *f = image ? NULL : fopen("/proc/self/exe", "rb");
+	const Elf64_Ehdr *eh;
+	const Elf64_Shdr *sh;
+	long size;
+
+	if (!f)
+		return image;
+	if (fseek(f, 0, SEEK_END) || (size = ftell(f)) <= 0 ||
+	    fseek(f, 0, SEEK_SET) || !(image = (char *)malloc(size)) ||
+	    fread(image, 1, size, f) != (size_t)size) {
+		fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	eh = (const Elf64_Ehdr *)image;
+	sh = (const Elf64_Shdr *)(image + eh->e_shoff);
+	for (unsigned i = 0; i < eh->e_shnum; i++)
+		if (strcmp(image + sh[eh->e_shstrndx].sh_offset +
+			   sh[i].sh_name, ".hip_fatbin") == 0)
+			return image + sh[i].sh_offset;
+	return NULL;
+}
+
+/* vgpu_spin of the program's own code object, loaded once. */
+static hipError_t spin_function(hipFunction_t *fn)
+{
+	static hipFunction_t spin;
+	hipModule_t m;
+	const void *bundle = spin ? NULL : own_bundle();
+	hipError_t rc = hipSuccess;
+
+	if (!spin && !bundle)
+		return hipErrorNotFound;
+	if (!spin && (rc = hipModuleLoadData(&m, bundle)) == hipSuccess)
+		rc = hipModuleGetFunction(&spin, m, "vgpu_spin");
+	*fn = spin;
+	return rc;
+}
+
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+
+/* One vgpu_spin of ns nanoseconds on s through entry how. */
+static hipError_t spin_once(const char *how, unsigned long long ns,
+			    hipStream_t s)
+{
+	unsigned long long *times = NULL;
+	void *args[] = { &ns, &times };
+	hipLaunchParams one = { (void *)vgpu_spin, dim3(1), dim3(64), args, 0,
+				s };
+	hipFunction_t fn;
+	hipError_t rc;
+
+	if (strcmp(how, "ggl") == 0) {
+		hipLaunchKernelGGL(vgpu_spin, dim3(1), dim3(64), 0, s, ns,
+				   (unsigned long long *)NULL);
+		return hipGetLastError();
+	}
+	if (strcmp(how, "spt") == 0)
+		return hipLaunchKernel_spt((const void *)vgpu_spin, dim3(1),
+					   dim3(64), args, 0, NULL);
+	if (strcmp(how, "coopspt") == 0)
+		return hipLaunchCooperativeKernel_spt((const void *)vgpu_spin,
+						      dim3(1), dim3(64), args,
+						      0, NULL);
+	if (strcmp(how, "coopmulti") == 0)
+		return hipLaunchCooperativeKernelMultiDevice(&one, 1, 0);
+	if (strcmp(how, "extmulti") == 0)
+		return hipExtLaunchMultiKernelMultiDevice(&one, 1, 0);
+	if ((rc = spin_function(&fn)) != hipSuccess)
+		return rc;
+	if (strcmp(how, "extmodule") == 0)
+		return hipExtModuleLaunchKernel(fn, 64, 1, 1, 64, 1, 1, 0, s,
+						args, NULL);
+	if (strcmp(how, "hccmodule") == 0)
+		return hipHccModuleLaunchKernel(fn, 64, 1, 1, 64, 1, 1, 0, s,
+						args, NULL);
+	return hipErrorInvalidValue;
+}
+
+/* The per-thread entries launch on the null stream, which is the
+ * thread's: timed there (hipStreamPerThread). */
+static void cmd_spin(const char *us_s, const char *count_s, const char *how)
 {
 	unsigned long long ns = us_s ? strtoull(us_s, NULL, 0) * 1000 : 0;
 	long count = count_s ? strtol(count_s, NULL, 0) : 1;
+	bool spt = how && strstr(how, "spt");
 	hipEvent_t start = NULL, end = NULL;
-	hipStream_t s = NULL;
+	hipStream_t s = hipStreamPerThread;
 	float ms = 0;
-	hipError_t rc = hipStreamCreate(&s);
+	hipError_t rc = spt ? hipSuccess : hipStreamCreate(&s);
 
 	if (rc == hipSuccess)
 		rc = hipEventCreate(&start);
@@ -324,11 +524,8 @@ static void cmd_spin(const char *us_s, const char *count_s)
 		rc = hipEventCreate(&end);
 	if (rc == hipSuccess)
 		rc = hipEventRecord(start, s);
-	for (long i = 0; rc == hipSuccess && i < count; i++) {
-		hipLaunchKernelGGL(vgpu_spin, dim3(1), dim3(64), 0, s, ns,
-				   (unsigned long long *)NULL);
-		rc = hipGetLastError();
-	}
+	for (long i = 0; rc == hipSuccess && i < count; i++)
+		rc = spin_once(how ? how : "ggl", ns, s);
 	if (rc == hipSuccess)
 		rc = hipEventRecord(end, s);
 	if (rc == hipSuccess)
@@ -339,7 +536,7 @@ static void cmd_spin(const char *us_s, const char *count_s)
 		(void)hipEventDestroy(start);
 	if (end)
 		(void)hipEventDestroy(end);
-	if (s)
+	if (!spt && s)
 		(void)hipStreamDestroy(s);
 	printf("spin %d ms=%.3f\n", (int)rc, ms);
 }
@@ -416,7 +613,9 @@ static bool run(char *line)
 	else if (strcmp(cmd, "touch") == 0)
 		cmd_touch(args[0], args[1]);
 	else if (strcmp(cmd, "spin") == 0)
-		cmd_spin(args[0], args[1]);
+		cmd_spin(args[0], args[1], args[2]);
+	else if (strcmp(cmd, "pool") == 0)
+		cmd_pool(args[0], args[1]);
 	else if (strcmp(cmd, "saxpy") == 0)
 		cmd_saxpy(args[0]);
 	else if (strcmp(cmd, "sync") == 0)

@@ -23,6 +23,7 @@
 #define LIMIT (64 * MIB)
 #define UNIT 4096ull		/* the shim's and the device's page */
 #define ARRAY_ROW (16 * KIB)	/* hip_job's array rows: 4096 floats */
+#define POOL_CHUNK (2 * MIB)	/* the simulated pool's growth (sim/pool.c) */
 
 static void setup(void)
 {
@@ -37,21 +38,25 @@ static unsigned long long round_up(unsigned long long n, unsigned long long u)
 }
 
 /* The path's unit of charge, as hip_job asks: an array is rows of 16 KiB
- * (a size past one row is cut to whole rows), every other path whole
- * pages. */
+ * (a size past one row is cut to whole rows); a stream-ordered
+ * allocation is charged what its pool holds, whole chunks of 2 MiB; every
+ * other path whole pages. */
 static unsigned long long unit_of(const char *path)
 {
-	return strcmp(path, "array") ? UNIT : ARRAY_ROW;
+	return !strcmp(path, "array") ? ARRAY_ROW
+	       : !strcmp(path, "async") ? POOL_CHUNK : UNIT;
 }
 
-/* A random size charged exactly units * unit: arrays whole rows, others
- * up to a page less (the shim and the device round it up). */
+/* A random size charged exactly units * unit: arrays and pool blocks
+ * whole units (a pool block short of its chunks leaves room the next
+ * one may take), others up to a page less (the shim and the device round
+ * it up). */
 static unsigned long long odd_size(const char *path, unsigned long long units,
 				   unsigned *seed)
 {
 	unsigned long long u = unit_of(path), n = units * u;
 
-	if (strcmp(path, "array"))
+	if (u == UNIT)
 		n -= (unsigned long long)rand_r(seed) % u;
 	return n;
 }
@@ -73,13 +78,8 @@ static int split(unsigned long long total_units, unsigned long long *parts,
 	return k;
 }
 
-/* What a stream-ordered pool may hold past its live allocations: the
- * simulated pool grows by chunks of whole 2 MiB (sim/pool.c), one per
- * allocation at most, keeps a chunk while any block in it lives, and
- * gives it back at a synchronisation once empty. The HIP front end charges allocations, not what
- * the pool holds (docs/hip.md, "Not covered"). */
-static uint64_t pool_slack;
-
+/* The ledger and the device (what it holds more than at base) both hold
+ * exactly want. */
 static void assert_counts(uint64_t base, uint64_t want, const char *when)
 {
 	uint64_t dev = hs_device_used() - base;
@@ -88,10 +88,8 @@ static void assert_counts(uint64_t base, uint64_t want, const char *when)
 		     "want %llu", when,
 		     (unsigned long long)hs_tenant_used("h1"),
 		     (unsigned long long)want);
-	cr_assert(dev >= want && dev - want <= pool_slack, "%s: the device "
-		  "holds %llu more, want %llu (+%llu)", when,
-		  (unsigned long long)dev, (unsigned long long)want,
-		  (unsigned long long)pool_slack);
+	cr_assert_eq(dev, want, "%s: the device holds %llu more, want %llu",
+		     when, (unsigned long long)dev, (unsigned long long)want);
 }
 
 /* Fills the slice exactly through path in random parts of odd sizes:
@@ -118,8 +116,6 @@ static void edge(const char *path)
 				     "and one unit more", path);
 		cr_assert_eq(hjob_alloc(&j, n, path, &ids[i]), 0,
 			     "%s: part %d of %d, %llu bytes", path, i, k, n);
-		if (!strcmp(path, "async"))
-			pool_slack += 2 * MIB;
 		held += parts[i] * u;
 		assert_counts(base, held, path);
 	}
@@ -157,7 +153,6 @@ static void edge(const char *path)
 		snprintf(cmd, sizeof(cmd), "free %d", ids[p]);
 		hjob_expect(&j, cmd, "free 0");
 		held -= parts[p] * u;
-		/* The pool keeps a chunk while any block of it lives. */
 		assert_counts(base, held, path);
 	}
 	snprintf(want, sizeof(want), "memgetinfo 0 free=%llu total=%llu",
@@ -165,7 +160,6 @@ static void edge(const char *path)
 	hjob_expect(&j, "memgetinfo", want);
 	hjob_end(&j);
 	cr_assert_eq(hs_device_used(), base);
-	pool_slack = 0;
 }
 
 Test(hip_shim, edge_malloc) { edge("malloc"); }
@@ -253,6 +247,172 @@ Test(hip_shim, narrow_and_odd_arrays_charged_what_the_device_holds)
 	}
 	assert_counts(base, 0, "freed");
 	hjob_end(&j);
+}
+
+/* "pool reserved": what the job's pool holds, by the runtime. */
+static uint64_t pool_reserved(struct hjob *j, const char *which)
+{
+	unsigned long long v = 0;
+	char cmd[32], buf[64];
+
+	snprintf(cmd, sizeof(cmd), "pool reserved %s", which);
+	hjob_cmd(j, cmd, buf, sizeof(buf));
+	cr_assert_eq(sscanf(buf, "pool 0 bytes=%llu", &v), 1, "%s", buf);
+	return v;
+}
+
+/* Allocates size through path, or asserts it is refused (want 2). */
+static int take(struct hjob *j, unsigned long long size, const char *path,
+		int want)
+{
+	int id;
+
+	cr_assert_eq(hjob_alloc(j, size, path, &id), want, "%s %llu", path,
+		     size);
+	return id;
+}
+
+static void give(struct hjob *j, int id)
+{
+	char cmd[32];
+
+	snprintf(cmd, sizeof(cmd), "free %d", id);
+	hjob_expect(j, cmd, "free 0");
+}
+
+/* A pool with a release threshold keeps its memory after the frees: the
+ * ledger charges what it holds (the device's count, at every step), the
+ * idle part is trimmed at the slice's edge, and what its live blocks hold
+ * and the rest together past the slice are refused with
+ * hipErrorOutOfMemory. Trimmed and destroyed, back to zero. */
+Test(hip_shim, pool_idle_memory_charged)
+{
+	uint64_t base = hs_device_used();
+	struct hjob j;
+	int a, b;
+
+	hjob_start(&j, NULL);
+	hjob_expect(&j, "pool create 1G", "pool 0");
+	/* Rounds of alloc and free: the pool keeps 40 MiB, reused. */
+	for (int round = 0; round < 3; round++) {
+		a = take(&j, 20 * MIB, "pool", 0);
+		b = take(&j, 20 * MIB, "pool", 0);
+		assert_counts(base, 40 * MIB, "two blocks");
+		give(&j, round % 2 ? a : b);
+		give(&j, round % 2 ? b : a);
+		assert_counts(base, 40 * MIB, "kept after the frees");
+		cr_assert_eq(pool_reserved(&j, ""), 40 * MIB);
+	}
+	/* 30 MiB does not fit the idle chunks of 20 MiB: 40 + 30 MiB is
+	 * past the slice, so the idle memory is trimmed at the edge. */
+	a = take(&j, 30 * MIB, "pool", 0);
+	assert_counts(base, 30 * MIB, "idle chunks trimmed");
+	take(&j, 30 * MIB, "malloc", 0);
+	assert_counts(base, 60 * MIB, "a buffer beside");
+	b = take(&j, 4 * MIB, "pool", 0);
+	assert_counts(base, LIMIT, "full");
+	/* Freed, B's 4 MiB stays in the pool: charged until the edge. */
+	give(&j, b);
+	assert_counts(base, LIMIT, "b idle");
+	b = take(&j, 4 * KIB, "malloc", 0);
+	assert_counts(base, 60 * MIB + 4 * KIB, "b trimmed");
+	/* Live 30 MiB + 30 MiB + 4 KiB: 4 MiB more is past the slice. */
+	take(&j, 4 * MIB, "pool", 2);
+	take(&j, 4 * MIB - 4 * KIB, "malloc", 0);
+	take(&j, 1, "malloc", 2);
+	cr_assert_leq(hs_device_used() - base, LIMIT);
+	hjob_end(&j);
+	cr_assert_eq(hs_device_used(), base);
+	cr_assert_eq(hs_tenant_used("h1"), 0);
+}
+
+/* A pool's memory lives while the pool or any allocation from it lives:
+ * destroyed with a block live, it keeps its charge until the free; a
+ * trim gives back the idle part; in any order, back to zero. */
+Test(hip_shim, pool_destroyed_and_trimmed_back_to_zero)
+{
+	uint64_t base = hs_device_used();
+	struct hjob j;
+	int a, b;
+
+	hjob_start(&j, NULL);
+	hjob_expect(&j, "pool create 1G", "pool 0");
+	a = take(&j, 10 * MIB, "pool", 0);
+	b = take(&j, 6 * MIB, "pool", 0);
+	give(&j, b);
+	assert_counts(base, 16 * MIB, "b idle");
+	hjob_expect(&j, "pool trim", "pool 0");
+	assert_counts(base, 10 * MIB, "trimmed");
+	hjob_expect(&j, "pool destroy", "pool 0");
+	assert_counts(base, 10 * MIB, "destroyed, a live");
+	give(&j, a);
+	assert_counts(base, 0, "a freed");
+
+	/* The device's own pool with a threshold: kept, then trimmed at the
+	 * edge by a buffer that needs the room. */
+	hjob_expect(&j, "pool default 1G", "pool 0");
+	a = take(&j, 40 * MIB, "async", 0);
+	give(&j, a);
+	assert_counts(base, 40 * MIB, "default pool keeps it");
+	cr_assert_eq(pool_reserved(&j, "default"), 40 * MIB);
+	a = take(&j, 64 * MIB, "malloc", 0);
+	assert_counts(base, LIMIT, "trimmed for a buffer");
+	give(&j, a);
+	assert_counts(base, 0, "freed");
+	hjob_end(&j);
+	cr_assert_eq(hs_device_used(), base);
+}
+
+/* Mipmapped arrays are charged the sum of their levels, as the device
+ * holds them: hip_job's mipmap of H rows (even) is 16 KiB a row at level 0
+ * and 8 KiB a row of H/2 at level 1, 20 KiB a row. Filled to 16 KiB short
+ * of the slice by both entries (hipMallocMipmappedArray,
+ * hipMipmappedArrayCreate), one past refused, the rest taken by a buffer;
+ * freed in random order, to zero. */
+Test(hip_shim, mipmapped_arrays_at_the_edge)
+{
+	static const char *const paths[3] = { "mipmap", "mipmapdrv",
+					      "malloc" };
+	const unsigned long long charge[3] = { 2000 * 20 * KIB,
+					       1276 * 20 * KIB, 16 * KIB };
+	uint64_t base = hs_device_used(), held = 0;
+	unsigned seed = hs_seed();
+	struct hjob j;
+	int ids[3], order[3] = { 0, 1, 2 };
+
+	hjob_start(&j, NULL);
+	cr_assert_eq(hjob_alloc(&j, 2000 * 16 * KIB, "mipmap", &ids[0]), 0);
+	held += charge[0];
+	assert_counts(base, held, "mipmap");
+	/* Two rows more than fit: 40 KiB past the slice's last 16 KiB. */
+	cr_assert_eq(hjob_alloc(&j, 1278 * 16 * KIB, "mipmapdrv", NULL), 2);
+	cr_assert_eq(hjob_alloc(&j, 1276 * 16 * KIB, "mipmapdrv", &ids[1]),
+		     0);
+	held += charge[1];
+	assert_counts(base, held, "mipmapdrv");
+	cr_assert_eq(hjob_alloc(&j, 2 * 16 * KIB, "mipmap", NULL), 2);
+	cr_assert_eq(hjob_alloc(&j, 16 * KIB, "malloc", &ids[2]), 0);
+	held += charge[2];
+	cr_assert_eq(held, LIMIT);
+	cr_assert_eq(hjob_alloc(&j, 1, "malloc", NULL), 2);
+	assert_counts(base, LIMIT, "full");
+	for (int i = 2; i > 0; i--) {
+		int r = rand_r(&seed) % (i + 1), t = order[i];
+
+		order[i] = order[r];
+		order[r] = t;
+	}
+	for (int i = 0; i < 3; i++) {
+		int p = order[i];
+		char cmd[32];
+
+		snprintf(cmd, sizeof(cmd), "free %d", ids[p]);
+		hjob_expect(&j, cmd, "free 0");
+		held -= charge[p];
+		assert_counts(base, held, paths[p]);
+	}
+	hjob_end(&j);
+	cr_assert_eq(hs_device_used(), base);
 }
 
 /* Every view says the slice: hipMemGetInfo, hipDeviceTotalMem and

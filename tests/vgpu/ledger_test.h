@@ -56,6 +56,16 @@ static inline struct vgpu_ledger *ledger_open_ok(void)
 	return l;
 }
 
+/* Leaves s, which must hold nothing, and closes l. */
+static inline void ledger_leave_empty(struct vgpu_ledger *l,
+				      struct vgpu_slot *s)
+{
+	cr_assert_eq(vgpu_ledger_tenant_used(s), 0, "%llu bytes left",
+		     (unsigned long long)vgpu_ledger_tenant_used(s));
+	vgpu_ledger_leave(s);
+	vgpu_ledger_close(l);
+}
+
 static inline struct vgpu_slot *ledger_join_ok(struct vgpu_ledger *l,
 					       const char *tenant,
 					       uint64_t limit)

@@ -43,14 +43,6 @@ static struct vgpu_slot *start(struct vgpu_ledger **l, uint64_t limit)
 	return fake.slot;
 }
 
-static void finish(struct vgpu_ledger *l, struct vgpu_slot *s)
-{
-	cr_assert_eq(vgpu_ledger_tenant_used(s), 0, "%llu bytes left",
-		     (unsigned long long)vgpu_ledger_tenant_used(s));
-	vgpu_ledger_leave(s);
-	vgpu_ledger_close(l);
-}
-
 /* ---- the protocol ----------------------------------------------------------- */
 
 Test(account, reserve_then_rollback_returns_to_zero)
@@ -69,7 +61,7 @@ Test(account, reserve_then_rollback_returns_to_zero)
 		     VGPU_ACCOUNT_OK);
 	cr_assert_eq(vgpu_account_reserve(s, 0, VGPU_USAGE_COUNT, 1),
 		     VGPU_ACCOUNT_INVALID);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* A pool's idle memory is charged; a reservation refused because of it
@@ -92,7 +84,7 @@ Test(account, refused_then_retried_after_the_caches_are_reclaimed)
 	cr_assert_eq(fake.reclaims[1], 2);
 	cr_assert_eq(fake.reclaims[0], 0, "only the device asked for");
 	vgpu_account_rollback(s, VGPU_USAGE_BUFFER, 512 * MiB);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* No primitives: refusals are final. */
@@ -109,7 +101,7 @@ Test(account, without_primitives_no_retry)
 		     VGPU_ACCOUNT_OVER);
 	cr_assert_eq(fake.reclaims[0], 0);
 	vgpu_account_rollback(s, VGPU_USAGE_POOL, MiB);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* The driver took more or less than was reserved: the charge follows,
@@ -137,7 +129,7 @@ Test(account, adjust_follows_the_driver_both_ways)
 					 4096), VGPU_ACCOUNT_OK);
 	cr_assert_eq(vgpu_ledger_tenant_used(s), 4096);
 	vgpu_account_rollback(s, VGPU_USAGE_ARRAY, charged);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
 
 /* A tenant lock held by a stopped process: a timeout, not "over". */
@@ -172,5 +164,5 @@ Test(account, a_lock_not_had_is_a_timeout, .timeout = 30)
 	cr_assert_eq(vgpu_account_reserve(s, 0, VGPU_USAGE_BUFFER, MiB),
 		     VGPU_ACCOUNT_OK);
 	vgpu_account_rollback(s, VGPU_USAGE_BUFFER, MiB);
-	finish(l, s);
+	ledger_leave_empty(l, s);
 }
