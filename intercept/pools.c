@@ -3,9 +3,9 @@
  * The rule and the table of pools are the core's (vgpu/pool.h): a pool's
  * charge is its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, settled after every
  * allocation, free and trim through the shim and when the views are read;
- * an allocation is admitted by reserving its size first, given back after
- * the pool is settled. The pool may overshoot the slice by its rounding
- * (the driver's granularity), never by a whole allocation. At the slice's
+ * an allocation is admitted by reserving the most the pool may grow by
+ * for it (vgpu_pool_admission), given back after the pool is settled, so
+ * allocations admitted at once never pass the slice together. At the slice's
  * edge the core asks the pools of the device to give their idle memory
  * back (vgpu_pools_reclaim) and tries once more.
  *
@@ -77,8 +77,11 @@ static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 	if (!pool)
 		return -1;
 	/* A pool made through the shim is registered with its own device
-	 * (cuMemPoolCreate); others, found now, are the current device's. */
-	return vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
+	 * (cuMemPoolCreate); others, found now, are the current device's.
+	 * -2: the table is full. */
+	int i = vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
+
+	return i < 0 ? -2 : i;
 }
 
 static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,
@@ -115,6 +118,7 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 			   bool explicit_pool)
 {
 	struct vgpu_dev *dv = vgpu__dev_current(), *pdv;
+	uint64_t admit;
 	CUresult r;
 	int i;
 
@@ -125,6 +129,10 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
 				  explicit_pool);
 	i = pool_of(dv, pool, explicit_pool);
+	if (i == -2) {
+		vgpu_pools_full();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (i < 0) {
 		/* A pool the shim cannot follow: charged as a buffer. */
 		uint64_t held = vgpu__alloc_size(bytesize);
@@ -146,15 +154,17 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 	if (!pdv || !pdv->slot)
 		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
 				  explicit_pool);
-	/* The whole size is admitted; the pool's growth is charged when it
-	 * is settled, and the admission given back after. */
-	if ((r = vgpu__charge(pdv, VGPU_USAGE_POOL, bytesize)) != CUDA_SUCCESS)
+	/* Admitted at the most the pool may grow by for it (pool.h); the
+	 * growth is charged when the pool is settled, and the admission
+	 * given back after. */
+	admit = vgpu_pool_admission(bytesize);
+	if ((r = vgpu__charge(pdv, VGPU_USAGE_POOL, admit)) != CUDA_SUCCESS)
 		return r;
 	vgpu_pool_live(i);
 	r = call_alloc(dptr, bytesize, pool, hStream, per_thread,
 		       explicit_pool);
 	vgpu_pool_settle(i);
-	vgpu__uncharge(pdv, VGPU_USAGE_POOL, bytesize);
+	vgpu__uncharge(pdv, VGPU_USAGE_POOL, admit);
 	if (r != CUDA_SUCCESS) {
 		vgpu_pool_freed(i);
 		return r;
@@ -245,11 +255,19 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 	r = vgpu__real.cuMemPoolCreate(pool, poolProps);
 	if (r != CUDA_SUCCESS || !pool || !poolProps)
 		return r;
-	if (poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-		vgpu_pool_index((uintptr_t)*pool, poolProps->location.id,
-				false);
-	else
-		vgpu_pool_index((uintptr_t)*pool, -1, true);
+	if (vgpu_pool_index((uintptr_t)*pool,
+			    poolProps->location.type ==
+				    CU_MEM_LOCATION_TYPE_DEVICE
+			    ? poolProps->location.id : -1,
+			    poolProps->location.type !=
+				    CU_MEM_LOCATION_TYPE_DEVICE) < 0) {
+		/* Not followed, it could hold memory uncharged. */
+		vgpu_pools_full();
+		if (vgpu__real.cuMemPoolDestroy)
+			vgpu__real.cuMemPoolDestroy(*pool);
+		*pool = NULL;
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	return r;
 }
 

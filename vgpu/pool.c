@@ -9,6 +9,8 @@
  * that began after it.
  */
 #include "pool.h"
+#include "log.h"
+#include "options.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -70,6 +72,24 @@ static int pool_new(uint64_t h, int dev, bool host, bool destroyable)
 	if (i == npools)
 		__atomic_store_n(&npools, i + 1, __ATOMIC_RELEASE);
 	return i;
+}
+
+void vgpu_pools_full(void)
+{
+	static int said;
+
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		vgpu_log(VGPU_LOG_ERROR, "more than %d stream-ordered pools in "
+			 "this process: new pools are refused (out of "
+			 "memory), since what they hold could not be charged",
+			 MAX_POOLS);
+}
+
+uint64_t vgpu_pool_admission(uint64_t bytes)
+{
+	uint64_t r = bytes + (VGPU_POOL_GROWTH - 1);
+
+	return r < bytes ? bytes : r & ~(VGPU_POOL_GROWTH - 1);
 }
 
 int vgpu_pool_index(uint64_t h, int dev, bool host)

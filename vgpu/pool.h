@@ -46,8 +46,20 @@ struct vgpu_pool_ops {
 void vgpu_pools_use(const struct vgpu_pool_ops *ops);
 
 /* The index of pool h of device dev (host: a host pool, never charged),
- * registered now if new; -1 if the table is full or h is 0. */
+ * registered now if new; -1 if the table is full or h is 0. A front end
+ * refuses a pool it cannot register (its growth could not be charged),
+ * saying so once (vgpu_pools_full). */
 int vgpu_pool_index(uint64_t h, int dev, bool host);
+/* Says, once per process, that the table of pools is full. */
+void vgpu_pools_full(void);
+
+/* The most a pool grows by for one allocation: its growth granularity
+ * (2 MiB, the CUDA driver's and the simulators'). An allocation is
+ * admitted at its size rounded up to it (vgpu_pool_admission), so that
+ * allocations admitted at once, before any of them is settled, never
+ * pass the slice together. */
+#define VGPU_POOL_GROWTH ((uint64_t)2 << 20)
+uint64_t vgpu_pool_admission(uint64_t bytes);
 /* The index of pool h if registered, else -1. */
 int vgpu_pool_find(uint64_t h);
 /* Pool i's device, -1 for a host pool or a bad index. */

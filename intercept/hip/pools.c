@@ -82,8 +82,11 @@ static int pool_of(struct vgpu_hip_dev *dv, hipMemPool_t pool,
 	if (!pool)
 		return -1;
 	/* A pool made through the shim is registered with its own device
-	 * (hipMemPoolCreate); others, found now, are the current device's. */
-	return vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
+	 * (hipMemPoolCreate); others, found now, are the current device's.
+	 * -2: the table is full. */
+	int i = vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
+
+	return i < 0 ? -2 : i;
 }
 
 static hipError_t call_alloc(void **p, size_t size, hipMemPool_t pool,
@@ -117,6 +120,7 @@ static hipError_t alloc_from(void **p, size_t size, hipMemPool_t pool,
 			     hipStream_t s, bool explicit_pool)
 {
 	struct vgpu_hip_dev *dv = p && size ? vgpu__hip_dev_current() : NULL;
+	uint64_t admit;
 	hipError_t r;
 	int i;
 
@@ -128,19 +132,25 @@ static hipError_t alloc_from(void **p, size_t size, hipMemPool_t pool,
 							explicit_pool);
 	}
 	i = pool_of(dv, pool, explicit_pool);
+	if (i == -2) {
+		vgpu_pools_full();
+		return hipErrorOutOfMemory;
+	}
 	if (i < 0)
 		return alloc_unfollowed(dv, p, size, pool, s, explicit_pool);
 	dv = vgpu_pool_dev(i) < 0 ? NULL : vgpu__hip_dev_attach(vgpu_pool_dev(i));
 	if (!dv || !dv->slot)	/* a host pool, or a device not accounted */
 		return call_alloc(p, size, pool, s, explicit_pool);
-	/* The whole size is admitted; the pool's growth is charged when it
-	 * is settled, and the admission given back after. */
-	if ((r = vgpu__hip_charge(dv, VGPU_USAGE_POOL, size)) != hipSuccess)
+	/* Admitted at the most the pool may grow by for it (pool.h); the
+	 * growth is charged when the pool is settled, and the admission
+	 * given back after. */
+	admit = vgpu_pool_admission(size);
+	if ((r = vgpu__hip_charge(dv, VGPU_USAGE_POOL, admit)) != hipSuccess)
 		return r;
 	vgpu_pool_live(i);
 	r = call_alloc(p, size, pool, s, explicit_pool);
 	vgpu_pool_settle(i);
-	vgpu__hip_uncharge(dv, VGPU_USAGE_POOL, size);
+	vgpu__hip_uncharge(dv, VGPU_USAGE_POOL, admit);
 	if (r != hipSuccess) {
 		vgpu_pool_freed(i);
 		return r;
@@ -222,10 +232,18 @@ hipError_t hipMemPoolCreate(hipMemPool_t *pool, const hipMemPoolProps *props)
 	r = vgpu__hip.hipMemPoolCreate(pool, props);
 	if (r != hipSuccess || !pool || !props)
 		return r;
-	if (props->location.type == hipMemLocationTypeDevice)
-		vgpu_pool_index((uintptr_t)*pool, props->location.id, false);
-	else
-		vgpu_pool_index((uintptr_t)*pool, -1, true);
+	if (vgpu_pool_index((uintptr_t)*pool,
+			    props->location.type == hipMemLocationTypeDevice
+			    ? props->location.id : -1,
+			    props->location.type != hipMemLocationTypeDevice) <
+	    0) {
+		/* Not followed, it could hold memory uncharged. */
+		vgpu_pools_full();
+		if (vgpu__hip.hipMemPoolDestroy)
+			vgpu__hip.hipMemPoolDestroy(*pool);
+		*pool = NULL;
+		return hipErrorOutOfMemory;
+	}
 	return r;
 }
 
