@@ -103,7 +103,8 @@ static bool is_uuid_like(const char *s)
 	size_t n = strlen(s);
 
 	if (n < 5 || n >= VGPU_LEDGER_UUID_MAX ||
-	    (strncasecmp(s, "GPU-", 4) != 0 && strncasecmp(s, "MIG-", 4) != 0))
+	    (strncasecmp(s, "GPU-", 4) != 0 && strncasecmp(s, "MIG-", 4) != 0 &&
+	     strncasecmp(s, "PCI-", 4) != 0))
 		return false;
 	for (size_t i = 4; i < n; i++)
 		if (!(s[i] == '-' || s[i] == '_' || (s[i] >= '0' && s[i] <= '9') ||
@@ -115,7 +116,9 @@ static bool is_uuid_like(const char *s)
 static int check_gpu(struct vrun_args *a, char *err, size_t errlen)
 {
 	static const char expect[] = "auto, a GPU index (0, 1, ...) or a GPU "
-				     "UUID as nvidia-smi -L prints it (GPU-...)";
+				     "UUID as nvidia-smi -L prints it (GPU-...), or "
+				     "an AMD GPU's key as --verbose lists it (GPU-... "
+				     "or PCI-...)";
 	const char *s = a->gpu;
 	uint64_t v;
 	int rc;

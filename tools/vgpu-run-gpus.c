@@ -19,8 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
+#include <signal.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the probe child ---------------------------------------------------- */
@@ -47,7 +51,7 @@ static int probe_fail(const char *what, const struct driver *d, CUresult rc)
 
 	if (d->errname)
 		d->errname(rc, &name);
-	printf("error %s failed: %s (%d)\n", what, name ? name : "unknown",
+	printf(PROBE_ERROR "%s failed: %s (%d)\n", what, name ? name : "unknown",
 	       (int)rc);
 	return 1;
 }
@@ -57,7 +61,7 @@ static bool load_driver(const char *path, struct driver *d)
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 
 	if (!h) {
-		printf("error cannot load the CUDA driver %s: %s\n", path,
+		printf(PROBE_ERROR "cannot load the CUDA driver %s: %s\n", path,
 		       dlerror());
 		return false;
 	}
@@ -70,7 +74,7 @@ static bool load_driver(const char *path, struct driver *d)
 	d->total = (total_fn)dlsym(h, "cuDeviceTotalMem_v2");
 	d->errname = (errname_fn)dlsym(h, "cuGetErrorName");
 	if (!d->init || !d->count || !d->get || !d->uuid || !d->total) {
-		printf("error %s is not a CUDA driver (cuInit, cuDeviceGetCount,"
+		printf(PROBE_ERROR "%s is not a CUDA driver (cuInit, cuDeviceGetCount,"
 		       " cuDeviceGetUuid or cuDeviceTotalMem_v2 missing)\n",
 		       path);
 		return false;
@@ -106,7 +110,7 @@ int vrun_probe_main(const char *path)
 		if ((rc = d.total(&total, dev)) != CUDA_SUCCESS)
 			return probe_fail("cuDeviceTotalMem", &d, rc);
 		b = (const unsigned char *)u.bytes;
-		printf("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+		printf(PROBE_GPU "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
 		       "%02x%02x%02x%02x%02x%02x %zu\n", b[0], b[1], b[2], b[3],
 		       b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
 		       b[13], b[14], b[15], total);
@@ -124,26 +128,58 @@ static void probe_child(int wfd, const char *self, char **argv)
 	setenv("VGPU_DISABLE", "1", 1);
 	unsetenv("LD_PRELOAD");
 	execv(self, argv);
-	printf("error cannot run %s %s: %s\n", self, argv[1], strerror(errno));
+	printf(PROBE_ERROR "cannot run %s %s: %s\n", self, argv[1], strerror(errno));
 	fflush(stdout);
 	_exit(127);
 }
 
-static int read_all(int fd, char *buf, size_t len)
+static long ms_since(const struct timespec *t0)
 {
-	size_t got = 0;
-	ssize_t r;
+	struct timespec t;
 
-	while (got + 1 < len) {
-		r = read(fd, buf + got, len - 1 - got);
-		if (r < 0 && errno == EINTR)
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long)(t.tv_sec - t0->tv_sec) * 1000 +
+	       (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* Reads the probe's output until it ends, the probe has exited (a process
+ * it left behind may hold the pipe open) or VRUN_PROBE_TIMEOUT_MS passed
+ * (then the probe is killed). Returns whether the probe is reaped. */
+static bool read_probe(int fd, pid_t pid, char *buf, size_t len,
+		       int *status)
+{
+	struct timespec t0;
+	size_t got = 0;
+	bool reaped = false, ended = false;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (!ended && ms_since(&t0) <= VRUN_PROBE_TIMEOUT_MS) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int ready = poll(&p, 1, 100);
+		ssize_t r;
+
+		if (ready > 0) {
+			r = got + 1 < len ? read(fd, buf + got, len - 1 - got)
+					  : 0;
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				ended = true;	/* the end, an error, full */
+			else
+				got += (size_t)r;
 			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
+		}
+		if (reaped)
+			break;	/* exited, and nothing more came in 100 ms */
+		reaped = waitpid(pid, status, WNOHANG) == pid;
+	}
+	while (!reaped && ms_since(&t0) <= VRUN_PROBE_TIMEOUT_MS) {
+		reaped = waitpid(pid, status, WNOHANG) == pid;
+		if (!reaped)
+			poll(NULL, 0, 5);
 	}
 	buf[got] = '\0';
-	return (int)got;
+	return reaped;
 }
 
 static int parse_lines(char *out, struct vrun_gpu *gpus, size_t max,
@@ -155,11 +191,17 @@ static int parse_lines(char *out, struct vrun_gpu *gpus, size_t max,
 		char uuid[VGPU_LEDGER_UUID_MAX];
 		uint64_t total;
 
-		if (strncmp(line, "error ", 6) == 0) {
-			snprintf(err, errlen, "%s", line + 6);
+		/* Only the probe's own lines: the driver or runtime it loads
+		 * may write to the same output. */
+		if (strncmp(line, PROBE_ERROR, strlen(PROBE_ERROR)) == 0) {
+			snprintf(err, errlen, "%s", line + strlen(PROBE_ERROR));
 			return -VRUN_EXIT_DRIVER;
 		}
-		if (n == max || sscanf(line, "%63s %" SCNu64, uuid, &total) != 2)
+		if (strncmp(line, PROBE_GPU, strlen(PROBE_GPU)) != 0 ||
+		    n == max || sscanf(line + strlen(PROBE_GPU), "%63s %" SCNu64,
+				       uuid, &total) != 2 ||
+		    (strncasecmp(uuid, "GPU-", 4) != 0 &&
+		     strncasecmp(uuid, "PCI-", 4) != 0))
 			continue;
 		memset(&gpus[n], 0, sizeof(gpus[n]));
 		gpus[n].index = (unsigned)n;
@@ -195,10 +237,17 @@ static int run_probe(const char *self, char **argv, const char *what,
 	if (pid == 0)
 		probe_child(fds[1], self, argv);
 	close(fds[1]);
-	read_all(fds[0], out, sizeof(out));
+	if (!read_probe(fds[0], pid, out, sizeof(out), &status)) {
+		kill(pid, SIGKILL);
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		close(fds[0]);
+		snprintf(err, errlen, "listing the GPUs through %s failed: "
+			 "no answer in %d s (the probe was killed)", what,
+			 VRUN_PROBE_TIMEOUT_MS / 1000);
+		return -VRUN_EXIT_DRIVER;
+	}
 	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
 	int n = parse_lines(out, gpus, max, err, errlen);
 	if (n >= 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
 		snprintf(err, errlen, "listing the GPUs through %s failed "

@@ -33,7 +33,7 @@ static int hip_fail(const char *what, const struct runtime *r, int rc)
 {
 	const char *name = r->errname ? r->errname(rc) : NULL;
 
-	printf("error %s failed: %s (%d)\n", what, name ? name : "unknown",
+	printf(PROBE_ERROR "%s failed: %s (%d)\n", what, name ? name : "unknown",
 	       rc);
 	return 1;
 }
@@ -46,13 +46,13 @@ static bool load_runtime(const char *path, const char *driver,
 	void *h;
 
 	if (driver && !dlopen(driver, RTLD_NOW | RTLD_GLOBAL)) {
-		printf("error cannot load the driver of the HIP runtime %s: "
+		printf(PROBE_ERROR "cannot load the driver of the HIP runtime %s: "
 		       "%s\n", driver, dlerror());
 		return false;
 	}
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
-		printf("error cannot load the HIP runtime %s: %s\n", path,
+		printf(PROBE_ERROR "cannot load the HIP runtime %s: %s\n", path,
 		       dlerror());
 		return false;
 	}
@@ -62,7 +62,7 @@ static bool load_runtime(const char *path, const char *driver,
 	*(void **)&r->total = dlsym(h, "hipDeviceTotalMem");
 	*(void **)&r->errname = dlsym(h, "hipGetErrorName");
 	if (!r->count || !r->bus || !r->total) {
-		printf("error %s is not a HIP runtime (hipGetDeviceCount, "
+		printf(PROBE_ERROR "%s is not a HIP runtime (hipGetDeviceCount, "
 		       "hipDeviceGetPCIBusId or hipDeviceTotalMem missing)\n",
 		       path);
 		return false;
@@ -93,7 +93,7 @@ int vrun_probe_hip_main(const char *runtime, const char *driver)
 		if ((rc = r.total(&total, d)) != HIP_OK)
 			return hip_fail("hipDeviceTotalMem", &r, rc);
 		vgpu_device_key(named ? u.bytes : NULL, bus, key, sizeof(key));
-		printf("%s %zu\n", key, total);
+		printf(PROBE_GPU "%s %zu\n", key, total);
 	}
 	return 0;
 }

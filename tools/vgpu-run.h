@@ -218,4 +218,11 @@ bool vrun_is_hip_program(const char *cmd);
 int vrun_find_hip_library(const char *shim, char *out, size_t len,
 			  char *err, size_t errlen);
 
+/* The probe children's lines (vgpu-run --probe-gpus, --probe-hip-gpus):
+ * marked, since the driver or runtime they load may print too; a probe
+ * that does not finish in VRUN_PROBE_TIMEOUT_MS is killed. */
+#define PROBE_GPU "vgpu-probe-gpu "
+#define PROBE_ERROR "vgpu-probe-error "
+#define VRUN_PROBE_TIMEOUT_MS 20000
+
 #endif /* VGPU_RUN_H */
