@@ -86,13 +86,20 @@ int vrun_probe_hip_main(const char *runtime, const char *driver)
 	for (int d = 0; d < n && d < VRUN_MAX_GPUS; d++) {
 		struct hip_uuid u;
 		bool named = r.uuid && r.uuid(&u, d) == HIP_OK;
+		bool on_bus = false;
 		size_t total;
 
-		if (!named && (rc = r.bus(bus, (int)sizeof(bus), d)) != HIP_OK)
-			return hip_fail("hipDeviceGetPCIBusId", &r, rc);
+		/* Keyed as libvgpu-hip.so keys it (vgpu_device_key). */
+		if (!named || !vgpu_device_uuid_unique(u.bytes)) {
+			rc = r.bus(bus, (int)sizeof(bus), d);
+			on_bus = rc == HIP_OK;
+			if (!named && !on_bus)
+				return hip_fail("hipDeviceGetPCIBusId", &r, rc);
+		}
 		if ((rc = r.total(&total, d)) != HIP_OK)
 			return hip_fail("hipDeviceTotalMem", &r, rc);
-		vgpu_device_key(named ? u.bytes : NULL, bus, key, sizeof(key));
+		vgpu_device_key(named ? u.bytes : NULL, on_bus ? bus : NULL, key,
+				sizeof(key));
 		printf(PROBE_GPU "%s %zu\n", key, total);
 	}
 	return 0;

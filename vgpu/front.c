@@ -123,12 +123,24 @@ void vgpu_device_uuid_string(const unsigned char b[16], char *out, size_t len)
 		 b[15]);
 }
 
+bool vgpu_device_uuid_unique(const unsigned char *uuid)
+{
+	static const char placeholder[] = "GPU-XX";
+	bool zero = true, tail = false;
+
+	for (int i = 0; i < 16; i++) {
+		zero = zero && !uuid[i];
+		tail = tail || (i >= 6 && uuid[i]);
+	}
+	return !zero && (tail || memcmp(uuid, placeholder, 6) != 0);
+}
+
 bool vgpu_device_key(const unsigned char *uuid, const char *bus, char *out,
 		     size_t len)
 {
 	size_t n;
 
-	if (uuid) {
+	if (uuid && (!bus || vgpu_device_uuid_unique(uuid))) {
 		vgpu_device_uuid_string(uuid, out, len);
 		return true;
 	}

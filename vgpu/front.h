@@ -80,10 +80,16 @@ extern bool vgpu__compute_on;
 void vgpu_device_uuid_string(const unsigned char uuid[16], char *out,
 			     size_t len);
 
-/* The ledger's key of a device its runtime names by a UUID (uuid, not
- * NULL: vgpu_device_uuid_string) or else by its PCI bus id (bus,
- * "0000:03:00.0": "PCI-0000-03-00-0"), as the HIP front end keys its
- * ledgers and vgpu-run lists HIP devices. False with neither. */
+/* Whether a runtime's 16 UUID bytes name one device: not all zero, and
+ * not ROCm's "GPU-XX" (the text a device without a unique id reports,
+ * the same on every such device). */
+bool vgpu_device_uuid_unique(const unsigned char *uuid);
+
+/* The ledger's key of a device its runtime names by a unique UUID (uuid:
+ * vgpu_device_uuid_string) or else by its PCI bus id (bus,
+ * "0000:03:00.0": "PCI-0000-03-00-0"; a UUID that is not unique is used
+ * only without one), as the HIP front end keys its ledgers and vgpu-run
+ * lists HIP devices. False with neither. */
 bool vgpu_device_key(const unsigned char *uuid, const char *bus, char *out,
 		     size_t len);
 

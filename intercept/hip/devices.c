@@ -38,14 +38,16 @@ bool vgpu__hip_device_key(hipError_t (*uuid_of)(hipUUID *, hipDevice_t),
 {
 	hipUUID u;
 	char bus[32];
+	bool named, on_bus;
 
 	memset(&u, 0, sizeof(u));
-	if (uuid_of && uuid_of(&u, d) == hipSuccess)
+	named = uuid_of && uuid_of(&u, d) == hipSuccess;
+	if (named && vgpu_device_uuid_unique((const unsigned char *)u.bytes))
 		return vgpu_device_key((const unsigned char *)u.bytes, NULL,
 				       key, len);
-	if (!bus_of || bus_of(bus, (int)sizeof(bus), d) != hipSuccess)
-		return false;
-	return vgpu_device_key(NULL, bus, key, len);
+	on_bus = bus_of && bus_of(bus, (int)sizeof(bus), d) == hipSuccess;
+	return vgpu_device_key(named ? (const unsigned char *)u.bytes : NULL,
+			       on_bus ? bus : NULL, key, len);
 }
 
 static bool device_key(int d, char *key, size_t len)

@@ -695,6 +695,28 @@ Test(hip_gpus, key_is_the_uuid_else_the_bus_id)
 	cr_assert_not(vgpu_device_key(NULL, NULL, key, sizeof(key)));
 }
 
+/* ROCm's text for a device without a unique id is the same on every such
+ * device, and all-zero bytes name none: keyed by the bus id when there is
+ * one, so that two such GPUs never share a ledger. */
+Test(hip_gpus, a_uuid_naming_no_one_device_gives_way_to_the_bus_id)
+{
+	const unsigned char xx[16] = { 'G', 'P', 'U', '-', 'X', 'X' };
+	const unsigned char zero[16] = { 0 };
+	const unsigned char real[16] = { 'G', 'P', 'U', '-', 'X', 'X', '1' };
+	char key[VGPU_LEDGER_UUID_MAX];
+
+	cr_assert_not(vgpu_device_uuid_unique(xx));
+	cr_assert_not(vgpu_device_uuid_unique(zero));
+	cr_assert(vgpu_device_uuid_unique(real));
+	cr_assert(vgpu_device_key(xx, "0000:03:00.0", key, sizeof(key)));
+	cr_assert_str_eq(key, "PCI-0000-03-00-0");
+	cr_assert(vgpu_device_key(zero, "0000:43:00.0", key, sizeof(key)));
+	cr_assert_str_eq(key, "PCI-0000-43-00-0");
+	/* With no bus id, the UUID is all there is. */
+	cr_assert(vgpu_device_key(xx, NULL, key, sizeof(key)));
+	cr_assert_eq(strncmp(key, "GPU-", 4), 0, "%s", key);
+}
+
 Test(hip_gpus, visible_devices_composed_with_the_callers)
 {
 	char v[16];
