@@ -660,6 +660,9 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 
 /* ---- moves: room, promotion, suspension, a lowered limit ----------------- */
 
+/* The most contexts a pass synchronises (and remembers as done). */
+#define SYNC_MAX 64
+
 /* The context range i was made in, or dv's primary one. */
 static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
 {
@@ -687,16 +690,58 @@ static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
 		vgpu__real.cuCtxPopCurrent_v2(&popped);
 		return false;
 	}
-	if (*ndone < 16)
+	if (*ndone < SYNC_MAX)
 		done[(*ndone)++] = c;
 	return true;
+}
+
+/* Every context of the process, synchronised before a pass moves
+ * anything: work queued earlier on another context's stream (a peer copy
+ * into a range, a kernel of another device reading it) would otherwise
+ * run during the move; the gate holds only what is issued from now on.
+ * The contexts are the devices' primary ones and those the job made
+ * (tracked handles). Walks the handle table: moves are rare. */
+static CUcontext sync_found[SYNC_MAX];	/* the mover's (move_mu) */
+static int sync_nfound;
+
+static bool note_ctx(uint64_t key, const struct vgpu_tracked *t)
+{
+	if (t->kind == VGPU_USAGE_CONTEXT && sync_nfound < SYNC_MAX)
+		sync_found[sync_nfound++] = (CUcontext)(uintptr_t)key;
+	return false;	/* nothing removed */
+}
+
+static void keep_entry(const struct vgpu_tracked *t)
+{
+	(void)t;
+}
+
+static void sync_every_ctx(CUcontext *done, int *ndone)
+{
+	CUcontext popped;
+
+	sync_nfound = 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
+		struct vgpu_dev *o = vgpu__dev_peek(d);
+		CUcontext p = o ? __atomic_load_n(&o->primary, __ATOMIC_ACQUIRE)
+				: NULL;
+
+		if (p && sync_nfound < SYNC_MAX)
+			sync_found[sync_nfound++] = p;
+		if (o)
+			vgpu__track_sweep(VGPU_TRACK_HANDLE, (unsigned)d,
+					  note_ctx, keep_entry);
+	}
+	for (int k = 0; k < sync_nfound; k++)
+		if (enter_ctx(sync_found[k], done, ndone))
+			vgpu__real.cuCtxPopCurrent_v2(&popped);
 }
 
 int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		      uint64_t *failed)
 {
 	static bool skip[MAX_SPILLS];	/* the mover's (move_mu) */
-	CUcontext done[16], popped;
+	CUcontext done[SYNC_MAX], popped;
 	int ndone = 0, moved = 0;
 
 	if (failed)
@@ -709,6 +754,7 @@ int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		return 0;
 	if (!vgpu__moves_begin(VGPU_MOVE_WAIT_MS))
 		return -1;
+	sync_every_ctx(done, &ndone);
 	memset(skip, 0, sizeof(skip));
 	for (int n = 0; n < MAX_SPILLS; n++) {
 		bool up = how == VGPU_MOVE_RESUME, ok;

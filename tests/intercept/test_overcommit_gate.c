@@ -9,6 +9,8 @@
  *   there: a debugger's stop, a profiler's sample): an allocation past the
  *   slice gives up moving after a bounded wait and spills instead, while
  *   that thread is still inside.
+ * - Copies queued on a second context's stream into a range: a move of
+ *   the range waits for them (every context is synchronised first).
  */
 #include "shimtest.h"
 #include "vgpu_kernels.h"
@@ -200,4 +202,74 @@ Test(overcommit_gate, a_thread_inside_a_copy_does_not_hold_moves,
 		cr_assert_eq(cuMemFree(b[i]), CUDA_SUCCESS);
 	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
 	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
+}
+
+/* ---- work queued on another context ------------------------------------- */
+
+static void hold_stream(void *arg)
+{
+	usleep((useconds_t)(uintptr_t)arg);
+}
+
+/* Peer copies into a range, queued on a stream of a second context behind
+ * a host function that holds the stream: an allocation of the first
+ * context past the slice moves the range meanwhile. The gate holds only
+ * calls, so the move must first finish what every context has queued;
+ * else the copies land in the old backing (lost) or fault on the
+ * simulator. Each trial's range reads back as the copies wrote it. */
+Test(overcommit_gate, work_queued_on_another_context_is_finished_first,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	const size_t range = 32 * MIB, chunk = MIB;
+	uint32_t *pat = malloc(chunk), *back = malloc(range);
+	CUcontext other;
+	CUdevice dev;
+	CUstream s;
+	CUdeviceptr staging;
+
+	start();
+	cr_assert(pat && back);
+	cr_assert_eq(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxCreate(&other, NULL, 0, dev), CUDA_SUCCESS);
+	cr_assert_eq(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	/* Under the granularity: a plain allocation, never moved. */
+	cr_assert_eq(cuMemAlloc(&staging, chunk), CUDA_SUCCESS);
+	for (int trial = 0; trial < 6; trial++) {
+		CUdeviceptr r, more;
+		size_t bad = 0;
+
+		for (size_t i = 0; i < chunk / 4; i++)
+			pat[i] = 0x5eed0000u + (uint32_t)trial * 7919u +
+				 (uint32_t)i;
+		cr_assert_eq(cuCtxSetCurrent(other), CUDA_SUCCESS);
+		cr_assert_eq(cuMemcpyHtoD(staging, pat, chunk), CUDA_SUCCESS);
+		cr_assert_eq(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+		cr_assert_eq(cuMemAlloc(&r, range), CUDA_SUCCESS);
+		cr_assert_eq(cuMemsetD32(r, 0, range / 4), CUDA_SUCCESS);
+		cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+		cr_assert_eq(cuLaunchHostFunc(s, hold_stream,
+					      (void *)(uintptr_t)(500 +
+								  trial * 700)),
+			     CUDA_SUCCESS);
+		for (size_t off = 0; off < range; off += chunk)
+			cr_assert_eq(cuMemcpyPeerAsync(r + off, ctx, staging,
+						       other, chunk, s),
+				     CUDA_SUCCESS);
+		/* 32 + 48 MiB under a 64 MiB slice: r moves to the host. */
+		cr_assert_eq(cuMemAlloc(&more, 48 * MIB), CUDA_SUCCESS);
+		cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+		cr_assert_eq(cuMemcpyDtoH(back, r, range), CUDA_SUCCESS);
+		for (size_t i = 0; i < range / 4; i++)
+			bad += back[i] != pat[i % (chunk / 4)];
+		cr_assert_eq(bad, 0, "trial %d: %zu words of the range lost",
+			     trial, bad);
+		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+		cr_assert_eq(cuMemFree(r), CUDA_SUCCESS);
+	}
+	cr_assert_eq(cuStreamDestroy(s), CUDA_SUCCESS);
+	cr_assert_eq(cuMemFree(staging), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxDestroy(other), CUDA_SUCCESS);
+	free(pat);
+	free(back);
+	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 0);
 }
