@@ -243,7 +243,8 @@ static hipError_t launch_multi(const void *real, int which,
 	vgpu__hip_start();
 	if (!*(void *const *)real)
 		return hipErrorNotInitialized;
-	if (__atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE)) {
+	/* No list, or no device in it: the runtime's own error. */
+	if (l && n > 1 && __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE)) {
 		vgpu_log(VGPU_LOG_ERROR, "a multi-device launch of %d devices "
 			 "is refused while a compute share is set "
 			 "(VGPU_COMPUTE_LIMIT): its launches cannot be "
