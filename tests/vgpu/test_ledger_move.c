@@ -372,7 +372,8 @@ static void *pwork(void *arg)
 
 	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
 		if (n < 16 && (n == 0 || rand_r(&w->seed) % 2)) {
-			uint64_t b = (1 + rand_r(&w->seed) % 8) * MiB;
+			uint64_t b = (1 + rand_r(&w->seed) % (MAX_ONE / MiB)) *
+				     MiB;
 
 			rc = vgpu_ledger_reserve(w->s, VGPU_USAGE_BUFFER, b);
 			if (rc == 0) {
@@ -435,10 +436,14 @@ static void run_threads(struct together *t, unsigned seed)
 
 /* Three processes of three threads allocate and free under one 64 MiB
  * limit while the file is truncated under them, twice: no tenant lock is
- * left held (no call times out), they all end in one file, what they hold
- * together never passes the limit by more than one reservation per process
- * (docs/ledger-abi.md, "When the file is truncated, deleted or replaced"),
- * and the totals return to zero. */
+ * left held (no call times out), they all end in one file, and the totals
+ * return to zero. What they hold together may pass the limit while they
+ * move, but never by more than the limit itself: the first to move into
+ * the new file cannot see what the others hold (at most the limit), and
+ * the file it allocates against stops at the limit (docs/ledger-abi.md,
+ * "How far over, meanwhile"). Quiet runs stay near 16 MiB over; under
+ * ASan, which slows the moves, a run reached 33 MiB over, past the old
+ * bound of one reservation per process that the design never gave. */
 Test(ledger_move, processes_of_threads_keep_one_limit_across_truncation,
      .timeout = 60)
 {
@@ -472,7 +477,7 @@ Test(ledger_move, processes_of_threads_keep_one_limit_across_truncation,
 	cr_expect_eq(t->errors, 0, "%u calls failed, the last with %d (%s)",
 		     t->errors, (int)t->last_error,
 		     vgpu_ledger_strerror((int)t->last_error));
-	cr_expect_leq(t->peak, LIMIT + PROCS * MAX_ONE,
+	cr_expect_leq(t->peak, 2 * LIMIT,
 		      "held together %llu MiB under a limit of %llu MiB",
 		      (unsigned long long)(t->peak / MiB),
 		      (unsigned long long)(LIMIT / MiB));
