@@ -49,8 +49,9 @@ const char ctl_usage[] =
 "OPTIONS\n"
 "    --gpu N|UUID      N: the CUDA device N (as the driver shows it, after\n"
 "                      CUDA_VISIBLE_DEVICES); UUID: a GPU's UUID or a\n"
-"                      unique prefix of it. Default: every GPU whose ledger\n"
-"                      has TENANT\n"
+"                      unique prefix of it (an AMD GPU's: its ledger key,\n"
+"                      GPU-... or PCI-..., as vgpu-run --verbose lists it).\n"
+"                      Default: every GPU whose ledger has TENANT\n"
 "    --memory SIZE     device memory limit (8GiB, 4096m, unlimited)\n"
 "    --compute PCT     share of the GPU's time, 1-100 (100: no cap)\n"
 "    --policy P        compute policy: hard, elastic, off or opportunistic\n"
@@ -115,7 +116,9 @@ static int parse_gpu(struct ctl_args *a, char *err, size_t errlen)
 	uint64_t v;
 	int rc;
 
-	if (strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0)
+	/* A key of the ledger: a UUID, or an AMD GPU's PCI bus id key. */
+	if (strncasecmp(s, "GPU-", 4) == 0 || strncasecmp(s, "MIG-", 4) == 0 ||
+	    strncasecmp(s, "PCI-", 4) == 0)
 		return s[4] ? 0 : bad(err, errlen, CTL_EXIT_VALUE, "--gpu "
 			"'%s': a UUID needs more than its prefix", s);
 	rc = vgpu__parse_whole(&s, &v);

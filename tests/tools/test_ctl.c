@@ -252,6 +252,10 @@ Test(ctl, no_such_tenant_or_gpu)
 	snprintf(want, sizeof(want), "vgpu-ctl: --gpu GPU-ffff: no ledger of "
 		 "a GPU with that UUID in '%s'\n", runtest_path("ledger"));
 	REFUSED(67, want, "show", "t", "--gpu", "GPU-ffff");
+	/* An AMD GPU keyed by its bus id is named by that key. */
+	snprintf(want, sizeof(want), "vgpu-ctl: --gpu PCI-0000-99: no ledger "
+		 "of a GPU with that UUID in '%s'\n", runtest_path("ledger"));
+	REFUSED(67, want, "show", "t", "--gpu", "PCI-0000-99");
 	/* By index, through the driver (the simulator's, as the job's). */
 	setenv("VGPU_REAL_LIBCUDA", TEST_SIM_LIBCUDA, 1);
 	CTL_RUN(&r, 0, "show", "t", "--gpu", "0");
