@@ -355,7 +355,7 @@ VSIM_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream h)
 static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
 		     CUcontext sctx, size_t n, CUstream h, bool ptds, bool sync)
 {
-	if (!dctx || !sctx)
+	if (!vsim_ctx_valid(dctx) || !vsim_ctx_valid(sctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return copy(DPTR(dst), SIDE_DEVICE, DPTR(src), SIDE_DEVICE, n, h, ptds,
 		    sync);

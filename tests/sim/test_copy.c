@@ -412,6 +412,8 @@ Test(copy, peer_between_contexts)
 	CU_ASSERT(cuMemcpyPeer(pb, b, pa, a, n + 1), CUDA_ERROR_INVALID_VALUE);
 	CU_OK(cuMemFree(pb));
 	CU_OK(cuCtxDestroy(b));
+	/* A destroyed context is no context. */
+	CU_ASSERT(cuMemcpyPeer(pa, a, pa + 1, b, 1), CUDA_ERROR_INVALID_CONTEXT);
 	CU_OK(cuMemFree(pa));
 	free(src);
 	free(dst);
