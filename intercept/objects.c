@@ -617,8 +617,15 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc,
 	r = vgpu__real.cuGreenCtxCreate(phCtx, desc, dev, flags);
 	if (!dv)
 		return r;
-	return commit_handle(dv, VGPU_USAGE_CONTEXT, overhead(), r,
-			     r == CUDA_SUCCESS ? (uintptr_t)*phCtx : 0);
+	if (r != CUDA_SUCCESS) {
+		vgpu__uncharge(dv, VGPU_USAGE_CONTEXT, overhead());
+		return r;
+	}
+	/* Marked green: a move reaches its work through its context. */
+	vgpu__track_charged(VGPU_TRACK_HANDLE, (uintptr_t)*phCtx,
+			    VGPU_USAGE_CONTEXT, dv->ordinal, overhead(),
+			    VGPU_CTX_GREEN);
+	return r;
 }
 
 CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)

@@ -661,7 +661,7 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 /* ---- moves: room, promotion, suspension, a lowered limit ----------------- */
 
 /* The most contexts a pass synchronises (and remembers as done). */
-#define SYNC_MAX 64
+#define SYNC_MAX 1024
 
 /* The context range i was made in, or dv's primary one. */
 static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
@@ -700,14 +700,25 @@ static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
  * into a range, a kernel of another device reading it) would otherwise
  * run during the move; the gate holds only what is issued from now on.
  * The contexts are the devices' primary ones and those the job made
- * (tracked handles). Walks the handle table: moves are rare. */
+ * (tracked handles; a green context through its context). Walks the
+ * handle table: moves are rare. */
 static CUcontext sync_found[SYNC_MAX];	/* the mover's (move_mu) */
-static int sync_nfound;
+static int sync_nfound, sync_total;
 
 static bool note_ctx(uint64_t key, const struct vgpu_tracked *t)
 {
-	if (t->kind == VGPU_USAGE_CONTEXT && sync_nfound < SYNC_MAX)
-		sync_found[sync_nfound++] = (CUcontext)(uintptr_t)key;
+	CUcontext c = (CUcontext)(uintptr_t)key;
+
+	if (t->kind != VGPU_USAGE_CONTEXT)
+		return false;
+	if (t->aux == VGPU_CTX_GREEN &&
+	    (!vgpu__real.cuCtxFromGreenCtx ||
+	     vgpu__real.cuCtxFromGreenCtx(&c, (CUgreenCtx)(uintptr_t)key) !=
+		     CUDA_SUCCESS))
+		c = NULL;
+	sync_total++;
+	if (c && sync_nfound < SYNC_MAX)
+		sync_found[sync_nfound++] = c;
 	return false;	/* nothing removed */
 }
 
@@ -716,32 +727,49 @@ static void keep_entry(const struct vgpu_tracked *t)
 	(void)t;
 }
 
-static void sync_every_ctx(CUcontext *done, int *ndone)
+/* False when the process has more contexts than can be synchronised
+ * (then nothing is moved: an allocation spills instead). */
+static bool sync_every_ctx(CUcontext *done, int *ndone)
 {
+	static bool said;
 	CUcontext popped;
 
-	sync_nfound = 0;
+	sync_nfound = sync_total = 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
 		struct vgpu_dev *o = vgpu__dev_peek(d);
 		CUcontext p = o ? __atomic_load_n(&o->primary, __ATOMIC_ACQUIRE)
 				: NULL;
 
-		if (p && sync_nfound < SYNC_MAX)
-			sync_found[sync_nfound++] = p;
+		if (p) {
+			sync_total++;
+			if (sync_nfound < SYNC_MAX)
+				sync_found[sync_nfound++] = p;
+		}
 		if (o)
 			vgpu__track_sweep(VGPU_TRACK_HANDLE, (unsigned)d,
 					  note_ctx, keep_entry);
 	}
+	if (sync_total > SYNC_MAX) {
+		if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+			vgpu_log(VGPU_LOG_WARN, "VGPU_OVERCOMMIT: more than %d "
+				 "contexts in this process: ranges are not "
+				 "moved (work queued on them could not all be "
+				 "waited for); allocations past the slice "
+				 "spill instead", SYNC_MAX);
+		return false;
+	}
 	for (int k = 0; k < sync_nfound; k++)
 		if (enter_ctx(sync_found[k], done, ndone))
 			vgpu__real.cuCtxPopCurrent_v2(&popped);
+	return true;
 }
 
 int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		      uint64_t *failed)
 {
 	static bool skip[MAX_SPILLS];	/* the mover's (move_mu) */
-	CUcontext done[SYNC_MAX], popped;
+	static CUcontext done[SYNC_MAX];	/* the mover's (move_mu) */
+	CUcontext popped;
 	int ndone = 0, moved = 0;
 
 	if (failed)
@@ -754,7 +782,10 @@ int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		return 0;
 	if (!vgpu__moves_begin(VGPU_MOVE_WAIT_MS))
 		return -1;
-	sync_every_ctx(done, &ndone);
+	if (!sync_every_ctx(done, &ndone)) {
+		vgpu__moves_end();
+		return 0;
+	}
 	memset(skip, 0, sizeof(skip));
 	for (int n = 0; n < MAX_SPILLS; n++) {
 		bool up = how == VGPU_MOVE_RESUME, ok;

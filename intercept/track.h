@@ -28,6 +28,10 @@ enum vgpu_track_table {
 
 #define VGPU_TRACK_MAX_BYTES	((UINT64_C(1) << 42) - 1)
 
+/* aux of a context's entry (kind VGPU_USAGE_CONTEXT): the key is a
+ * CUgreenCtx, not a CUcontext. */
+#define VGPU_CTX_GREEN	1u
+
 /* Maps the tables; false (with a message) if that failed. Idempotent. */
 bool vgpu__track_init(void);
 /* false: no room (the table is full) or key 0/1 or bytes too large. */

@@ -273,3 +273,67 @@ Test(overcommit_gate, work_queued_on_another_context_is_finished_first,
 	free(back);
 	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 0);
 }
+
+/* The same through a green context's stream: a move reaches the green
+ * context's work through its context (cuCtxFromGreenCtx), not by pushing
+ * the green handle, which is no context. */
+Test(overcommit_gate, work_queued_on_a_green_context_is_finished_first,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	const size_t range = 32 * MIB;
+	uint32_t *pat = malloc(range), *back = malloc(range);
+	CUdevResource all, part, rest;
+	CUdevResourceDesc desc;
+	unsigned groups = 1;
+	CUgreenCtx g;
+	CUstream s;
+
+	start();
+	cr_assert(pat && back);
+	shimtest_need("cuGreenCtxCreate", 12040);
+	cr_assert_eq(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM),
+		     CUDA_SUCCESS);
+	cr_assert_eq(cuDevSmResourceSplitByCount(&part, &groups, &all, &rest,
+						 0,
+						 all.sm.minSmPartitionSize),
+		     CUDA_SUCCESS);
+	cr_assert_eq(cuDevResourceGenerateDesc(&desc, &part, 1), CUDA_SUCCESS);
+	cr_assert_eq(cuGreenCtxCreate(&g, desc, 0,
+				      CU_GREEN_CTX_DEFAULT_STREAM),
+		     CUDA_SUCCESS);
+	cr_assert_eq(cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0),
+		     CUDA_SUCCESS);
+	for (int trial = 0; trial < 4; trial++) {
+		CUdeviceptr r, more;
+		size_t bad = 0;
+
+		for (size_t i = 0; i < range / 4; i++)
+			pat[i] = 0x94ee0000u + (uint32_t)trial * 104729u +
+				 (uint32_t)i;
+		cr_assert_eq(cuMemAlloc(&r, range), CUDA_SUCCESS);
+		cr_assert_eq(cuMemsetD32(r, 0, range / 4), CUDA_SUCCESS);
+		cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+		cr_assert_eq(cuLaunchHostFunc(s, hold_stream,
+					      (void *)(uintptr_t)(500 +
+								  trial * 900)),
+			     CUDA_SUCCESS);
+		for (size_t off = 0; off < range; off += MIB)
+			cr_assert_eq(cuMemcpyHtoDAsync(r + off,
+						       (char *)pat + off, MIB,
+						       s), CUDA_SUCCESS);
+		cr_assert_eq(cuMemAlloc(&more, 48 * MIB), CUDA_SUCCESS);
+		cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+		cr_assert_eq(cuMemcpyDtoH(back, r, range), CUDA_SUCCESS);
+		for (size_t i = 0; i < range / 4; i++)
+			bad += back[i] != pat[i];
+		cr_assert_eq(bad, 0, "trial %d: %zu words of the range lost",
+			     trial, bad);
+		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+		cr_assert_eq(cuMemFree(r), CUDA_SUCCESS);
+	}
+	cr_assert_eq(cuStreamDestroy(s), CUDA_SUCCESS);
+	cr_assert_eq(cuGreenCtxDestroy(g), CUDA_SUCCESS);
+	free(pat);
+	free(back);
+	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 0);
+}
