@@ -66,10 +66,31 @@ const struct vgpu_pool_ops vgpu__pool_ops = {
 	.uncharge = uncharge,
 };
 
+/* The device a pool the shim did not make belongs to: the device whose
+ * default pool it is (another device's may be named), else dev. */
+static int found_pool_device(CUmemoryPool pool, int dev)
+{
+	int n = 0;
+
+	if (!vgpu__real.cuDeviceGetCount || !vgpu__real.cuDeviceGetDefaultMemPool ||
+	    vgpu__real.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+		return dev;
+	for (int d = 0; d < n && d < VGPU_MAX_DEVICES; d++) {
+		CUmemoryPool def = NULL;
+
+		if (vgpu__real.cuDeviceGetDefaultMemPool(&def, d) ==
+			    CUDA_SUCCESS && def == pool)
+			return d;
+	}
+	return dev;
+}
+
 /* The pool an allocation is made from, registered; -1 when the shim
- * cannot follow it. */
+ * cannot follow it, -2 when the table is full. */
 static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 {
+	int i;
+
 	if (!explicit_pool &&
 	    (!vgpu__real.cuDeviceGetMemPool ||
 	     vgpu__real.cuDeviceGetMemPool(&pool, dv->ordinal) != CUDA_SUCCESS))
@@ -77,11 +98,34 @@ static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
 	if (!pool)
 		return -1;
 	/* A pool made through the shim is registered with its own device
-	 * (cuMemPoolCreate); others, found now, are the current device's.
-	 * -2: the table is full. */
-	int i = vgpu_pool_index((uintptr_t)pool, dv->ordinal, false);
-
+	 * (cuMemPoolCreate); a device's current pool with that device; any
+	 * other, found now, with the device whose default pool it is. */
+	if ((i = vgpu_pool_find((uintptr_t)pool)) >= 0)
+		return i;
+	i = vgpu_pool_index((uintptr_t)pool, explicit_pool
+			    ? found_pool_device(pool, dv->ordinal)
+			    : dv->ordinal, false);
 	return i < 0 ? -2 : i;
+}
+
+/* The device an allocation on stream s comes from (the stream's
+ * device's current pool): the current context's device for the NULL,
+ * legacy and per-thread streams, else the stream's context's. */
+static struct vgpu_dev *stream_device(CUstream s, struct vgpu_dev *dv)
+{
+	CUcontext c = NULL, here = NULL, popped;
+	CUdevice d;
+
+	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
+	    !vgpu__real.cuStreamGetCtx || !vgpu__real.cuCtxGetCurrent ||
+	    vgpu__real.cuStreamGetCtx(s, &c) != CUDA_SUCCESS || !c ||
+	    vgpu__real.cuCtxGetCurrent(&here) != CUDA_SUCCESS || c == here ||
+	    vgpu__real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+		return dv;
+	if (vgpu__real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+		d = dv->ordinal;
+	vgpu__real.cuCtxPopCurrent_v2(&popped);
+	return d == dv->ordinal ? dv : vgpu__dev_attach(d);
 }
 
 static CUresult call_alloc(CUdeviceptr *dptr, size_t bytesize,
@@ -126,6 +170,13 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv || !dv->slot || !dptr || bytesize == 0 ||
 	    capturing(hStream, per_thread))
+		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
+				  explicit_pool);
+	/* The stream's device's pool: accounted there, or not at all. */
+	if (!explicit_pool && (dv = stream_device(hStream, dv)) != NULL &&
+	    dv->state == VGPU_DEV_FAILED)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!explicit_pool && (!dv || !dv->slot))
 		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
 				  explicit_pool);
 	i = pool_of(dv, pool, explicit_pool);

@@ -367,6 +367,54 @@ Test(lifetimes, pools_charged_on_their_own_device)
 	finish();
 }
 
+/* The pool a stream-ordered allocation comes from is the stream's
+ * device's (cuMemAllocAsync) or the one named (another device's default
+ * pool): charged to that device's slice, whichever context is current. */
+Test(lifetimes, pools_of_another_device_charged_there)
+{
+	struct ledger_view v1;
+	CUcontext c1;
+	CUdevice d1;
+	CUmemoryPool def1;
+	CUstream s1;
+	CUdeviceptr p[3];
+	char u1[64];
+
+	setenv("VGPU_SIM_DEVICES", "2", 1);
+	start();
+	CU_OK(cuDeviceGet(&d1, 1));
+	CU_OK(cuDevicePrimaryCtxRetain(&c1, d1));
+	CU_OK(cuCtxPushCurrent(c1));
+	CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+	CU_OK(cuCtxPopCurrent(NULL));
+	CU_OK(cuDeviceGetDefaultMemPool(&def1, d1));
+	shimtest_uuid(d1, u1, sizeof(u1));
+	/* Device 0 current: a device-1 stream, then device 1's pool. */
+	CU_OK(cuMemAllocAsync(&p[0], OBJ, s1));
+	CU_OK(cuMemAllocFromPoolAsync(&p[1], OBJ, def1, s1));
+	CU_ASSERT(cuMemAllocAsync(&p[2], OBJ, s1), OOM);
+	CU_OK(cuStreamSynchronize(s1));
+	ledger_view_must(&v1, u1);
+	cr_assert_eq(ledger_tenant_bytes(&v1, TENANT, VGPU_USAGE_POOL), SLICE,
+		     "device 1's pool charged %llu MiB",
+		     (unsigned long long)(ledger_tenant_bytes(&v1, TENANT,
+				VGPU_USAGE_POOL) / MIB));
+	cr_assert_eq(charged(), 0, "device 0 charged for device 1's pool");
+	CU_OK(cuMemFreeAsync(p[0], s1));
+	CU_OK(cuMemFreeAsync(p[1], s1));
+	CU_OK(cuStreamSynchronize(s1));
+	CU_OK(cuMemPoolTrimTo(def1, 0));
+	CU_OK(cuCtxPushCurrent(c1));
+	CU_OK(cuStreamDestroy(s1));
+	CU_OK(cuCtxPopCurrent(NULL));
+	CU_OK(cuDevicePrimaryCtxRelease(d1));
+	ledger_view_close(&v1);
+	ledger_view_must(&v1, u1);
+	cr_assert_eq(ledger_tenant_bytes(&v1, TENANT, VGPU_USAGE_POOL), 0);
+	ledger_view_close(&v1);
+	finish();
+}
+
 /* A free queued behind work that has not run frees nothing yet: a pool
  * destroyed meanwhile keeps its memory, and its charge, until the stream
  * gets there. */
