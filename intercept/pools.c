@@ -113,18 +113,15 @@ static int pool_of(struct vgpu_dev *dv, CUmemoryPool pool, bool explicit_pool)
  * legacy and per-thread streams, else the stream's context's. */
 static struct vgpu_dev *stream_device(CUstream s, struct vgpu_dev *dv)
 {
-	CUcontext c = NULL, here = NULL, popped;
+	const struct vgpu_prim *P = &vgpu__prim;
+	struct vgpu_prim_ctx *c = P->stream_ctx((struct vgpu_prim_stream *)s);
 	CUdevice d;
 
-	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
-	    !vgpu__real.cuStreamGetCtx || !vgpu__real.cuCtxGetCurrent ||
-	    vgpu__real.cuStreamGetCtx(s, &c) != CUDA_SUCCESS || !c ||
-	    vgpu__real.cuCtxGetCurrent(&here) != CUDA_SUCCESS || c == here ||
-	    vgpu__real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+	if (!c || c == P->ctx_current() || !P->ctx_push(c))
 		return dv;
 	if (vgpu__real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
 		d = dv->ordinal;
-	vgpu__real.cuCtxPopCurrent_v2(&popped);
+	P->ctx_pop();
 	return d == dv->ordinal ? dv : vgpu__dev_attach(d);
 }
 
@@ -173,12 +170,14 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
 				  explicit_pool);
 	/* The stream's device's pool: accounted there, or not at all. */
-	if (!explicit_pool && (dv = stream_device(hStream, dv)) != NULL &&
-	    dv->state == VGPU_DEV_FAILED)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (!explicit_pool && (!dv || !dv->slot))
-		return call_alloc(dptr, bytesize, pool, hStream, per_thread,
-				  explicit_pool);
+	if (!explicit_pool) {
+		dv = stream_device(hStream, dv);
+		if (dv && dv->state == VGPU_DEV_FAILED)
+			return CUDA_ERROR_INVALID_DEVICE;
+		if (!dv || !dv->slot)
+			return call_alloc(dptr, bytesize, pool, hStream,
+					  per_thread, explicit_pool);
+	}
 	i = pool_of(dv, pool, explicit_pool);
 	if (i == -2) {
 		vgpu_pools_full();

@@ -211,6 +211,60 @@ static void hold_stream(void *arg)
 	usleep((useconds_t)(uintptr_t)arg);
 }
 
+/* The range the copies go to, and what they copy. */
+#define RANGE (32 * MIB)
+
+static CUcontext other;		/* the second context's test */
+static CUdeviceptr staging;
+static const uint32_t *pattern;
+
+/* Queues the copies of r on s: peer copies of the staging buffer from
+ * the second context, or copies of the host pattern. */
+typedef void queue_fn(CUdeviceptr r, CUstream s);
+
+static void queue_peer(CUdeviceptr r, CUstream s)
+{
+	for (size_t off = 0; off < RANGE; off += MIB)
+		cr_assert_eq(cuMemcpyPeerAsync(r + off, ctx, staging, other,
+					       MIB, s), CUDA_SUCCESS);
+}
+
+static void queue_host(CUdeviceptr r, CUstream s)
+{
+	for (size_t off = 0; off < RANGE; off += MIB)
+		cr_assert_eq(cuMemcpyHtoDAsync(r + off,
+					       (const char *)pattern + off,
+					       MIB, s), CUDA_SUCCESS);
+}
+
+/* One trial: copies queued into a fresh range behind a host function
+ * that holds s for hold_us, then an allocation past the slice (32 + 48
+ * MiB under 64: the range moves to the host); every word of the range
+ * must read back as pattern, whose first `period` bytes repeat over it. */
+static void queued_copies_land(CUstream s, int trial, unsigned hold_us,
+			       queue_fn *queue, size_t period, uint32_t *back)
+{
+	CUdeviceptr r, more;
+	size_t bad = 0;
+
+	cr_assert_eq(cuMemAlloc(&r, RANGE), CUDA_SUCCESS);
+	cr_assert_eq(cuMemsetD32(r, 0, RANGE / 4), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+	cr_assert_eq(cuLaunchHostFunc(s, hold_stream,
+				      (void *)(uintptr_t)hold_us),
+		     CUDA_SUCCESS);
+	queue(r, s);
+	cr_assert_eq(cuMemAlloc(&more, 48 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+	cr_assert_eq(cuMemcpyDtoH(back, r, RANGE), CUDA_SUCCESS);
+	for (size_t i = 0; i < RANGE / 4; i++)
+		bad += back[i] != pattern[i % (period / 4)];
+	cr_assert_eq(bad, 0, "trial %d: %zu words of the range lost", trial,
+		     bad);
+	cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	cr_assert_eq(cuMemFree(r), CUDA_SUCCESS);
+}
+
 /* Peer copies into a range, queued on a stream of a second context behind
  * a host function that holds the stream: an allocation of the first
  * context past the slice moves the range meanwhile. The gate holds only
@@ -220,51 +274,27 @@ static void hold_stream(void *arg)
 Test(overcommit_gate, work_queued_on_another_context_is_finished_first,
      .fini = shimtest_cleanup, .timeout = 60)
 {
-	const size_t range = 32 * MIB, chunk = MIB;
-	uint32_t *pat = malloc(chunk), *back = malloc(range);
-	CUcontext other;
+	uint32_t *pat = malloc(MIB), *back = malloc(RANGE);
 	CUdevice dev;
 	CUstream s;
-	CUdeviceptr staging;
 
 	start();
 	cr_assert(pat && back);
+	pattern = pat;
 	cr_assert_eq(cuCtxGetDevice(&dev), CUDA_SUCCESS);
 	cr_assert_eq(cuCtxCreate(&other, NULL, 0, dev), CUDA_SUCCESS);
 	cr_assert_eq(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	/* Under the granularity: a plain allocation, never moved. */
-	cr_assert_eq(cuMemAlloc(&staging, chunk), CUDA_SUCCESS);
+	cr_assert_eq(cuMemAlloc(&staging, MIB), CUDA_SUCCESS);
 	for (int trial = 0; trial < 6; trial++) {
-		CUdeviceptr r, more;
-		size_t bad = 0;
-
-		for (size_t i = 0; i < chunk / 4; i++)
+		for (size_t i = 0; i < MIB / 4; i++)
 			pat[i] = 0x5eed0000u + (uint32_t)trial * 7919u +
 				 (uint32_t)i;
-		cr_assert_eq(cuCtxSetCurrent(other), CUDA_SUCCESS);
-		cr_assert_eq(cuMemcpyHtoD(staging, pat, chunk), CUDA_SUCCESS);
+		cr_assert_eq(cuMemcpyHtoD(staging, pat, MIB), CUDA_SUCCESS);
 		cr_assert_eq(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-		cr_assert_eq(cuMemAlloc(&r, range), CUDA_SUCCESS);
-		cr_assert_eq(cuMemsetD32(r, 0, range / 4), CUDA_SUCCESS);
-		cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
-		cr_assert_eq(cuLaunchHostFunc(s, hold_stream,
-					      (void *)(uintptr_t)(500 +
-								  trial * 700)),
-			     CUDA_SUCCESS);
-		for (size_t off = 0; off < range; off += chunk)
-			cr_assert_eq(cuMemcpyPeerAsync(r + off, ctx, staging,
-						       other, chunk, s),
-				     CUDA_SUCCESS);
-		/* 32 + 48 MiB under a 64 MiB slice: r moves to the host. */
-		cr_assert_eq(cuMemAlloc(&more, 48 * MIB), CUDA_SUCCESS);
-		cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
-		cr_assert_eq(cuMemcpyDtoH(back, r, range), CUDA_SUCCESS);
-		for (size_t i = 0; i < range / 4; i++)
-			bad += back[i] != pat[i % (chunk / 4)];
-		cr_assert_eq(bad, 0, "trial %d: %zu words of the range lost",
-			     trial, bad);
-		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
-		cr_assert_eq(cuMemFree(r), CUDA_SUCCESS);
+		queued_copies_land(s, trial, 500 + (unsigned)trial * 700,
+				   queue_peer, MIB, back);
+		cr_assert_eq(cuCtxSetCurrent(other), CUDA_SUCCESS);
 	}
 	cr_assert_eq(cuStreamDestroy(s), CUDA_SUCCESS);
 	cr_assert_eq(cuMemFree(staging), CUDA_SUCCESS);
@@ -280,8 +310,7 @@ Test(overcommit_gate, work_queued_on_another_context_is_finished_first,
 Test(overcommit_gate, work_queued_on_a_green_context_is_finished_first,
      .fini = shimtest_cleanup, .timeout = 60)
 {
-	const size_t range = 32 * MIB;
-	uint32_t *pat = malloc(range), *back = malloc(range);
+	uint32_t *pat = malloc(RANGE), *back = malloc(RANGE);
 	CUdevResource all, part, rest;
 	CUdevResourceDesc desc;
 	unsigned groups = 1;
@@ -290,6 +319,7 @@ Test(overcommit_gate, work_queued_on_a_green_context_is_finished_first,
 
 	start();
 	cr_assert(pat && back);
+	pattern = pat;
 	shimtest_need("cuGreenCtxCreate", 12040);
 	cr_assert_eq(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM),
 		     CUDA_SUCCESS);
@@ -304,32 +334,11 @@ Test(overcommit_gate, work_queued_on_a_green_context_is_finished_first,
 	cr_assert_eq(cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0),
 		     CUDA_SUCCESS);
 	for (int trial = 0; trial < 4; trial++) {
-		CUdeviceptr r, more;
-		size_t bad = 0;
-
-		for (size_t i = 0; i < range / 4; i++)
+		for (size_t i = 0; i < RANGE / 4; i++)
 			pat[i] = 0x94ee0000u + (uint32_t)trial * 104729u +
 				 (uint32_t)i;
-		cr_assert_eq(cuMemAlloc(&r, range), CUDA_SUCCESS);
-		cr_assert_eq(cuMemsetD32(r, 0, range / 4), CUDA_SUCCESS);
-		cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
-		cr_assert_eq(cuLaunchHostFunc(s, hold_stream,
-					      (void *)(uintptr_t)(500 +
-								  trial * 900)),
-			     CUDA_SUCCESS);
-		for (size_t off = 0; off < range; off += MIB)
-			cr_assert_eq(cuMemcpyHtoDAsync(r + off,
-						       (char *)pat + off, MIB,
-						       s), CUDA_SUCCESS);
-		cr_assert_eq(cuMemAlloc(&more, 48 * MIB), CUDA_SUCCESS);
-		cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
-		cr_assert_eq(cuMemcpyDtoH(back, r, range), CUDA_SUCCESS);
-		for (size_t i = 0; i < range / 4; i++)
-			bad += back[i] != pat[i];
-		cr_assert_eq(bad, 0, "trial %d: %zu words of the range lost",
-			     trial, bad);
-		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
-		cr_assert_eq(cuMemFree(r), CUDA_SUCCESS);
+		queued_copies_land(s, trial, 500 + (unsigned)trial * 900,
+				   queue_host, RANGE, back);
 	}
 	cr_assert_eq(cuStreamDestroy(s), CUDA_SUCCESS);
 	cr_assert_eq(cuGreenCtxDestroy(g), CUDA_SUCCESS);
