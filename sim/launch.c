@@ -231,6 +231,18 @@ static uint64_t device_now(void)
 	return vsim_now_ns() - cur.lag;
 }
 
+/* The device's clock as the host form reads it (now_ns): after a wait, no
+ * later than the wait's deadline until the next wait. The hold ends at the
+ * last wait's deadline (held_wait), and the next kernel may start there; a
+ * thread preempted between its wake-up and its read must not stamp an end
+ * inside the next kernel's time. */
+static uint64_t kernel_now(void)
+{
+	uint64_t now = device_now();
+
+	return cur.deadline && now > cur.deadline ? cur.deadline : now;
+}
+
 /* After a wait until deadline_ns (on either clock: the device's is never
  * ahead), the device's clock reads the deadline, and the thread's lateness
  * is what it overslept. */
@@ -290,7 +302,7 @@ static void run_body(const struct vsim_launch *l, struct vsim_hold *h,
 		.shared_bytes = l->shared_bytes,
 		.params = l->params,
 		.params_size = l->params_size,
-		.now_ns = device_now,
+		.now_ns = kernel_now,
 		.busy_until = slowed_down ? slowed_busy_until : held_busy_until,
 		.touched = vsim_g.cfg.bus_bandwidth ? vsim_bus_touched : NULL,
 	};
