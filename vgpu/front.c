@@ -292,6 +292,8 @@ static void joined(struct vgpu_device *dv, const struct vgpu_options *o,
 	vgpu_log(VGPU_LOG_INFO, "device %d (%s): tenant %s, ledger %s",
 		 ordinal, uuid, o->tenant, vgpu_ledger_path(dv->ledger));
 	warn_oversize(o, ordinal, uuid, physical);
+	/* An idle process follows a deleted or replaced file too. */
+	vgpu_ledger_follow(dv->ledger);
 }
 
 int vgpu_device_join(struct vgpu_device *dv, const struct vgpu_options *o,
@@ -511,7 +513,10 @@ void vgpu_device_leave(struct vgpu_device *dv)
 	    !dv->ledger)
 		return;
 	__atomic_store_n(&dv->state, VGPU_DEV_FAILED, __ATOMIC_RELEASE);
-	vgpu_ledger_close(dv->ledger);	/* leaves its slots */
+	/* A follower's move that does not end: the slots are reclaimed as
+	 * a dead process's once this one is gone. */
+	if (vgpu_ledger_unfollow(dv->ledger))
+		vgpu_ledger_close(dv->ledger);	/* leaves its slots */
 }
 
 void vgpu_front_fork_child(void)

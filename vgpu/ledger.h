@@ -129,6 +129,18 @@ void vgpu_ledger_forget_after_fork(struct vgpu_ledger *l);
  * (ledger_move.c); l may be NULL. */
 void vgpu_ledger_poll(struct vgpu_ledger *l);
 
+/* A thread of the library's own follows l's name (ledger_follow.c): every
+ * 250 ms it makes vgpu_ledger_poll's test and moves, so that a process that
+ * makes no driver call (idle, or waiting on the host) still follows a
+ * deleted, replaced or truncated file. The thread starts at the first call
+ * in a process (a fork's child starts its own). Returns false when it could
+ * not start (said once; the slow paths still follow); NULL is ignored. */
+bool vgpu_ledger_follow(struct vgpu_ledger *l);
+/* Before l is closed: the thread lets go of it, waiting for a pass in
+ * progress at most 3 s. false: the pass did not end (a move waiting for
+ * this process's threads); then l must not be closed. */
+bool vgpu_ledger_unfollow(struct vgpu_ledger *l);
+
 /* The file's path and its header (read-only for callers). */
 const char *vgpu_ledger_path(const struct vgpu_ledger *l);
 const struct vgpu_ledger_header *vgpu_ledger_header(const struct vgpu_ledger *l);

@@ -9,6 +9,7 @@
  */
 #include "shimtest.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,4 +230,139 @@ Test(ledger_gone, a_job_that_only_synchronises_follows_a_deleted_ledger)
 	ledger_view_must(&v, NULL);
 	ledger_assert_zero(&v, "t-gone");
 	ledger_view_close(&v);
+}
+
+/* ---- a job that makes no driver call -------------------------------------- */
+
+/* Holds 8 MiB, tells the test its ledger's path through wfd, then makes no
+ * driver call until the test writes to rfd (a notebook between cells). */
+static int silent_holder(int wfd, int rfd)
+{
+	CUcontext ctx;
+	CUdeviceptr a;
+	char go;
+
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, 8 * MIB) || find_path())
+		return 2;
+	if (write(wfd, path, sizeof(path)) != (ssize_t)sizeof(path))
+		return 3;
+	if (read(rfd, &go, 1) != 1)
+		return 4;
+	return cuMemFree(a) ? 5 : 0;
+}
+
+/* The tenant's bytes in the file at `path` now; 0 when there is none. */
+static uint64_t file_bytes(void)
+{
+	struct ledger_view v;
+	uint64_t b = 0;
+
+	if (!ledger_view_open(&v, shimtest_ledger_dir(), NULL))
+		return 0;
+	if (ledger_tenant(&v, "t-gone"))
+		b = ledger_tenant_bytes(&v, "t-gone", VGPU_USAGE_COUNT);
+	ledger_view_close(&v);
+	return b;
+}
+
+/* Waits (up to 10 s) for the file at the name to charge the tenant at
+ * least `want`; what it charged last. */
+static uint64_t wait_file_bytes(uint64_t want)
+{
+	struct timespec tick = { 0, 10 * 1000000 };
+	uint64_t b = 0;
+
+	for (int i = 0; i < 1000 && (b = file_bytes()) < want; i++)
+		nanosleep(&tick, NULL);
+	return b;
+}
+
+/* Starts a silent holder; its pid, and the pipe that lets it go. */
+static pid_t start_silent(int *go)
+{
+	int up[2], down[2];
+	size_t got = 0;
+	ssize_t n;
+	pid_t a;
+
+	cr_assert_eq(pipe(up), 0);
+	cr_assert_eq(pipe(down), 0);
+	fflush(NULL);
+	a = fork();
+	cr_assert_geq(a, 0);
+	if (a == 0) {
+		close(up[0]);
+		close(down[1]);
+		_exit(silent_holder(up[1], down[0]));
+	}
+	close(up[1]);
+	close(down[0]);
+	while (got < sizeof(path) &&
+	       (n = read(up[0], path + got, sizeof(path) - got)) > 0)
+		got += (size_t)n;
+	close(up[0]);
+	cr_assert_eq(got, sizeof(path), "the holder did not start");
+	*go = down[1];
+	return a;
+}
+
+static void finish_silent(pid_t a, int go)
+{
+	struct ledger_view v;
+	int status;
+
+	cr_assert_eq(write(go, "g", 1), 1);
+	close(go);
+	cr_assert_eq(waitpid(a, &status, 0), a);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "holder status %d", status);
+	ledger_view_must(&v, NULL);
+	ledger_assert_zero(&v, "t-gone");
+	ledger_view_close(&v);
+}
+
+/* The ledger deleted while a job holds 8 MiB of its tenant's 16 and makes
+ * no driver call at all: the library's follower thread moves its charges
+ * to a new file at the name, with no call from the job, so a new job of
+ * the tenant gets the other 8 MiB, not 16 (before: the holder stayed in
+ * the deleted file, and the device held 24 MiB for a 16 MiB slice). */
+Test(ledger_gone, a_job_that_makes_no_call_follows_a_deleted_ledger)
+{
+	static char out[8192];
+	int go, rc;
+	pid_t a;
+
+	a = start_silent(&go);
+	cr_assert_eq(unlink(path), 0, "%s", path);
+	cr_assert_eq(wait_file_bytes(8 * MIB), 8 * MIB,
+		     "the silent holder did not move to a new file");
+	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
+	finish_silent(a, go);
+}
+
+/* The same holder stopped (SIGSTOP) when the ledger is deleted: it cannot
+ * move while stopped (docs/ledger-abi.md), but once continued it moves
+ * with no driver call, and the tenant's totals are one again: a new job
+ * gets the other 8 MiB. */
+Test(ledger_gone, a_stopped_job_follows_a_deleted_ledger_once_continued)
+{
+	struct timespec settle = { 0, 400 * 1000000 };
+	static char out[8192];
+	int go, rc;
+	pid_t a;
+
+	a = start_silent(&go);
+	cr_assert_eq(kill(a, SIGSTOP), 0);
+	cr_assert_eq(unlink(path), 0, "%s", path);
+	nanosleep(&settle, NULL);
+	cr_assert_eq(kill(a, SIGCONT), 0);
+	cr_assert_eq(wait_file_bytes(8 * MIB), 8 * MIB,
+		     "the continued holder did not move to a new file");
+	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
+	finish_silent(a, go);
 }
