@@ -676,9 +676,17 @@ static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
 
 /* Makes c current on this thread and synchronises it, once per pass
  * (done[] holds the contexts synchronised so far). */
+/* A move's wait for one context's queued work gives up after this long
+ * (ctxsync.c): the work may wait for the job itself. */
+#define SYNC_WAIT_MS 1000
+
+static bool sync_gave_up;	/* the mover's (move_mu): a wait timed out */
+
 static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
 {
+	static bool said;
 	CUcontext popped;
+	CUresult r;
 
 	if (!c || !vgpu__real.cuCtxPushCurrent_v2 ||
 	    vgpu__real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
@@ -686,8 +694,19 @@ static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
 	for (int k = 0; k < *ndone; k++)
 		if (done[k] == c)
 			return true;
-	if (vgpu__real.cuCtxSynchronize() != CUDA_SUCCESS) {
+	if ((r = vgpu__ctx_sync_bounded(c, SYNC_WAIT_MS)) != CUDA_SUCCESS) {
 		vgpu__real.cuCtxPopCurrent_v2(&popped);
+		if (r == CUDA_ERROR_TIMEOUT) {
+			sync_gave_up = true;
+			vgpu_log(__atomic_exchange_n(&said, true,
+						     __ATOMIC_RELAXED) ?
+				 VGPU_LOG_DEBUG : VGPU_LOG_WARN,
+				 "VGPU_OVERCOMMIT: work queued on a context "
+				 "was not done after %d ms (waiting for the "
+				 "job itself?): memory is not moved this time; "
+				 "an allocation past the slice spills instead",
+				 SYNC_WAIT_MS);
+		}
 		return false;
 	}
 	if (*ndone < SYNC_MAX)
@@ -727,8 +746,9 @@ static void keep_entry(const struct vgpu_tracked *t)
 	(void)t;
 }
 
-/* False when the process has more contexts than can be synchronised
- * (then nothing is moved: an allocation spills instead). */
+/* False when the process has more contexts than can be synchronised, or
+ * a context's work was not done in SYNC_WAIT_MS (then nothing is moved:
+ * an allocation spills instead). */
 static bool sync_every_ctx(CUcontext *done, int *ndone)
 {
 	static bool said;
@@ -758,10 +778,11 @@ static bool sync_every_ctx(CUcontext *done, int *ndone)
 				 "spill instead", SYNC_MAX);
 		return false;
 	}
-	for (int k = 0; k < sync_nfound; k++)
+	sync_gave_up = false;
+	for (int k = 0; k < sync_nfound && !sync_gave_up; k++)
 		if (enter_ctx(sync_found[k], done, ndone))
 			vgpu__real.cuCtxPopCurrent_v2(&popped);
-	return true;
+	return !sync_gave_up;
 }
 
 int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
@@ -900,6 +921,7 @@ bool vgpu__spilled_range(CUdeviceptr p)
 
 void vgpu__overcommit_fork_child(void)
 {
+	vgpu__ctx_sync_fork_child();
 	pthread_mutex_init(&spill_lock, NULL);
 	pthread_cond_init(&spill_cond, NULL);
 	memset(spills, 0, sizeof(spills));

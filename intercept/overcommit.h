@@ -49,6 +49,12 @@ static inline bool vgpu__movable_any(void)
 /* Whether p lies in a VMM range the shim made for spilling. */
 bool vgpu__spilled_range(CUdeviceptr p);
 void vgpu__overcommit_fork_child(void);
+/* ctxsync.c: c synchronised by the shim's syncer thread, waiting at most
+ * wait_ms: CUDA_ERROR_TIMEOUT past it (the syncer goes on waiting alone,
+ * and a call made meanwhile waits for it within its own bound), else the
+ * synchronisation's result. */
+CUresult vgpu__ctx_sync_bounded(CUcontext c, unsigned wait_ms);
+void vgpu__ctx_sync_fork_child(void);
 /* The job destroys ctx: the movable ranges allocated in it are released
  * (and their charge given back) before the driver destroys it. */
 void vgpu__overcommit_ctx_gone(CUcontext ctx);

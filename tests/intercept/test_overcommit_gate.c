@@ -346,3 +346,63 @@ Test(overcommit_gate, work_queued_on_a_green_context_is_finished_first,
 	free(back);
 	cr_assert_eq(usage(VGPU_USAGE_BUFFER), 0);
 }
+
+/* ---- work that waits for the job itself --------------------------------- */
+
+static pthread_mutex_t flag_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t flag_cv = PTHREAD_COND_INITIALIZER;
+static bool flag_up;
+
+/* A host function that holds its stream until the job raises the flag
+ * (as a stream waiting on a value the host writes would). */
+static void wait_for_flag(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&flag_mu);
+	while (!flag_up)
+		pthread_cond_wait(&flag_cv, &flag_mu);
+	pthread_mutex_unlock(&flag_mu);
+}
+
+/* A stream held until the job raises a flag, and then the same thread
+ * allocates past the slice before raising it: a move would wait for that
+ * stream forever (cuCtxSynchronize has no bound), so the shim's wait
+ * gives up (ctxsync.c) and the allocation spills to the host instead.
+ * Before, the job hung here. The range behind the held stream and the
+ * spilled allocation keep their data, and the totals go back to zero. */
+Test(overcommit_gate, a_stream_waiting_for_the_job_does_not_hang_a_move,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	CUdeviceptr a, b, more;
+	CUstream s;
+
+	start();
+	cr_assert_eq(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	cr_assert_eq(cuMemAlloc(&a, 32 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(cuMemAlloc(&b, 16 * MIB), CUDA_SUCCESS);
+	fill(a, 32 * MIB, 7);
+	fill(b, 16 * MIB, 8);
+	cr_assert_eq(cuLaunchHostFunc(s, wait_for_flag, NULL), CUDA_SUCCESS);
+	/* 32 + 16 + 32 MiB under 64: room is made, or the 32 spill. */
+	cr_assert_eq(cuMemAlloc(&more, 32 * MIB), CUDA_SUCCESS);
+	cr_assert_gt(usage(VGPU_USAGE_SPILLED), 0,
+		     "nothing spilled: the move did not give up");
+	pthread_mutex_lock(&flag_mu);
+	flag_up = true;
+	pthread_cond_broadcast(&flag_cv);
+	pthread_mutex_unlock(&flag_mu);
+	cr_assert_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+	fill(more, 32 * MIB, 9);
+	check(a, 32 * MIB, 7);
+	check(b, 16 * MIB, 8);
+	check(more, 32 * MIB, 9);
+	cr_assert_leq(shimtest_device_used(), 64 * MIB,
+		      "the device holds %llu MiB",
+		      (unsigned long long)(shimtest_device_used() / MIB));
+	cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	cr_assert_eq(cuMemFree(b), CUDA_SUCCESS);
+	cr_assert_eq(cuMemFree(a), CUDA_SUCCESS);
+	cr_assert_eq(cuStreamDestroy(s), CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
+	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
+}
