@@ -511,6 +511,7 @@ enum vsim_op_kind {
 	VSIM_OP_EVENT,
 	VSIM_OP_HOST_FN,
 	VSIM_OP_WAIT,       /* wait for another stream to reach a sequence number */
+	VSIM_OP_MEMOP,      /* a stream memory operation (memop.c) */
 };
 
 /* Stream and event structs are never freed: a destroyed one keeps its
@@ -539,6 +540,9 @@ struct vsim_op {
 		struct { struct CUevent_st *event; } event;
 		struct { CUhostFn fn; void *data; } host;
 		struct { struct vsim_launch *launch; } kernel;
+		/* CU_STREAM_MEM_OP_*: a value written or waited for at addr */
+		struct { void *addr; uint64_t value; unsigned kind;
+			 unsigned flags; } memop;
 	} u;
 };
 
@@ -593,6 +597,8 @@ void vsim_stream_wait_seq(struct CUstream_st *s, uint64_t seq);
 CUresult vsim_stream_drain(struct CUstream_st *s);
 CUresult vsim_ctx_drain(struct CUctx_st *ctx);
 struct vsim_op *vsim_op_new(enum vsim_op_kind kind);
+/* memop.c: runs a VSIM_OP_MEMOP on its stream's worker (a wait polls). */
+void vsim_memop_run(const struct vsim_op *op);
 struct CUstream_st *vsim_stream_new(struct CUctx_st *ctx, unsigned flags, int prio);
 /* Stops and frees every stream of ctx (context destruction). */
 void vsim_ctx_streams_destroy(struct CUctx_st *ctx);

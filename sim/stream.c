@@ -107,6 +107,9 @@ static void op_run(struct CUstream_st *s, struct vsim_op *op)
 		break;
 	case VSIM_OP_WAIT:
 		return;
+	case VSIM_OP_MEMOP:
+		vsim_memop_run(op);
+		break;
 	}
 	vsim_stream_clock = clock + (vsim_now_ns() - began);
 }
