@@ -8,7 +8,8 @@
  *
  * Every copy and memset the driver exports is hooked, in every ABI and
  * per-thread stream form: between host, device and arrays, 2D and 3D,
- * between contexts (peer) and in batches. A driver without one of them
+ * between contexts (peer) and in batches; so are the stream memory
+ * operations (a value written or waited for, alone or in a batch). A driver without one of them
  * (an older one, or the simulator) answers CUDA_ERROR_NOT_FOUND for it,
  * as the forwarders do.
  */
@@ -200,3 +201,46 @@ GATED(cuMemcpyPeerAsync, (CUdeviceptr dstDevice, CUcontext dstContext, CUdevicep
       (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
 GATED(cuMemcpyPeerAsync_ptsz, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream),
       (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+
+/* Stream memory operations write and read device memory from a stream, as
+ * a memset does. */
+GATED(cuStreamWaitValue32, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue32_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue32_v2, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue32_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue64, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue64_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWaitValue64_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue32, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue32_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue32_v2, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue32_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue64, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue64_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamWriteValue64_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+      (stream, addr, value, flags))
+GATED(cuStreamBatchMemOp, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags),
+      (stream, count, paramArray, flags))
+GATED(cuStreamBatchMemOp_ptsz, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags),
+      (stream, count, paramArray, flags))
+GATED(cuStreamBatchMemOp_v2, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags),
+      (stream, count, paramArray, flags))
+GATED(cuStreamBatchMemOp_v2_ptsz, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags),
+      (stream, count, paramArray, flags))

@@ -16,6 +16,11 @@
 #undef cuIpcOpenMemHandle
 #undef cuMemcpyBatchAsync
 #undef cuMemcpy3DBatchAsync
+#undef cuStreamBatchMemOp
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 

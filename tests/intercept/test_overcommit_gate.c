@@ -406,3 +406,90 @@ Test(overcommit_gate, a_stream_waiting_for_the_job_does_not_hang_a_move,
 	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
 	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
 }
+
+/* ---- stream memory operations during a move ----------------------------- */
+
+#define WORDS 4096		/* words written, 4 KiB apart */
+
+static CUdeviceptr target;
+static volatile bool writer_stop;
+static uint32_t last_written[WORDS];
+
+/* Writes value k + 1 to word i of target (every 4 KiB) by stream memory
+ * operations, round after round, until told to stop: alone, and in a
+ * batch of 16. */
+static void *memop_writer(void *arg)
+{
+	CUstreamBatchMemOpParams ops[16];
+	CUstream s;
+	uint32_t k = 0;
+
+	(void)arg;
+	cuCtxSetCurrent(ctx);
+	if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+		return (void *)1;
+	memset(ops, 0, sizeof(ops));
+	while (!writer_stop) {
+		for (int i = 0; i < WORDS; i += 16) {
+			k++;
+			for (int j = 0; j < 16; j++) {
+				ops[j].writeValue.operation =
+					CU_STREAM_MEM_OP_WRITE_VALUE_32;
+				ops[j].writeValue.address =
+					target + 4096 * (CUdeviceptr)(i + j);
+				ops[j].writeValue.value = k;
+				last_written[i + j] = k;
+			}
+			if (i % 32 ? cuStreamBatchMemOp(s, 16, ops, 0)
+				   : cuStreamWriteValue32(s,
+					ops[0].writeValue.address, k, 0) ||
+				     cuStreamBatchMemOp(s, 15, ops + 1, 0))
+				return (void *)2;
+		}
+		if (cuStreamSynchronize(s) != CUDA_SUCCESS)
+			return (void *)3;
+	}
+	cuStreamDestroy(s);
+	return NULL;
+}
+
+/* A thread writes a range by stream memory operations while allocations
+ * of another move it to the host and back: the shim holds the operations
+ * while a range moves, as it holds copies, so every word reads back as the
+ * last value written to it (a write during the swap of its backing would
+ * land in the old one and be lost). */
+Test(overcommit_gate, stream_memory_operations_wait_for_a_move,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	uint32_t *back = malloc(16 * MIB);
+	size_t bad = 0;
+	pthread_t t;
+	void *rc;
+
+	start();
+	shimtest_need("cuStreamBatchMemOp", 11070);
+	cr_assert_not_null(back);
+	cr_assert_eq(cuMemAlloc(&target, 16 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(cuMemsetD32(target, 0, 4 * MIB), CUDA_SUCCESS);
+	writer_stop = false;
+	cr_assert_eq(pthread_create(&t, NULL, memop_writer, NULL), 0);
+	for (int round = 0; round < 12; round++) {
+		CUdeviceptr more;
+
+		/* 16 + 56 MiB under 64: the target moves to the host; the
+		 * free brings it back. */
+		cr_assert_eq(cuMemAlloc(&more, 56 * MIB), CUDA_SUCCESS);
+		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	}
+	writer_stop = true;
+	cr_assert_eq(pthread_join(t, &rc), 0);
+	cr_assert_null(rc, "the writer failed (%p)", rc);
+	cr_assert_eq(cuMemcpyDtoH(back, target, 16 * MIB), CUDA_SUCCESS);
+	for (int i = 0; i < WORDS; i++)
+		bad += back[i * 1024] != last_written[i];
+	cr_assert_eq(bad, 0, "%zu of %d words lost", bad, WORDS);
+	cr_assert_eq(cuMemFree(target), CUDA_SUCCESS);
+	free(back);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
+	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
+}

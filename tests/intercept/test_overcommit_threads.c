@@ -5,8 +5,9 @@
  * 32 threads share one context and a 256 MiB slice. Each allocates
  * buffers of random sizes (cuMemAlloc mostly, cuMemAllocAsync and
  * cuMemCreate sometimes), about twice the slice in all, fills them with a
- * pattern of their own (1 MiB at a time, by cuMemcpyHtoD, cuMemcpy3D(Async)
- * or cuMemcpyPeer(Async) from a staging buffer, chosen at random), checks
+ * pattern of their own (1 MiB at a time, by cuMemcpyHtoD, cuMemcpy3D(Async),
+ * cuMemcpyPeer(Async) from a staging buffer or stream memory operations
+ * (writes in a batch and alone, a wait), chosen at random), checks
  * some back the same ways and frees others in random order, while the
  * allocations
  * and frees of the other threads move their ranges to the host and back.
@@ -108,15 +109,50 @@ static void fill_chunk(struct worker *w, const struct buf *b, size_t off,
 		w->chunk[i] = pattern(b->id, off / 4 + i);
 }
 
+/* n bytes of w->chunk to the device at d, the first 256 of them by stream
+ * memory operations: a batch of 32-bit writes, 64-bit writes, and a wait
+ * for the first word, behind a memset that clears them. */
+static CUresult memop_chunk(struct worker *w, CUdeviceptr d, size_t n)
+{
+	CUstreamBatchMemOpParams ops[32];
+	CUresult r;
+
+	if ((r = cuMemcpyHtoD(d, w->chunk, n)) != CUDA_SUCCESS ||
+	    (r = cuMemsetD32Async(d, 0, 64, w->s)) != CUDA_SUCCESS)
+		return r;
+	memset(ops, 0, sizeof(ops));
+	for (int i = 0; i < 32; i++) {
+		ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+		ops[i].writeValue.address = d + 4 * (CUdeviceptr)i;
+		ops[i].writeValue.value = w->chunk[i];
+	}
+	if ((r = cuStreamBatchMemOp(w->s, 32, ops, 0)) != CUDA_SUCCESS)
+		return r;
+	for (int i = 32; i < 64; i += 2) {
+		uint64_t v;
+
+		memcpy(&v, &w->chunk[i], sizeof(v));
+		if ((r = cuStreamWriteValue64(w->s, d + 4 * (CUdeviceptr)i, v,
+					      0)) != CUDA_SUCCESS)
+			return r;
+	}
+	if ((r = cuStreamWaitValue32(w->s, d, w->chunk[0],
+				     CU_STREAM_WAIT_VALUE_EQ)) != CUDA_SUCCESS)
+		return r;
+	return cuStreamSynchronize(w->s);
+}
+
 /* n bytes between w->chunk and the device at d, to it (in) or from it,
  * by a way chosen at random: every copy the shim holds during a move. */
 static CUresult copy_chunk(struct worker *w, CUdeviceptr d, size_t n, bool in)
 {
-	unsigned way = 1 + (unsigned)(next_rand(w) % 5);
+	unsigned way = 1 + (unsigned)(next_rand(w) % 6);
 	CUDA_MEMCPY3D c;
 	CUresult r;
 
-	if (way == 0 || (way <= 2 && n % 4096))
+	if (way == 6 && in && n >= 256 && n % 8 == 0)
+		return memop_chunk(w, d, n);
+	if (way == 6 || (way <= 2 && n % 4096))
 		return in ? cuMemcpyHtoD(d, w->chunk, n)
 			  : cuMemcpyDtoH(w->chunk, d, n);
 	if (way <= 2) {		/* 3D: slices of 2 rows of 1 KiB */
@@ -343,6 +379,7 @@ static void start(void)
 	shimtest_need("cuMemCreate", 10020);
 	shimtest_need("cuMemcpy3D", 3020);
 	shimtest_need("cuMemcpyPeer", 4000);
+	shimtest_need("cuStreamBatchMemOp", 11070);
 }
 
 Test(overcommit_threads, alloc_free_spill_promote_lose_nothing,
