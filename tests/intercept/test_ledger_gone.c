@@ -9,6 +9,8 @@
  */
 #include "shimtest.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,95 +151,13 @@ Test(ledger_gone, a_deleted_ledger_is_made_again_with_the_jobs_charges)
 
 /* ---- a job that stopped allocating ---------------------------------------- */
 
-/* Holds 8 MiB, tells the test its ledger's path through wfd, then only
- * synchronises (every 10 ms, for 3 s), as a job that allocated once and
- * now computes. */
-static int idle_holder(int wfd)
+/* Holds 8 MiB, tells the test its ledger's path through wfd, then, until
+ * the test writes to rfd, only synchronises every 10 ms (a job that
+ * allocated once and now computes) or, when !sync, makes no driver call
+ * at all (a notebook between cells). */
+static int holder(int wfd, int rfd, bool sync)
 {
-	struct timespec tick = { 0, 10 * 1000000 };
-	CUcontext ctx;
-	CUdeviceptr a;
-
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, 8 * MIB) || find_path())
-		return 2;
-	if (write(wfd, path, sizeof(path)) != (ssize_t)sizeof(path))
-		return 3;
-	for (int i = 0; i < 300; i++) {
-		if (cuCtxSynchronize())
-			return 4;
-		nanosleep(&tick, NULL);
-	}
-	return cuMemFree(a) ? 5 : 0;
-}
-
-static int newcomer(void *arg)
-{
-	CUdeviceptr p[64];
-	CUcontext ctx;
-	CUresult last;
-	int n;
-
-	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx))
-		return 2;
-	n = fill(p, 64, &last);
-	printf("got=%d last=%d device=%llu\n", n, (int)last,
-	       (unsigned long long)(shimtest_device_used() / MIB));
-	while (n--)
-		cuMemFree(p[n]);
-	return 0;
-}
-
-/* The ledger deleted while a job of the tenant holds 8 MiB of its 16 and
- * only synchronises: it follows the name within a check's period (the
- * synchronisation hooks poll), so a new job of the tenant gets the other
- * 8 MiB, not 16 (before: the holder stayed in the deleted file until its
- * next allocation, and the tenant held 24 MiB). */
-Test(ledger_gone, a_job_that_only_synchronises_follows_a_deleted_ledger)
-{
-	struct timespec settle = { 0, 400 * 1000000 };
-	static char out[8192];
-	struct ledger_view v;
-	int fds[2], status, rc;
-	size_t got = 0;
-	ssize_t n;
-	pid_t a;
-
-	cr_assert_eq(pipe(fds), 0);
-	fflush(NULL);
-	a = fork();
-	cr_assert_geq(a, 0);
-	if (a == 0) {
-		close(fds[0]);
-		_exit(idle_holder(fds[1]));
-	}
-	close(fds[1]);
-	while (got < sizeof(path) &&
-	       (n = read(fds[0], path + got, sizeof(path) - got)) > 0)
-		got += (size_t)n;
-	close(fds[0]);
-	cr_assert_eq(got, sizeof(path), "the holder did not start");
-	cr_assert_eq(unlink(path), 0, "%s", path);
-	nanosleep(&settle, NULL);	/* past the holder's next check */
-	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
-	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
-	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
-	cr_assert_eq(waitpid(a, &status, 0), a);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		  "holder status %d", status);
-	ledger_view_must(&v, NULL);
-	ledger_assert_zero(&v, "t-gone");
-	ledger_view_close(&v);
-}
-
-/* ---- a job that makes no driver call -------------------------------------- */
-
-/* Holds 8 MiB, tells the test its ledger's path through wfd, then makes no
- * driver call until the test writes to rfd (a notebook between cells). */
-static int silent_holder(int wfd, int rfd)
-{
+	struct pollfd p = { .fd = rfd, .events = POLLIN };
 	CUcontext ctx;
 	CUdeviceptr a;
 	char go;
@@ -247,9 +167,17 @@ static int silent_holder(int wfd, int rfd)
 		return 2;
 	if (write(wfd, path, sizeof(path)) != (ssize_t)sizeof(path))
 		return 3;
+	for (;;) {
+		int n = poll(&p, 1, sync ? 10 : -1);
+
+		if (n > 0)
+			break;
+		if ((n < 0 && errno != EINTR) || (sync && cuCtxSynchronize()))
+			return 4;
+	}
 	if (read(rfd, &go, 1) != 1)
-		return 4;
-	return cuMemFree(a) ? 5 : 0;
+		return 5;
+	return cuMemFree(a) ? 6 : 0;
 }
 
 /* The tenant's bytes in the file at `path` now; 0 when there is none. */
@@ -278,8 +206,8 @@ static uint64_t wait_file_bytes(uint64_t want)
 	return b;
 }
 
-/* Starts a silent holder; its pid, and the pipe that lets it go. */
-static pid_t start_silent(int *go)
+/* Starts a holder; its pid, and the pipe that lets it go. */
+static pid_t start_holder(bool sync, int *go)
 {
 	int up[2], down[2];
 	size_t got = 0;
@@ -294,7 +222,7 @@ static pid_t start_silent(int *go)
 	if (a == 0) {
 		close(up[0]);
 		close(down[1]);
-		_exit(silent_holder(up[1], down[0]));
+		_exit(holder(up[1], down[0], sync));
 	}
 	close(up[1]);
 	close(down[0]);
@@ -307,7 +235,7 @@ static pid_t start_silent(int *go)
 	return a;
 }
 
-static void finish_silent(pid_t a, int go)
+static void finish_holder(pid_t a, int go)
 {
 	struct ledger_view v;
 	int status;
@@ -322,6 +250,57 @@ static void finish_silent(pid_t a, int go)
 	ledger_view_close(&v);
 }
 
+static int newcomer(void *arg)
+{
+	CUdeviceptr p[64];
+	CUcontext ctx;
+	CUresult last;
+	int n;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx))
+		return 2;
+	n = fill(p, 64, &last);
+	printf("got=%d last=%d device=%llu\n", n, (int)last,
+	       (unsigned long long)(shimtest_device_used() / MIB));
+	while (n--)
+		cuMemFree(p[n]);
+	return 0;
+}
+
+/* A new job of the tenant gets the 8 MiB of 16 that the holder leaves,
+ * and the device holds 16. */
+static void newcomer_gets_the_rest(void)
+{
+	static char out[8192];
+	int rc;
+
+	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
+}
+
+/* The ledger deleted while a job of the tenant holds 8 MiB of its 16 and
+ * only synchronises: it follows the name within a check's period (the
+ * synchronisation hooks poll), so a new job of the tenant gets the other
+ * 8 MiB, not 16 (before: the holder stayed in the deleted file until its
+ * next allocation, and the tenant held 24 MiB). */
+Test(ledger_gone, a_job_that_only_synchronises_follows_a_deleted_ledger)
+{
+	struct timespec settle = { 0, 400 * 1000000 };
+	int go;
+	pid_t a;
+
+	a = start_holder(true, &go);
+	cr_assert_eq(unlink(path), 0, "%s", path);
+	nanosleep(&settle, NULL);	/* past the holder's next check */
+	newcomer_gets_the_rest();
+	finish_holder(a, go);
+}
+
+/* ---- a job that makes no driver call -------------------------------------- */
+
 /* The ledger deleted while a job holds 8 MiB of its tenant's 16 and makes
  * no driver call at all: the library's follower thread moves its charges
  * to a new file at the name, with no call from the job, so a new job of
@@ -329,18 +308,15 @@ static void finish_silent(pid_t a, int go)
  * the deleted file, and the device held 24 MiB for a 16 MiB slice). */
 Test(ledger_gone, a_job_that_makes_no_call_follows_a_deleted_ledger)
 {
-	static char out[8192];
-	int go, rc;
+	int go;
 	pid_t a;
 
-	a = start_silent(&go);
+	a = start_holder(false, &go);
 	cr_assert_eq(unlink(path), 0, "%s", path);
 	cr_assert_eq(wait_file_bytes(8 * MIB), 8 * MIB,
 		     "the silent holder did not move to a new file");
-	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
-	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
-	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
-	finish_silent(a, go);
+	newcomer_gets_the_rest();
+	finish_holder(a, go);
 }
 
 /* The same holder stopped (SIGSTOP) when the ledger is deleted: it cannot
@@ -350,19 +326,16 @@ Test(ledger_gone, a_job_that_makes_no_call_follows_a_deleted_ledger)
 Test(ledger_gone, a_stopped_job_follows_a_deleted_ledger_once_continued)
 {
 	struct timespec settle = { 0, 400 * 1000000 };
-	static char out[8192];
-	int go, rc;
+	int go;
 	pid_t a;
 
-	a = start_silent(&go);
+	a = start_holder(false, &go);
 	cr_assert_eq(kill(a, SIGSTOP), 0);
 	cr_assert_eq(unlink(path), 0, "%s", path);
 	nanosleep(&settle, NULL);
 	cr_assert_eq(kill(a, SIGCONT), 0);
 	cr_assert_eq(wait_file_bytes(8 * MIB), 8 * MIB,
 		     "the continued holder did not move to a new file");
-	rc = shimtest_run_child(newcomer, NULL, out, sizeof(out));
-	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
-	cr_assert_not_null(strstr(out, "got=8 last=2 device=16\n"), "%s", out);
-	finish_silent(a, go);
+	newcomer_gets_the_rest();
+	finish_holder(a, go);
 }
