@@ -1,5 +1,6 @@
-/* ctxsync.c - a context synchronised with a time bound, for the moves of
- * host overcommit and of the control thread (overcommit.c).
+/* ctxsync.c - every context of the process synchronised, each with a time
+ * bound, before the moves of host overcommit and of the control thread
+ * (overcommit.c).
  *
  * A move waits for the work queued on every context of the process before
  * it swaps a range's backing. cuCtxSynchronize has no time bound, and the
@@ -17,11 +18,16 @@
  */
 #include "devices.h"
 #include "overcommit.h"
+#include "track.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
+
+/* A move's wait for one context's queued work gives up after this long:
+ * the work may wait for the job itself. */
+#define SYNC_WAIT_MS 1000
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t asked_cv = PTHREAD_COND_INITIALIZER;
@@ -87,7 +93,7 @@ static bool start_locked(void)
 	return started;
 }
 
-CUresult vgpu__ctx_sync_bounded(CUcontext c, unsigned wait_ms)
+static CUresult sync_bounded(CUcontext c, unsigned wait_ms)
 {
 	struct timespec until;
 	CUresult r = CUDA_ERROR_TIMEOUT;
@@ -141,4 +147,108 @@ void vgpu__ctx_sync_fork_child(void)
 	want = NULL;
 	asked = done = 0;
 	started = false;
+}
+
+/* ---- every context of the process ---------------------------------------- */
+
+static bool sync_gave_up;	/* the mover's (move_mu): a wait timed out */
+
+bool vgpu__enter_ctx(CUcontext c, struct vgpu_synced *done)
+{
+	static bool said;
+	CUcontext popped;
+	CUresult r;
+
+	if (!c || !vgpu__real.cuCtxPushCurrent_v2 ||
+	    vgpu__real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+		return false;
+	for (int k = 0; k < done->n; k++)
+		if (done->ctx[k] == c)
+			return true;
+	if ((r = sync_bounded(c, SYNC_WAIT_MS)) != CUDA_SUCCESS) {
+		vgpu__real.cuCtxPopCurrent_v2(&popped);
+		if (r == CUDA_ERROR_TIMEOUT) {
+			sync_gave_up = true;
+			vgpu_log(__atomic_exchange_n(&said, true,
+						     __ATOMIC_RELAXED) ?
+				 VGPU_LOG_DEBUG : VGPU_LOG_WARN,
+				 "VGPU_OVERCOMMIT: work queued on a context "
+				 "was not done after %d ms (waiting for the "
+				 "job itself?): memory is not moved this time; "
+				 "an allocation past the slice spills instead",
+				 SYNC_WAIT_MS);
+		}
+		return false;
+	}
+	if (done->n < VGPU_SYNC_MAX)
+		done->ctx[done->n++] = c;
+	return true;
+}
+
+/* Every context of the process, synchronised before a pass moves
+ * anything: work queued earlier on another context's stream (a peer copy
+ * into a range, a kernel of another device reading it) would otherwise
+ * run during the move; the gate holds only what is issued from now on.
+ * The contexts are the devices' primary ones and those the job made
+ * (tracked handles; a green context through its context). Walks the
+ * handle table: moves are rare. */
+static CUcontext sync_found[VGPU_SYNC_MAX];	/* the mover's (move_mu) */
+static int sync_nfound, sync_total;
+
+static bool note_ctx(uint64_t key, const struct vgpu_tracked *t)
+{
+	CUcontext c = (CUcontext)(uintptr_t)key;
+
+	if (t->kind != VGPU_USAGE_CONTEXT)
+		return false;
+	if (t->aux == VGPU_CTX_GREEN &&
+	    (!vgpu__real.cuCtxFromGreenCtx ||
+	     vgpu__real.cuCtxFromGreenCtx(&c, (CUgreenCtx)(uintptr_t)key) !=
+		     CUDA_SUCCESS))
+		c = NULL;
+	sync_total++;
+	if (c && sync_nfound < VGPU_SYNC_MAX)
+		sync_found[sync_nfound++] = c;
+	return false;	/* nothing removed */
+}
+
+static void keep_entry(const struct vgpu_tracked *t)
+{
+	(void)t;
+}
+
+bool vgpu__sync_every_ctx(struct vgpu_synced *done)
+{
+	static bool said;
+	CUcontext popped;
+
+	sync_nfound = sync_total = 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
+		struct vgpu_dev *o = vgpu__dev_peek(d);
+		CUcontext p = o ? __atomic_load_n(&o->primary, __ATOMIC_ACQUIRE)
+				: NULL;
+
+		if (p) {
+			sync_total++;
+			if (sync_nfound < VGPU_SYNC_MAX)
+				sync_found[sync_nfound++] = p;
+		}
+		if (o)
+			vgpu__track_sweep(VGPU_TRACK_HANDLE, (unsigned)d,
+					  note_ctx, keep_entry);
+	}
+	if (sync_total > VGPU_SYNC_MAX) {
+		if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+			vgpu_log(VGPU_LOG_WARN, "VGPU_OVERCOMMIT: more than %d "
+				 "contexts in this process: ranges are not "
+				 "moved (work queued on them could not all be "
+				 "waited for); allocations past the slice "
+				 "spill instead", VGPU_SYNC_MAX);
+		return false;
+	}
+	sync_gave_up = false;
+	for (int k = 0; k < sync_nfound && !sync_gave_up; k++)
+		if (vgpu__enter_ctx(sync_found[k], done))
+			vgpu__real.cuCtxPopCurrent_v2(&popped);
+	return !sync_gave_up;
 }

@@ -660,9 +660,6 @@ bool vgpu__make_room(struct vgpu_dev *dv, size_t bytes)
 
 /* ---- moves: room, promotion, suspension, a lowered limit ----------------- */
 
-/* The most contexts a pass synchronises (and remembers as done). */
-#define SYNC_MAX 1024
-
 /* The context range i was made in, or dv's primary one. */
 static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
 {
@@ -674,124 +671,13 @@ static CUcontext owner_ctx(int i, struct vgpu_dev *dv)
 	return c ? c : __atomic_load_n(&dv->primary, __ATOMIC_ACQUIRE);
 }
 
-/* Makes c current on this thread and synchronises it, once per pass
- * (done[] holds the contexts synchronised so far). */
-/* A move's wait for one context's queued work gives up after this long
- * (ctxsync.c): the work may wait for the job itself. */
-#define SYNC_WAIT_MS 1000
-
-static bool sync_gave_up;	/* the mover's (move_mu): a wait timed out */
-
-static bool enter_ctx(CUcontext c, CUcontext *done, int *ndone)
-{
-	static bool said;
-	CUcontext popped;
-	CUresult r;
-
-	if (!c || !vgpu__real.cuCtxPushCurrent_v2 ||
-	    vgpu__real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
-		return false;
-	for (int k = 0; k < *ndone; k++)
-		if (done[k] == c)
-			return true;
-	if ((r = vgpu__ctx_sync_bounded(c, SYNC_WAIT_MS)) != CUDA_SUCCESS) {
-		vgpu__real.cuCtxPopCurrent_v2(&popped);
-		if (r == CUDA_ERROR_TIMEOUT) {
-			sync_gave_up = true;
-			vgpu_log(__atomic_exchange_n(&said, true,
-						     __ATOMIC_RELAXED) ?
-				 VGPU_LOG_DEBUG : VGPU_LOG_WARN,
-				 "VGPU_OVERCOMMIT: work queued on a context "
-				 "was not done after %d ms (waiting for the "
-				 "job itself?): memory is not moved this time; "
-				 "an allocation past the slice spills instead",
-				 SYNC_WAIT_MS);
-		}
-		return false;
-	}
-	if (*ndone < SYNC_MAX)
-		done[(*ndone)++] = c;
-	return true;
-}
-
-/* Every context of the process, synchronised before a pass moves
- * anything: work queued earlier on another context's stream (a peer copy
- * into a range, a kernel of another device reading it) would otherwise
- * run during the move; the gate holds only what is issued from now on.
- * The contexts are the devices' primary ones and those the job made
- * (tracked handles; a green context through its context). Walks the
- * handle table: moves are rare. */
-static CUcontext sync_found[SYNC_MAX];	/* the mover's (move_mu) */
-static int sync_nfound, sync_total;
-
-static bool note_ctx(uint64_t key, const struct vgpu_tracked *t)
-{
-	CUcontext c = (CUcontext)(uintptr_t)key;
-
-	if (t->kind != VGPU_USAGE_CONTEXT)
-		return false;
-	if (t->aux == VGPU_CTX_GREEN &&
-	    (!vgpu__real.cuCtxFromGreenCtx ||
-	     vgpu__real.cuCtxFromGreenCtx(&c, (CUgreenCtx)(uintptr_t)key) !=
-		     CUDA_SUCCESS))
-		c = NULL;
-	sync_total++;
-	if (c && sync_nfound < SYNC_MAX)
-		sync_found[sync_nfound++] = c;
-	return false;	/* nothing removed */
-}
-
-static void keep_entry(const struct vgpu_tracked *t)
-{
-	(void)t;
-}
-
-/* False when the process has more contexts than can be synchronised, or
- * a context's work was not done in SYNC_WAIT_MS (then nothing is moved:
- * an allocation spills instead). */
-static bool sync_every_ctx(CUcontext *done, int *ndone)
-{
-	static bool said;
-	CUcontext popped;
-
-	sync_nfound = sync_total = 0;
-	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
-		struct vgpu_dev *o = vgpu__dev_peek(d);
-		CUcontext p = o ? __atomic_load_n(&o->primary, __ATOMIC_ACQUIRE)
-				: NULL;
-
-		if (p) {
-			sync_total++;
-			if (sync_nfound < SYNC_MAX)
-				sync_found[sync_nfound++] = p;
-		}
-		if (o)
-			vgpu__track_sweep(VGPU_TRACK_HANDLE, (unsigned)d,
-					  note_ctx, keep_entry);
-	}
-	if (sync_total > SYNC_MAX) {
-		if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
-			vgpu_log(VGPU_LOG_WARN, "VGPU_OVERCOMMIT: more than %d "
-				 "contexts in this process: ranges are not "
-				 "moved (work queued on them could not all be "
-				 "waited for); allocations past the slice "
-				 "spill instead", SYNC_MAX);
-		return false;
-	}
-	sync_gave_up = false;
-	for (int k = 0; k < sync_nfound && !sync_gave_up; k++)
-		if (enter_ctx(sync_found[k], done, ndone))
-			vgpu__real.cuCtxPopCurrent_v2(&popped);
-	return !sync_gave_up;
-}
-
 int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		      uint64_t *failed)
 {
 	static bool skip[MAX_SPILLS];	/* the mover's (move_mu) */
-	static CUcontext done[SYNC_MAX];	/* the mover's (move_mu) */
+	static struct vgpu_synced done;	/* the mover's (move_mu) */
 	CUcontext popped;
-	int ndone = 0, moved = 0;
+	int moved = 0;
 
 	if (failed)
 		*failed = 0;
@@ -803,7 +689,8 @@ int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		return 0;
 	if (!vgpu__moves_begin(VGPU_MOVE_WAIT_MS))
 		return -1;
-	if (!sync_every_ctx(done, &ndone)) {
+	done.n = 0;
+	if (!vgpu__sync_every_ctx(&done)) {
 		vgpu__moves_end();
 		return 0;
 	}
@@ -818,7 +705,7 @@ int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 		if ((i = take_next(dv, how, skip)) < 0)
 			break;
 		skip[i] = true;
-		ok = enter_ctx(owner_ctx(i, dv), done, &ndone);
+		ok = vgpu__enter_ctx(owner_ctx(i, dv), &done);
 		if (ok) {
 			ok = move(i, dv, up);
 			vgpu__real.cuCtxPopCurrent_v2(&popped);

@@ -49,11 +49,28 @@ static inline bool vgpu__movable_any(void)
 /* Whether p lies in a VMM range the shim made for spilling. */
 bool vgpu__spilled_range(CUdeviceptr p);
 void vgpu__overcommit_fork_child(void);
-/* ctxsync.c: c synchronised by the shim's syncer thread, waiting at most
- * wait_ms: CUDA_ERROR_TIMEOUT past it (the syncer goes on waiting alone,
- * and a call made meanwhile waits for it within its own bound), else the
- * synchronisation's result. */
-CUresult vgpu__ctx_sync_bounded(CUcontext c, unsigned wait_ms);
+
+/* ---- ctxsync.c: contexts synchronised before a pass of moves ---- */
+
+/* The most contexts a pass synchronises (and remembers as done). */
+#define VGPU_SYNC_MAX 1024
+
+/* The contexts a pass synchronised so far (the mover's; n = 0 to start). */
+struct vgpu_synced {
+	CUcontext ctx[VGPU_SYNC_MAX];
+	int n;
+};
+
+/* Every context of the process (the devices' primary ones, those the job
+ * made, green ones through their contexts) synchronised, each within 1 s
+ * by the shim's syncer thread. False when the process has more than
+ * VGPU_SYNC_MAX contexts or a context's work was not done in time (said
+ * once): then nothing may move, an allocation spills instead. */
+bool vgpu__sync_every_ctx(struct vgpu_synced *done);
+/* Makes c current on this thread (pushed) and synchronises it, once per
+ * pass; false (nothing pushed) when it cannot be made current or its work
+ * was not done in time. */
+bool vgpu__enter_ctx(CUcontext c, struct vgpu_synced *done);
 void vgpu__ctx_sync_fork_child(void);
 /* The job destroys ctx: the movable ranges allocated in it are released
  * (and their charge given back) before the driver destroys it. */
