@@ -90,7 +90,7 @@ Test(ctl_suspend, busy_tenant_gives_its_memory_to_another_and_comes_back)
 {
 	unsigned long long pass0, pass, bad;
 	struct ctl_job a, b;
-	uint64_t idle_used, held;
+	uint64_t idle_used, held, used;
 	int n = cycles();
 
 	setenv("VGPU_CONTROL", "1", 1);
@@ -122,7 +122,11 @@ Test(ctl_suspend, busy_tenant_gives_its_memory_to_another_and_comes_back)
 		CTL_RUN(&r, 0, "resume", "a", "--wait", "30");
 		cr_assert(strstr(r.out, ": resumed (change "), "%s", r.out);
 		cr_assert(strstr(r.out, "0 on the host"), "%s", r.out);
-		cr_assert_eq(device_used(), idle_used, "cycle %d", c);
+		used = device_used();
+		cr_assert_eq(used, idle_used, "cycle %d: the device holds %llu "
+			     "bytes, %llu before the suspension", c,
+			     (unsigned long long)used,
+			     (unsigned long long)idle_used);
 		/* The loop continues from where it was held. */
 		job_status(&a, &pass, &bad);
 		cr_assert_eq(bad, 0, "cycle %d: %llu elements wrong", c, bad);
