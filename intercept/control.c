@@ -41,10 +41,10 @@
  */
 #include "control.h"
 #include "overcommit.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -353,6 +353,7 @@ static void *control_main(void *arg)
 	struct timespec pause = { 0, CONTROL_POLL_MS * 1000000L };
 
 	(void)arg;
+	vgpu_thread_mine(true);
 	is_control_thread = true;
 	while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&pass_mu);
@@ -374,30 +375,22 @@ static void *control_main(void *arg)
 void vgpu__control_start(void)
 {
 	static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
-	sigset_t all, old;
-	pthread_attr_t attr;
-	pthread_t t;
+	int rc;
 
 	pthread_mutex_lock(&start_mu);
 	if (started) {
 		pthread_mutex_unlock(&start_mu);
 		return;
 	}
-	/* The thread takes no signal of the job's. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, control_main, NULL) == 0) {
+	/* The thread takes no signal of the job's but the faults. */
+	if ((rc = vgpu_thread_start(control_main, NULL)) == 0) {
 		started = true;
 		vgpu__gate_use();
 	} else {
 		vgpu_log(VGPU_LOG_ERROR, "VGPU_CONTROL: cannot start the "
 			 "control thread (%s); this process cannot be "
-			 "suspended", strerror(errno));
+			 "suspended", strerror(rc));
 	}
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_mutex_unlock(&start_mu);
 }
 

@@ -14,7 +14,8 @@
  * allocation spills to the host instead, a suspension is tried again
  * later) and the syncer goes on waiting, alone; a move asked for while it
  * still waits gives up as well, at its own bound. The syncer holds no lock
- * of the shim while it waits and takes no signal of the job's.
+ * of the shim while it waits and, as every thread of the library's
+ * (vgpu/thread.c), takes no signal of the job's but the faults.
  */
 #include "devices.h"
 #include "overcommit.h"
@@ -22,8 +23,9 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <time.h>
+
+#include "thread.h"
 
 /* A move's wait for one context's queued work gives up after this long:
  * the work may wait for the job itself. */
@@ -45,6 +47,7 @@ static void *syncer_main(void *arg)
 	CUresult r;
 
 	(void)arg;
+	vgpu_thread_mine(true);
 	pthread_mutex_lock(&mu);
 	for (;;) {
 		while (done == asked)
@@ -77,19 +80,7 @@ static void init_done_cv(void)
 
 static bool start_locked(void)
 {
-	sigset_t all, old;
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&t, &attr, syncer_main, NULL);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	started = rc == 0;
+	started = vgpu_thread_start(syncer_main, NULL) == 0;
 	return started;
 }
 
