@@ -91,11 +91,30 @@ static void seat_free(void *p)
 	__atomic_store_n(&me->taken, 0, __ATOMIC_RELEASE);
 }
 
+/* The descriptor and mapping of the file a move is joining (its handle
+ * lives on the mover's stack), or -1 and NULL. A fork's child closes and
+ * unmaps its copies: the OFD locks of the slots joined there belong to the
+ * open file description, which either copy would keep open, so a parent
+ * that dies would stay charged for as long as the child lives. Only the
+ * mover writes them (l->mu). */
+static int moving_fd = -1;
+static void *moving_map;
+
 /* The child of a fork has one thread, the one that forked: every other
  * seat is free, and membarrier's registration is the parent's, not the
- * child's (the kernel does not carry it over), so it is asked again. */
+ * child's (the kernel does not carry it over), so it is asked again. A
+ * move the parent was making is the parent's: its new file's descriptor
+ * is closed. */
 static void seats_fork_child(void)
 {
+	if (moving_map) {
+		munmap(moving_map, VGPU_LEDGER_FILE_SIZE);
+		moving_map = NULL;
+	}
+	if (moving_fd >= 0) {
+		close(moving_fd);	/* leaves the parent's locks alone */
+		moving_fd = -1;
+	}
 	for (int i = 0; i < VGPU__GATE_SEATS; i++)
 		if (&vgpu__gate_seats[i] != vgpu__gate_me) {
 			vgpu__gate_seats[i].inside = 0;
@@ -327,6 +346,8 @@ static int move_locked(struct vgpu_ledger *l, struct vgpu_slot **v, int count,
 	rc = vgpu__ledger_reopen(l, &n, err, errlen);
 	if (rc)
 		return rc;
+	__atomic_store_n(&moving_map, n->map, __ATOMIC_RELAXED);
+	__atomic_store_n(&moving_fd, n->fd, __ATOMIC_RELAXED);
 	for (i = 0; i < count; i++) {
 		if (errlen)
 			err[0] = '\0';
@@ -349,6 +370,8 @@ static int move_locked(struct vgpu_ledger *l, struct vgpu_slot **v, int count,
 		}
 	}
 	graft(l, n, v, nv, count);
+	__atomic_store_n(&moving_fd, -1, __ATOMIC_RELAXED);
+	__atomic_store_n(&moving_map, NULL, __ATOMIC_RELAXED);
 	drop_handle(n);
 	return 0;
 out_charge:
@@ -361,6 +384,8 @@ out_charge:
 			(unsigned long long)have[k], k,
 			vgpu_ledger_strerror(rc));
 out_close:
+	__atomic_store_n(&moving_fd, -1, __ATOMIC_RELAXED);
+	__atomic_store_n(&moving_map, NULL, __ATOMIC_RELAXED);
 	vgpu_ledger_close(n);	/* leaves what it joined */
 	return rc;
 }
