@@ -11,11 +11,13 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -338,4 +340,85 @@ Test(ledger_gone, a_stopped_job_follows_a_deleted_ledger_once_continued)
 		     "the continued holder did not move to a new file");
 	newcomer_gets_the_rest();
 	finish_holder(a, go);
+}
+
+/* ---- the follower thread and the job it lives in -------------------------- */
+
+/* The ledger truncated over and over, each time a full file is at the name
+ * again, while an idle job's follower moves to each new file: the guard
+ * catches the SIGBUS of a truncation in the follower's move (a thread that
+ * blocks SIGBUS is killed by the fault whatever handler is installed: the
+ * follower did, and the job died with status 135 after 2 to 10
+ * truncations). The job ends well, its charges back to zero. */
+Test(ledger_gone, a_truncation_during_the_followers_move_kills_nothing,
+     .timeout = 60)
+{
+	struct timespec tick = { 0, 50 * 1000 };
+	uint64_t until;
+	int go, cuts = 0, status = 0;
+	struct stat st;
+	pid_t a;
+
+	a = start_holder(false, &go);
+	until = simtest_now_ns() + 3000000000ull;
+	while (simtest_now_ns() < until) {
+		if (stat(path, &st) == 0 &&
+		    st.st_size > 4096 && truncate(path, 4096) == 0)
+			cuts++;
+		nanosleep(&tick, NULL);
+	}
+	cr_assert_gt(cuts, 2, "%d truncations", cuts);
+	/* The holder must still be there, and move to a whole file again. */
+	cr_assert_eq(waitpid(a, &status, WNOHANG), 0,
+		     "the holder ended (status %d) after %d truncations",
+		     status, cuts);
+	cr_assert_eq(wait_file_bytes(8 * MIB), 8 * MIB,
+		     "the holder did not move after the last truncation");
+	finish_holder(a, go);
+}
+
+static void *alloc_and_free(void *arg)
+{
+	struct timespec pause = { 0, 100 * 1000000 };
+	CUcontext ctx = arg;
+	CUdeviceptr p;
+
+	nanosleep(&pause, NULL);
+	if (cuCtxSetCurrent(ctx) == CUDA_SUCCESS &&
+	    cuMemAlloc(&p, MIB) == CUDA_SUCCESS)
+		cuMemFree(p);
+	printf("worker done\n");
+	return NULL;
+}
+
+/* In the child: a job whose main thread calls pthread_exit after starting
+ * a worker. The process must end once the worker has (glibc calls
+ * exit(0) at the last thread's end), not be held alive by the follower. */
+static int main_exits_first(void *arg)
+{
+	CUcontext ctx;
+	pthread_t t;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx) || find_path())
+		return 2;
+	if (pthread_create(&t, NULL, alloc_and_free, ctx) != 0)
+		return 3;
+	fflush(NULL);
+	pthread_exit(NULL);
+}
+
+Test(ledger_gone, a_job_whose_main_thread_exits_first_still_ends)
+{
+	static char out[4096];
+	struct ledger_view v;
+	int rc;
+
+	rc = shimtest_run_child(main_exits_first, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "worker done\n"), "%s", out);
+	ledger_view_must(&v, NULL);
+	ledger_assert_zero(&v, "t-gone");
+	ledger_view_close(&v);
 }
