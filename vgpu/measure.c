@@ -155,11 +155,60 @@ static int cal_wait(struct vgpu_prim_event *e)
 	return q;
 }
 
+/* Whether a launch in flight is placed against reference r (which a
+ * calibration would record again). */
+static bool placed_against(const struct vgpu_measure_ctx *c, int r)
+{
+	for (unsigned i = 0; i < c->count; i++)
+		if (c->ring[(c->head + i) % RING].ref == r)
+			return true;
+	return false;
+}
+
+/* Whether c's reference is to be read again at now: there is none; it is
+ * older than CALIBRATE_NS; or it was read in a wide window and its retry
+ * is due. Never while a launch in flight is placed against the event a
+ * calibration records again. */
+static bool cal_due(const struct vgpu_measure_ctx *c, uint64_t now)
+{
+	if (c->ref < 0)
+		return true;
+	if (placed_against(c, 1 - c->ref))
+		return false;
+	return now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS ||
+	       (2 * c->ref_err[c->ref] > VGPU_MEASURE_CAL_NARROW_NS &&
+		now >= c->cal_next);
+}
+
+/* A reading of reference r (not the current one), at `at` in a window
+ * this wide, becomes the current one if there is none, if the current one
+ * is too old to be precise, or if it is narrower. A current one left wide
+ * is read again later: CAL_RETRY_NS, then twice as long each time. */
+static void cal_keep(struct vgpu_measure_ctx *c, int r, uint64_t at,
+		     uint64_t window)
+{
+	if (c->ref < 0 || at - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS ||
+	    window / 2 < c->ref_err[c->ref]) {
+		c->ref_ns[r] = at;
+		c->ref_err[r] = window / 2;
+		c->ref = r;
+	}
+	if (2 * c->ref_err[c->ref] <= VGPU_MEASURE_CAL_NARROW_NS) {
+		c->cal_retry = 0;
+		return;
+	}
+	c->cal_retry = !c->cal_retry ? VGPU_MEASURE_CAL_RETRY_NS
+		     : 2 * c->cal_retry < VGPU_MEASURE_CALIBRATE_NS
+			     ? 2 * c->cal_retry : VGPU_MEASURE_CALIBRATE_NS;
+	c->cal_next = P.now() + c->cal_retry;
+}
+
 /* Records the reference event and reads when it completed: the middle of
  * its record-to-completion window, recording it again (the first tries
  * wake the stream up) until the window is narrow, for up to twenty tries
  * and CAL_BUDGET_NS: on a host too busy to give a narrow window, the last
- * one is kept with its error (ref_err) rather than holding up the launch. */
+ * one is taken with its error (ref_err) rather than holding up the launch,
+ * and kept only if it is better than the current one (cal_keep). */
 static bool calibrate(struct vgpu_measure_ctx *c)
 {
 	int r = c->ref < 0 ? 0 : 1 - c->ref;
@@ -173,7 +222,7 @@ static bool calibrate(struct vgpu_measure_ctx *c)
 		return false;
 	/* Each try records the event again: the last try is the one that
 	 * counts, so stop at the first narrow window. */
-	for (int i = 0; i < 20 && window > 10000 &&
+	for (int i = 0; i < 20 && window > VGPU_MEASURE_CAL_NARROW_NS &&
 			(i == 0 ||
 			 P.now() - begin < VGPU_MEASURE_CAL_BUDGET_NS); i++) {
 		uint64_t t0 = P.now(), t1;
@@ -188,9 +237,7 @@ static bool calibrate(struct vgpu_measure_ctx *c)
 		window = t1 - t0;
 		at = t0 + window / 2;
 	}
-	c->ref_ns[r] = at;
-	c->ref_err[r] = window / 2;
-	c->ref = r;
+	cal_keep(c, r, at, window);
 	return true;
 }
 
@@ -640,7 +687,7 @@ static int measured(struct vgpu_measure_ctx *c,
 	bool probe;
 	int r;
 
-	if (c->ref < 0 || now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS)
+	if (cal_due(c, now))
 		calibrate(c);
 	collect(c, now);
 	estimate_or_probe(c, g, call->kind, call->key, &est, &probe, &now);

@@ -70,6 +70,15 @@ struct vgpu_slot;
  * long before it yields. */
 #define VGPU_MEASURE_CAL_BUDGET_NS	1000000ull
 #define VGPU_MEASURE_CAL_SPIN_NS	50000ull
+/* A reference read in a window wider than CAL_NARROW_NS (the host ran the
+ * polling thread late: a stream's first wake-up, a loaded machine) places
+ * each of the thread's launches up to half that window off, and the ends
+ * it records then cut other tenants' charges at the wrong place. It is
+ * read again CAL_RETRY_NS later, then twice as long after each reading
+ * that leaves it wide (up to CALIBRATE_NS), and replaced only by a
+ * narrower one. */
+#define VGPU_MEASURE_CAL_NARROW_NS	10000ull	/* 10 us */
+#define VGPU_MEASURE_CAL_RETRY_NS	20000000ull	/* 20 ms */
 /* The longest sleep of a launch told to wait (it then asks again). */
 #define VGPU_MEASURE_MAX_SLEEP_NS	2000000ull
 /* Other threads wait at most this long for the probe's length to be
@@ -152,6 +161,8 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	uint64_t ref_ns[2];		/* host time each completed at */
 	uint64_t ref_err[2];		/* half the window it was read in */
 	int ref;			/* the current one; -1: none */
+	uint64_t cal_next;		/* a wide one is read again then */
+	uint64_t cal_retry;		/* and the wait after that */
 };
 
 struct vgpu_measure_thread {

@@ -11,7 +11,9 @@ split:   tenants at 30% and 70% (hard caps) saturating one device with
 elastic: a 30% elastic tenant alone gets more than 90%; 1.5 s in, a 70%
          tenant arrives, and from 200 ms after that the elastic tenant is
          back at its share (every 100 ms window from 25% to 30% plus the
-         burst's 20 points, their mean within 3 points of 30%).
+         burst's 20 points, their mean within 3 points of 30%, or over it
+         only while the two together leave 5 points or more idle: time
+         the hard tenant did not queue).
 inherit: a tenant started at 30% (hard) by one process, joined by a second
          that asks for no share: the two together within 26..32% (the
          tenant's share binds the second; once it ran uncapped, 82%).
@@ -252,23 +254,32 @@ def main():
         a = start(share, d, "a", 30, 3, policy="elastic", windows=True)
         time.sleep(1.5)
         b_start = time.clock_gettime(time.CLOCK_MONOTONIC) * 1e3
-        b = start(share, d, "b", 70, 1.5)
+        b = start(share, d, "b", 70, 1.5, windows=True)
         names[a.pid], names[b.pid] = "a", "b"
-        b.communicate(timeout=60)
+        b_out = b.communicate(timeout=60)[0]
         out = a.communicate(timeout=60)[0]
         for record in (False, True):
             wins = windows(out, record)
             alone = [s for t, s in wins if t + 100 <= b_start - 100]
             after = [s for t, s in wins if t >= b_start + 200 and
                      t + 100 <= b_start + 1400]
+            b_after = [s for t, s in windows(b_out, record)
+                       if t >= b_start + 200 and t + 100 <= b_start + 1400]
             ok_alone = bool(alone) and min(alone) > 90
             mean = sum(after) / len(after) if after else 0
+            b_mean = sum(b_after) / len(b_after) if b_after else 0
             # Each 100 ms window: not starved (5 points under at most),
             # and over by no more than the bucket's burst (20 ms of GPU
             # time, 20 points of a 100 ms window: an elastic tenant also
-            # takes what the other leaves idle). The mean holds the share.
-            ok_after = bool(after) and abs(mean - 30) <= 3 and \
-                all(25 <= s <= 50 for s in after)
+            # takes what the other leaves idle). The mean holds the
+            # share, or is over it only by time the hard tenant left
+            # idle: on a loaded host its launching thread may not keep
+            # its 70% queued (then both together leave 5 points idle or
+            # more); an elastic tenant that took the hard one's time
+            # leaves none.
+            ok_after = bool(after) and mean >= 27 and \
+                all(25 <= s <= 50 for s in after) and \
+                (mean <= 33 or mean + b_mean <= 95)
             if record == by_device:
                 failed = not (ok_alone and ok_after)
             how = "the device's record" if record else "the kernels' stamps"
@@ -278,8 +289,8 @@ def main():
                   (verdict(ok_alone), how,
                    " ".join("%.0f" % s for s in alone)))
             print("%s with a competitor, from 200 ms after it arrived, by "
-                  "%s: mean %.2f%%, windows %s" %
-                  (verdict(ok_after), how, mean,
+                  "%s: mean %.2f%% (the hard tenant %.2f%%), windows %s" %
+                  (verdict(ok_after), how, mean, b_mean,
                    " ".join("%.0f" % s for s in after)))
         print("judged by %s" % judge)
     if "--record" in opts:
