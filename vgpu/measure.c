@@ -173,11 +173,11 @@ static bool cal_due(const struct vgpu_measure_ctx *c, uint64_t now)
 {
 	if (c->ref < 0)
 		return true;
-	if (placed_against(c, 1 - c->ref))
-		return false;
-	return now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS ||
-	       (2 * c->ref_err[c->ref] > VGPU_MEASURE_CAL_NARROW_NS &&
-		now >= c->cal_next);
+	/* The ring is walked only when a reading is due (rarely). */
+	return (now - c->ref_ns[c->ref] > VGPU_MEASURE_CALIBRATE_NS ||
+		(2 * c->ref_err[c->ref] > VGPU_MEASURE_CAL_NARROW_NS &&
+		 now >= c->cal_next)) &&
+	       !placed_against(c, 1 - c->ref);
 }
 
 /* A reading of reference r (not the current one), at `at` in a window
