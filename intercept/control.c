@@ -265,7 +265,15 @@ static void suspend(struct vgpu_dev *dv, struct dev_ctl *c)
 			 dv->ordinal);
 		return;
 	}
-	vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, 0, &failed);
+	if (vgpu__move_ranges(dv, VGPU_MOVE_SUSPEND, 0, &failed) < 0) {
+		/* Queued work not done in time: put off to a later look. */
+		vgpu__moves_end();
+		suspend_hold(false);
+		vgpu_log(VGPU_LOG_DEBUG, "device %d: suspension put off: work "
+			 "queued on a context was not done in time",
+			 dv->ordinal);
+		return;
+	}
 	vgpu__moves_end();
 	c->suspended = true;
 	vgpu_ledger_slot_flags(dv->slot, VGPU_LEDGER_SLOT_SUSPENDED, 0);

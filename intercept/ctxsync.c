@@ -29,7 +29,7 @@
 
 /* A move's wait for one context's queued work gives up after this long:
  * the work may wait for the job itself. */
-#define SYNC_WAIT_MS 1000
+#define SYNC_WAIT_MS 5000
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t asked_cv = PTHREAD_COND_INITIALIZER;
@@ -113,10 +113,11 @@ static CUresult sync_bounded(CUcontext c, unsigned wait_ms)
 		}
 		return r;
 	}
-	/* The syncer may still wait for an earlier request given up on. */
-	while (done != asked)
-		if (pthread_cond_timedwait(&done_cv, &mu, &until) == ETIMEDOUT)
-			goto out;
+	/* The syncer still waits for an earlier request given up on: its
+	 * work is not done, so neither would this be; give up at once
+	 * rather than make each mover wait its own bound. */
+	if (done != asked)
+		goto out;
 	want = c;
 	mine = ++asked;
 	pthread_cond_signal(&asked_cv);

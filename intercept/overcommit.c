@@ -692,7 +692,7 @@ int vgpu__move_ranges(struct vgpu_dev *dv, enum vgpu_move how, size_t need,
 	done.n = 0;
 	if (!vgpu__sync_every_ctx(&done)) {
 		vgpu__moves_end();
-		return 0;
+		return -1;	/* nothing moved: callers try again later */
 	}
 	memset(skip, 0, sizeof(skip));
 	for (int n = 0; n < MAX_SPILLS; n++) {

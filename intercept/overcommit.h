@@ -62,7 +62,7 @@ struct vgpu_synced {
 };
 
 /* Every context of the process (the devices' primary ones, those the job
- * made, green ones through their contexts) synchronised, each within 1 s
+ * made, green ones through their contexts) synchronised, each within 5 s
  * by the shim's syncer thread. False when the process has more than
  * VGPU_SYNC_MAX contexts or a context's work was not done in time (said
  * once): then nothing may move, an allocation spills instead. */

@@ -20,6 +20,7 @@
 #include "thread.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -91,15 +92,15 @@ static bool is_mine(pid_t tid)
 	return false;
 }
 
-/* The process's thread count (the Threads: line of /proc/self/status; a
+/* The process's thread count (num_threads, field 20 of /proc/self/stat; a
  * group leader that called pthread_exit is counted until the group ends),
  * or -1. */
 static long threads_counted(void)
 {
-	char buf[2048];
+	char buf[1024];
 	const char *p;
 	ssize_t n;
-	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -1;
@@ -108,8 +109,10 @@ static long threads_counted(void)
 	if (n <= 0)
 		return -1;
 	buf[n] = '\0';
-	p = strstr(buf, "\nThreads:");
-	return p ? strtol(p + 9, NULL, 10) : -1;
+	p = strrchr(buf, ')');	/* fields 3 on follow the name */
+	for (int field = 2; p && field < 20; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtol(p + 1, NULL, 10) : -1;
 }
 
 /* Whether thread tid of this process is a zombie (ended) or gone. */
@@ -120,17 +123,23 @@ static bool ended(const char *tid)
 	ssize_t n;
 	int fd;
 
+	/* Only a thread shown gone is gone: any other failure (no
+	 * descriptor left, no memory) counts it alive. */
 	snprintf(path, sizeof(path), "/proc/self/task/%s/stat", tid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return true;
+		return errno == ENOENT || errno == ESRCH;
 	n = read(fd, buf, sizeof(buf) - 1);
+	if (n < 0 && errno == ESRCH) {
+		close(fd);
+		return true;
+	}
 	close(fd);
 	if (n <= 0)
-		return true;
+		return false;
 	buf[n] = '\0';
 	state = strrchr(buf, ')');
-	return !state || state[1] != ' ' || state[2] == 'Z' || state[2] == 'X';
+	return state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
 }
 
 bool vgpu_job_threads_gone(void)

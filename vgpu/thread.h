@@ -12,7 +12,7 @@ int vgpu_thread_start(void *(*fn)(void *), void *arg);
 void vgpu_thread_mine(bool yes);
 /* True when every thread of the job has ended (the main thread after
  * pthread_exit among them) and only the library's are left: then the
- * process would have ended without them. Reads /proc/self/status (and,
+ * process would have ended without them. Reads /proc/self/stat (and,
  * only then, each thread's stat): call it on a slow path. */
 bool vgpu_job_threads_gone(void);
 
