@@ -95,7 +95,7 @@ static void wait_unheld(void)
 
 		/* Timed: a hold set and cleared between the load and the
 		 * wait is never missed for long. */
-		clock_gettime(CLOCK_REALTIME, &until);
+		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_nsec += 100 * 1000000L;
 		if (until.tv_nsec >= 1000000000L) {
 			until.tv_sec++;
@@ -415,14 +415,14 @@ bool vgpu__control_exit(void)
 	if (!started)
 		return true;
 	__atomic_store_n(&stopping, true, __ATOMIC_RELEASE);
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += 2;
 	/* A pass in progress ends first: it stops between two moves (one
 	 * range's move, 256 MiB, takes a third of a second on the simulated
 	 * bus). One stuck in a driver call is not waited for past 2 s: the
 	 * ledgers are not left then, and the others reclaim this process's
 	 * charges when it is gone. */
-	ok = pthread_mutex_timedlock(&pass_mu, &until) == 0;
+	ok = vgpu_mutex_lock_by(&pass_mu, &until);
 	if (!ok)
 		vgpu_log(VGPU_LOG_WARN, "exit: the control thread is still "
 			 "moving memory after 2 s; this process's charges are "

@@ -138,8 +138,7 @@ bool vgpu_ledger_unfollow(struct vgpu_ledger *l)
 		return true;
 	__atomic_store_n(&leaving, true, __ATOMIC_RELEASE);
 	pthread_once(&leave_once, set_leave_by);
-	if (pthread_mutex_clocklock(&pass_mu, CLOCK_MONOTONIC,
-				    &leave_by) != 0) {
+	if (!vgpu_mutex_lock_by(&pass_mu, &leave_by)) {
 		vgpu_log(1, "ledger '%s': the thread following the file is "
 			 "still moving %d s after this process began to "
 			 "leave; its charges are left to the ledger's "

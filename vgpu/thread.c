@@ -167,3 +167,26 @@ bool vgpu_job_threads_gone(void)
 	closedir(d);
 	return gone;
 }
+
+static bool passed(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec &&
+		now.tv_nsec >= deadline->tv_nsec);
+}
+
+bool vgpu_mutex_lock_by(pthread_mutex_t *mu, const struct timespec *deadline)
+{
+	struct timespec pause = { 0, 1000000L };
+
+	for (;;) {
+		if (pthread_mutex_trylock(mu) == 0)
+			return true;
+		if (passed(deadline))
+			return false;
+		nanosleep(&pause, NULL);
+	}
+}
