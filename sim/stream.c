@@ -370,12 +370,20 @@ CUresult vsim_stream_run(struct CUstream_st *s, struct vsim_op *op)
 	return rc;
 }
 
+/* Not a cancellation point: a thread cancelled in the wait would end
+ * holding the stream's lock, and every later call on the stream would
+ * hang (a driver's waits are its own futexes and spins, not POSIX
+ * cancellation points). */
 void vsim_stream_wait_seq(struct CUstream_st *s, uint64_t seq)
 {
+	int cancel;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&s->lock);
 	while (s->completed < seq)
 		pthread_cond_wait(&s->cond, &s->lock);
 	pthread_mutex_unlock(&s->lock);
+	pthread_setcancelstate(cancel, NULL);
 }
 
 CUresult vsim_stream_drain(struct CUstream_st *s)

@@ -10,6 +10,7 @@
 #include <cudaTypedefs.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 TestSuite(stream, .init = simtest_clean_env, .fini = simtest_remove_state);
 
@@ -616,4 +617,65 @@ Test(stream, capture_queries_say_not_capturing)
 	CU_OK(cuStreamDestroy(dead));
 	cr_assert_neq(is(dead, &st), CUDA_SUCCESS);
 	CU_OK(cuStreamDestroy(streams[3]));
+}
+
+/* A thread cancelled while it waits in a synchronisation: the wait is no
+ * cancellation point (a real driver's waits are its own), so the thread
+ * ends at its next one, after the wait, and leaves no lock of the stream
+ * held: the stream still runs work and synchronises. */
+struct waiter {
+	CUcontext ctx;
+	CUstream s;
+	CUevent e;
+	volatile int waiting;
+};
+
+static void CUDA_CB count_one(void *arg)
+{
+	++*(int *)arg;
+}
+
+static void *wait_then_test(void *arg)
+{
+	struct waiter *w = arg;
+
+	cuCtxSetCurrent(w->ctx);
+	w->waiting = 1;
+	for (;;) {
+		cuEventSynchronize(w->e);
+		cuStreamSynchronize(w->s);
+		pthread_testcancel();
+	}
+	return NULL;
+}
+
+Test(stream, cancelled_waiter_leaves_the_stream_usable, .timeout = 30)
+{
+	struct simtest_gate *g;
+	struct waiter w = { 0 };
+	pthread_t t;
+	void *res;
+	int seen = 0;
+
+	w.ctx = simtest_init();
+	CU_OK(cuStreamCreate(&w.s, 0));
+	CU_OK(cuEventCreate(&w.e, CU_EVENT_DISABLE_TIMING));
+	g = simtest_gate_new();
+	simtest_gate_queue(g, w.s);
+	CU_OK(cuEventRecord(w.e, w.s));
+	cr_assert_eq(pthread_create(&t, NULL, wait_then_test, &w), 0);
+	while (!w.waiting || !simtest_gate_reached(g))
+		usleep(1000);
+	usleep(50 * 1000);	/* inside cuEventSynchronize, gate shut */
+	cr_assert_eq(pthread_cancel(t), 0);
+	usleep(50 * 1000);
+	simtest_gate_open(g);
+	cr_assert_eq(pthread_join(t, &res), 0);
+	cr_assert_eq(res, PTHREAD_CANCELED);
+	CU_OK(cuLaunchHostFunc(w.s, count_one, &seen));
+	CU_OK(cuStreamSynchronize(w.s));
+	CU_OK(cuCtxSynchronize());
+	cr_assert_eq(seen, 1);
+	CU_OK(cuEventDestroy(w.e));
+	CU_OK(cuStreamDestroy(w.s));
 }
