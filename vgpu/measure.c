@@ -10,6 +10,7 @@
 #include "throttle.h"
 #include "timeline.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #define RING	VGPU_MEASURE_RING
@@ -23,6 +24,30 @@ static struct vgpu_prim P;
 void vgpu_measure_use(const struct vgpu_prim *prim)
 {
 	P = *prim;
+}
+
+/* ---- cancellation ----------------------------------------------------------- */
+
+/* A capped launch makes the driver's calls of its own (its events'
+ * records and reads, a calibration's, the launch). A thread cancelled
+ * (pthread_cancel) inside one of them could end holding the driver's
+ * locks, and every later call of the process would hang: the simulator's
+ * stream lock did. So a measured launch runs with cancellation disabled,
+ * and enables it, when the job's thread had it, only in its waits for
+ * admission (wait_ns), where it holds nothing: a thread held by its
+ * share is still cancelled there at once. */
+static __thread bool cancel_in_waits;
+
+static void wait_ns(uint64_t ns)
+{
+	if (!cancel_in_waits) {
+		P.sleep(ns);
+		return;
+	}
+	pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+	pthread_testcancel();
+	P.sleep(ns);
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 }
 
 /* ---- contexts torn down ------------------------------------------------------ */
@@ -651,7 +676,7 @@ static void estimate_or_probe(struct vgpu_measure_ctx *c,
 			*probe = true;
 			return;
 		}
-		P.sleep(VGPU_MEASURE_PROBE_POLL_NS);
+		wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
 		*est = estimate(c, g, kind, key);
 	}
 }
@@ -667,7 +692,7 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 						   t0 ? *now - t0 : 0)) != 0) {
 		if (!t0)
 			t0 = P.now();
-		P.sleep(wait > VGPU_MEASURE_MAX_SLEEP_NS
+		wait_ns(wait > VGPU_MEASURE_MAX_SLEEP_NS
 				? VGPU_MEASURE_MAX_SLEEP_NS : wait);
 		*now = P.now();
 		collect(c, *now);
@@ -756,9 +781,13 @@ int vgpu_measure_launch(struct vgpu_measure_thread *t,
 			const struct vgpu_measure_call *call)
 {
 	const struct vgpu_measure_gpu *g = NULL;
-	struct vgpu_measure_ctx *c = state(t);
+	struct vgpu_measure_ctx *c;
 	struct vgpu_prim_ctx *sctx = NULL;
-	int r;
+	int r, cancel;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	cancel_in_waits = cancel == PTHREAD_CANCEL_ENABLE;
+	c = state(t);
 
 	/* No current context (a CUkernel launched on a stream): the
 	 * stream's context is made current for it, and the launch is
@@ -774,6 +803,8 @@ int vgpu_measure_launch(struct vgpu_measure_thread *t,
 	r = g ? measured(c, g, call) : unmeasured(c, call);
 	if (sctx)
 		P.ctx_pop();
+	cancel_in_waits = false;
+	pthread_setcancelstate(cancel, NULL);
 	return r;
 }
 

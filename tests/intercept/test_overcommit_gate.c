@@ -2,9 +2,10 @@
  * copies while its ranges move (VGPU_OVERCOMMIT=host; intercept/control.c)
  * never holds the job up for good.
  *
- * - A capped tenant's launching thread cancelled while its launch waits
- *   for admission: the gate is left open, and a later allocation past the
- *   slice moves ranges as usual, data intact.
+ * - A capped tenant's launching thread cancelled at random moments of its
+ *   launches: the gate is left open, the context still synchronises, and
+ *   a later allocation past the slice moves ranges as usual, data
+ *   intact.
  * - A thread that stays inside a copy (a signal handler that sleeps
  *   there: a debugger's stop, a profiler's sample): an allocation past the
  *   slice gives up moving after a bounded wait and spills instead, while
@@ -18,8 +19,10 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB (1ull << 20)
@@ -94,10 +97,19 @@ static void *launch_forever(void *arg)
 	return NULL;
 }
 
+/* Cancelled at random moments of its launches (seeded: VGPU_TEST_SEED=n
+ * repeats a run): in the admission's wait, in the share's reads of its
+ * earlier launches' events, in the driver's launch. Each time the context
+ * still synchronises, from this thread and from the shim's own syncer (an
+ * allocation past the slice moves ranges), and the data are intact. */
+#define CANCEL_ROUNDS 12
+
 Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
-     .fini = shimtest_cleanup, .timeout = 60)
+     .fini = shimtest_cleanup, .timeout = 90)
 {
+	const char *env = getenv("VGPU_TEST_SEED");
 	CUdeviceptr b[3], scratch, more;
+	unsigned seed;
 	pthread_t t;
 	void *res;
 
@@ -107,6 +119,10 @@ Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
 	 * in sigaltstack). The plain build runs this test. */
 	cr_skip_test("pthread_cancel under ASan");
 #endif
+	seed = env && *env ? (unsigned)strtoul(env, NULL, 0)
+			   : (unsigned)time(NULL) ^ (unsigned)getpid();
+	fprintf(stderr, "overcommit-gate: seed %u (VGPU_TEST_SEED=%u repeats "
+		"it)\n", seed, seed);
 	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
 	start();
 	for (int i = 0; i < 3; i++) {
@@ -114,18 +130,30 @@ Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
 		fill(b[i], 16 * MIB, 10 + (uint32_t)i);
 	}
 	cr_assert_eq(cuMemAlloc(&scratch, 4 * MIB), CUDA_SUCCESS);
-	cr_assert_eq(pthread_create(&t, NULL, launch_forever, &scratch), 0);
-	usleep(300 * 1000);	/* at 10%, its launches wait for admission */
-	cr_assert_eq(pthread_cancel(t), 0);
-	cr_assert_eq(pthread_join(t, &res), 0);
-	cr_assert_eq(res, PTHREAD_CANCELED);
-	cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS);
-	/* Past the slice: the least recently used go to the host. */
-	cr_assert_eq(cuMemAlloc(&more, 32 * MIB), CUDA_SUCCESS);
-	cr_expect_geq(usage(VGPU_USAGE_SPILLED), 16 * MIB);
-	for (int i = 0; i < 3; i++)
-		check(b[i], 16 * MIB, 10 + (uint32_t)i);
-	cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	for (int round = 0; round < CANCEL_ROUNDS; round++) {
+		/* 0 to 250 ms: at 10%, its launches wait for admission,
+		 * and its first ones for their estimates. */
+		useconds_t after = (useconds_t)(rand_r(&seed) % 250000u);
+
+		cr_assert_eq(pthread_create(&t, NULL, launch_forever,
+					    &scratch), 0);
+		usleep(after);
+		cr_assert_eq(pthread_cancel(t), 0);
+		cr_assert_eq(pthread_join(t, &res), 0);
+		cr_assert_eq(res, PTHREAD_CANCELED);
+		cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS,
+			     "round %d, cancelled after %u us", round,
+			     (unsigned)after);
+		/* Past the slice: the least recently used go to the host
+		 * (every context synchronised by the syncer first). */
+		cr_assert_eq(cuMemAlloc(&more, 32 * MIB), CUDA_SUCCESS);
+		cr_expect_geq(usage(VGPU_USAGE_SPILLED), 16 * MIB,
+			      "round %d, cancelled after %u us: nothing "
+			      "moved", round, (unsigned)after);
+		for (int i = 0; i < 3; i++)
+			check(b[i], 16 * MIB, 10 + (uint32_t)i);
+		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	}
 	cr_assert_eq(cuMemFree(scratch), CUDA_SUCCESS);
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(cuMemFree(b[i]), CUDA_SUCCESS);
