@@ -66,32 +66,49 @@ void vsim_memop_run(const struct vsim_op *op)
 	}
 }
 
-/* One operation queued on h, or refused: kind, address, value, flags. */
-static CUresult submit(CUstream h, bool ptsz, unsigned kind, CUdeviceptr addr,
-		       uint64_t value, unsigned flags)
+static bool wide_op(unsigned kind)
 {
-	bool wide = kind == CU_STREAM_MEM_OP_WAIT_VALUE_64 ||
-		    kind == CU_STREAM_MEM_OP_WRITE_VALUE_64;
-	bool wait = kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
-		    kind == CU_STREAM_MEM_OP_WAIT_VALUE_64;
-	size_t size = wide ? 8 : 4;
-	struct CUstream_st *s;
-	struct vsim_op *op;
-	CUresult rc = vsim_stream_resolve(h, ptsz, &s);
+	return kind == CU_STREAM_MEM_OP_WAIT_VALUE_64 ||
+	       kind == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+}
 
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	if (kind == CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES ||
-	    kind == CU_STREAM_MEM_OP_BARRIER) {
-		addr = 0;
-	} else {
-		if (wait ? flags & ~(3u | CU_STREAM_WAIT_VALUE_FLUSH)
-			 : flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
-			return CUDA_ERROR_INVALID_VALUE;
-		if (addr % size || vsim_mem_check_device(addr, size) != CUDA_SUCCESS)
-			return CUDA_ERROR_INVALID_VALUE;
+static bool wait_op(unsigned kind)
+{
+	return kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+	       kind == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+}
+
+/* Whether one operation may be queued: its kind, flags and address. */
+static CUresult check(unsigned kind, CUdeviceptr addr, unsigned flags)
+{
+	size_t size = wide_op(kind) ? 8 : 4;
+
+	switch (kind) {
+	case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+	case CU_STREAM_MEM_OP_BARRIER:
+		return CUDA_SUCCESS;
+	case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+	case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+	case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+	case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
 	}
-	op = vsim_op_new(VSIM_OP_MEMOP);
+	if (wait_op(kind) ? flags & ~(3u | CU_STREAM_WAIT_VALUE_FLUSH)
+			  : flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (addr % size || vsim_mem_check_device(addr, size) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+/* One operation, checked, queued on s. */
+static CUresult queue(struct CUstream_st *s, unsigned kind, CUdeviceptr addr,
+		      uint64_t value, unsigned flags)
+{
+	struct vsim_op *op = vsim_op_new(VSIM_OP_MEMOP);
+
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	op->u.memop.addr = (void *)(uintptr_t)addr;
@@ -101,46 +118,69 @@ static CUresult submit(CUstream h, bool ptsz, unsigned kind, CUdeviceptr addr,
 	return vsim_stream_submit(s, op, NULL);
 }
 
+/* One operation queued on h, or refused: kind, address, value, flags. */
+static CUresult submit(CUstream h, bool ptsz, unsigned kind, CUdeviceptr addr,
+		       uint64_t value, unsigned flags)
+{
+	struct CUstream_st *s;
+	CUresult rc = vsim_stream_resolve(h, ptsz, &s);
+
+	if (rc == CUDA_SUCCESS)
+		rc = check(kind, addr, flags);
+	return rc == CUDA_SUCCESS ? queue(s, kind, addr, value, flags) : rc;
+}
+
+/* An operation of a batch as (kind, address, value, flags). */
+static void unpack(const CUstreamBatchMemOpParams *p, CUdeviceptr *addr,
+		   uint64_t *value, unsigned *flags)
+{
+	bool wide = wide_op(p->operation);
+
+	*addr = 0;
+	*value = 0;
+	*flags = 0;
+	if (wait_op(p->operation)) {
+		*addr = p->waitValue.address;
+		*value = wide ? p->waitValue.value64 : p->waitValue.value;
+		*flags = p->waitValue.flags;
+	} else if (p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ||
+		   p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
+		*addr = p->writeValue.address;
+		*value = wide ? p->writeValue.value64 : p->writeValue.value;
+		*flags = p->writeValue.flags;
+	}
+}
+
+/* A batch is checked whole before any of it is queued: one bad operation
+ * refuses the call and queues nothing. At most 255 operations ("less
+ * than 256"). */
 static CUresult batch(CUstream h, bool ptsz, unsigned count,
 		      CUstreamBatchMemOpParams *ops, unsigned flags)
 {
-	CUresult rc = CUDA_SUCCESS;
+	struct CUstream_st *s;
+	CUresult rc;
 
 	if (count == 0)
 		return CUDA_SUCCESS;
-	if (!ops || flags || count > 256)
+	if (!ops || flags || count >= 256)
 		return CUDA_ERROR_INVALID_VALUE;
-	for (unsigned i = 0; i < count; i++) {
-		unsigned k = ops[i].operation;
+	if ((rc = vsim_stream_resolve(h, ptsz, &s)) != CUDA_SUCCESS)
+		return rc;
+	for (unsigned i = 0; i < count && rc == CUDA_SUCCESS; i++) {
+		CUdeviceptr addr;
+		uint64_t value;
+		unsigned f;
 
-		if (k != CU_STREAM_MEM_OP_WAIT_VALUE_32 &&
-		    k != CU_STREAM_MEM_OP_WRITE_VALUE_32 &&
-		    k != CU_STREAM_MEM_OP_WAIT_VALUE_64 &&
-		    k != CU_STREAM_MEM_OP_WRITE_VALUE_64 &&
-		    k != CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES &&
-		    k != CU_STREAM_MEM_OP_BARRIER)
-			return CUDA_ERROR_INVALID_VALUE;
+		unpack(&ops[i], &addr, &value, &f);
+		rc = check(ops[i].operation, addr, f);
 	}
 	for (unsigned i = 0; i < count && rc == CUDA_SUCCESS; i++) {
-		const CUstreamBatchMemOpParams *p = &ops[i];
-		bool wide = p->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ||
-			    p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+		CUdeviceptr addr;
+		uint64_t value;
+		unsigned f;
 
-		if (p->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
-		    p->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64)
-			rc = submit(h, ptsz, p->operation, p->waitValue.address,
-				    wide ? p->waitValue.value64
-					 : p->waitValue.value,
-				    p->waitValue.flags);
-		else if (p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ||
-			 p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
-			rc = submit(h, ptsz, p->operation,
-				    p->writeValue.address,
-				    wide ? p->writeValue.value64
-					 : p->writeValue.value,
-				    p->writeValue.flags);
-		else
-			rc = submit(h, ptsz, p->operation, 0, 0, 0);
+		unpack(&ops[i], &addr, &value, &f);
+		rc = queue(s, ops[i].operation, addr, value, f);
 	}
 	return rc;
 }

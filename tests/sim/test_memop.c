@@ -143,6 +143,28 @@ Test(memop, a_batch_runs_its_operations_in_order)
 		     CUDA_ERROR_INVALID_VALUE);
 	cr_assert_eq(cuStreamBatchMemOp_v2(s, 1, NULL, 0),
 		     CUDA_ERROR_INVALID_VALUE);
+	/* A bad operation after good ones: none of the batch is queued. */
+	ops[2].operation = CU_STREAM_MEM_OP_BARRIER;
+	ops[0].writeValue.value = 11;
+	ops[1].waitValue.value = 11;
+	ops[3].writeValue.address = d + 2;	/* misaligned */
+	cr_assert_eq(cuStreamBatchMemOp_v2(s, 4, ops, 0),
+		     CUDA_ERROR_INVALID_VALUE);
+	CU_OK(cuStreamSynchronize(s));
+	CU_OK(cuMemcpyDtoH(w, d, sizeof(w)));
+	cr_assert(w[0] == 9 && w[1] == 10, "a refused batch ran: %u %u",
+		  w[0], w[1]);
+	/* "Less than 256" operations. */
+	{
+		static CUstreamBatchMemOpParams many[256];
+
+		for (int i = 0; i < 256; i++)
+			many[i].memoryBarrier.operation =
+				CU_STREAM_MEM_OP_BARRIER;
+		cr_assert_eq(cuStreamBatchMemOp_v2(s, 256, many, 0),
+			     CUDA_ERROR_INVALID_VALUE);
+		CU_OK(cuStreamBatchMemOp_v2(s, 255, many, 0));
+	}
 	cr_assert_eq(cuStreamWriteValue32_v2(s, d + 2, 1, 0),
 		     CUDA_ERROR_INVALID_VALUE);
 	cr_assert_eq(cuStreamWriteValue64_v2(s, d + 4, 1, 0),
