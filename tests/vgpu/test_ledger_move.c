@@ -317,6 +317,8 @@ Test(ledger_move, threads_keep_exact_totals_across_moves, .timeout = 60)
 		cr_assert_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
 	}
 	for (int round = 0; round < 6; round++) {
+		uint64_t moves = vgpu_ledger_moves(l);
+
 		sleep_ms(40);
 		if (round % 3 == 0)
 			cr_assert_eq(truncate(p, 0), 0);
@@ -324,7 +326,15 @@ Test(ledger_move, threads_keep_exact_totals_across_moves, .timeout = 60)
 			cr_assert_eq(unlink(p), 0);
 		else
 			cr_assert_eq(truncate(p, 8192), 0);
-		sleep_ms(160);
+		/* The workers' reservations notice within ~100 ms; on a
+		 * loaded machine it may take longer: each attack is on a
+		 * file the process has moved to. */
+		for (int ms = 0; vgpu_ledger_moves(l) == moves && ms < 5000;
+		     ms += 10)
+			sleep_ms(10);
+		cr_assert_gt(vgpu_ledger_moves(l), moves,
+			     "round %d: no move within 5 s", round);
+		sleep_ms(60);
 	}
 	stop = 1;
 	for (int i = 0; i < THREADS; i++) {
