@@ -69,18 +69,49 @@ int vgpu_thread_start(void *(*fn)(void *), void *arg)
 	return rc;
 }
 
+/* This thread's id as /proc shows it. /proc/thread-self names
+ * "PID/task/TID" in the pid namespace /proc was mounted in, which need not
+ * be the process's own (a container given the host's /proc): there
+ * gettid's id would match no entry of /proc/self/task, and the library's
+ * threads would count as the job's. gettid's when the link cannot be
+ * read. */
+static pid_t proc_tid(void)
+{
+	char buf[96];
+	ssize_t n = readlink("/proc/thread-self", buf, sizeof(buf) - 1);
+	const char *p;
+	long v;
+
+	if (n > 0) {
+		buf[n] = '\0';
+		p = strrchr(buf, '/');
+		v = p ? strtol(p + 1, NULL, 10) : 0;
+		if (v > 0)
+			return (pid_t)v;
+	}
+	return (pid_t)syscall(SYS_gettid);
+}
+
+static __thread int my_entry = -1;	/* this thread's in mine[] */
+
 void vgpu_thread_mine(bool yes)
 {
-	pid_t tid = (pid_t)syscall(SYS_gettid);
+	pid_t tid;
 
-	for (int i = 0; i < MINE_MAX; i++) {
-		pid_t want = yes ? 0 : tid;
+	if (!yes) {
+		if (my_entry >= 0)
+			__atomic_store_n(&mine[my_entry], 0, __ATOMIC_RELAXED);
+		my_entry = -1;
+		return;
+	}
+	tid = proc_tid();
+	for (int i = 0; i < MINE_MAX && my_entry < 0; i++) {
+		pid_t free_ = 0;
 
-		if (__atomic_compare_exchange_n(&mine[i], &want,
-						yes ? tid : 0, false,
+		if (__atomic_compare_exchange_n(&mine[i], &free_, tid, false,
 						__ATOMIC_RELAXED,
 						__ATOMIC_RELAXED))
-			return;
+			my_entry = i;
 	}
 }
 
