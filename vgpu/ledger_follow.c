@@ -92,6 +92,7 @@ static void start_locked(void)
 	int rc;
 
 	pthread_once(&atfork_once, register_atfork);
+	vgpu__gate_prepare();	/* while the library has no thread */
 	rc = vgpu_thread_start(follow_main, NULL);
 	if (rc == 0) {
 		started = true;

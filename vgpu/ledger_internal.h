@@ -233,6 +233,9 @@ struct vgpu__gate_seat {
 };
 extern struct vgpu__gate_seat vgpu__gate_seats[VGPU__GATE_SEATS];
 extern __thread struct vgpu__gate_seat *vgpu__gate_me;
+/* Decides (once) whether threads sit, registering for membarrier: call
+ * it before the library starts a thread (ledger_follow.c). */
+void vgpu__gate_prepare(void);
 struct vgpu__gate_seat *vgpu__gate_sit(void);	/* NULL: count in l->gate */
 int vgpu__gate_wait(struct vgpu_ledger *l);
 

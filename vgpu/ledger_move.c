@@ -72,7 +72,6 @@ static void sleep_us(long us)
 struct vgpu__gate_seat vgpu__gate_seats[VGPU__GATE_SEATS];
 __thread struct vgpu__gate_seat *vgpu__gate_me;
 static bool seats_on;		/* decided once, before any thread sits */
-static bool registered;		/* membarrier's registration made (atomic) */
 static pthread_once_t seats_once = PTHREAD_ONCE_INIT;
 static pthread_key_t seat_key;
 
@@ -103,9 +102,9 @@ static void *moving_map;
 
 /* The child of a fork has one thread, the one that forked: every other
  * seat is free, and membarrier's registration is the parent's, not the
- * child's (the kernel does not carry it over): the child's first move
- * makes its own. A move the parent was making is the parent's: its new
- * file's descriptor is closed. */
+ * child's (the kernel does not carry it over), so it is asked again. A
+ * move the parent was making is the parent's: its new file's descriptor
+ * is closed. */
 static void seats_fork_child(void)
 {
 	if (moving_map) {
@@ -121,36 +120,35 @@ static void seats_fork_child(void)
 			vgpu__gate_seats[i].inside = 0;
 			vgpu__gate_seats[i].taken = 0;
 		}
-	registered = false;
+	if (seats_on &&
+	    membarrier_cmd(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0) {
+		seats_on = false;	/* one thread: no one sits now */
+		if (vgpu__gate_me)
+			seat_free(vgpu__gate_me);
+	}
 }
 
-/* Seats are used where the kernel has the private expedited barrier. The
- * registration the barrier needs is made by the first move (registered()),
- * not here: in a process with more than one thread the kernel waits a
- * grace period to register (17 ms measured here), and by the time the
- * first thread sits the library's own follower thread runs. */
 static void seats_init(void)
 {
 	int cmds = membarrier_cmd(MEMBARRIER_CMD_QUERY);
 
 	seats_on = cmds > 0 &&
 		   (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-		   (cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) &&
-		   pthread_key_create(&seat_key, seat_free) == 0;
+		   pthread_key_create(&seat_key, seat_free) == 0 &&
+		   membarrier_cmd(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) ==
+			   0;
 	pthread_atfork(NULL, NULL, seats_fork_child);
 }
 
-/* Registers the process for the private expedited barrier, once: a
- * barrier orders every thread running at the time, whenever they sat.
- * Two movers (two ledgers) may both register; that is harmless. */
-static bool register_barrier(void)
+/* Before the library starts a thread of its own (the follower): the
+ * registration for membarrier is cheap in a process of one thread, and
+ * with more than one the kernel waits a grace period (10-17 ms measured
+ * here), which every start-up paid while the first thread to sit made
+ * it with the follower already running. A job that has threads of its
+ * own before its first driver call pays it either way. */
+void vgpu__gate_prepare(void)
 {
-	if (__atomic_load_n(&registered, __ATOMIC_ACQUIRE))
-		return true;
-	if (membarrier_cmd(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0)
-		return false;
-	__atomic_store_n(&registered, true, __ATOMIC_RELEASE);
-	return true;
+	pthread_once(&seats_once, seats_init);
 }
 
 struct vgpu__gate_seat *vgpu__gate_sit(void)
@@ -203,10 +201,6 @@ static int gate_close(struct vgpu_ledger *l)
 	uint64_t until = 0;
 
 	pthread_once(&seats_once, seats_init);
-	/* Registered before the gate closes: the kernel may take a grace
-	 * period, and the process's threads run on meanwhile. */
-	if (seats_on && !register_barrier())
-		return VGPU_LEDGER_ESYS;
 	__atomic_fetch_or(&l->gate, VGPU__GATE_MOVER, __ATOMIC_SEQ_CST);
 	if (seats_on &&
 	    membarrier_cmd(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
