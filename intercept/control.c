@@ -187,6 +187,12 @@ bool vgpu__control_suspended(void)
 }
 
 /* Back to where vgpu__moves_begin found this thread. */
+/* A mover is not cancelled: it holds move_mu and the process's hold
+ * across the driver's calls of the move (each may be a cancellation point
+ * in the driver) and its own waits; a cancel takes effect after its
+ * vgpu__moves_end. */
+static __thread int move_cancel;
+
 static void moves_undo(void)
 {
 	hold_add(-1);
@@ -195,6 +201,7 @@ static void moves_undo(void)
 		stepped_out = false;
 		gate_in();
 	}
+	pthread_setcancelstate(move_cancel, NULL);
 }
 
 bool vgpu__moves_begin(unsigned wait_ms)
@@ -204,6 +211,7 @@ bool vgpu__moves_begin(unsigned wait_ms)
 
 	if (move_depth++)
 		return true;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &move_cancel);
 	if (gate_depth && !is_control_thread) {
 		stepped_out = true;
 		__atomic_sub_fetch(&in_gate, 1, __ATOMIC_SEQ_CST);

@@ -87,6 +87,7 @@ struct vgpu_dev *vgpu__dev_attach(CUdevice d)
 	char uuid[VGPU_LEDGER_UUID_MAX];
 	CUuuid u;
 	size_t total = 0;
+	int cancel;
 
 	if (d < 0 || d >= VGPU_MAX_DEVICES)
 		return NULL;
@@ -103,10 +104,15 @@ struct vgpu_dev *vgpu__dev_attach(CUdevice d)
 		return NULL;
 	vgpu_device_uuid_string((const unsigned char *)u.bytes, uuid,
 				sizeof(uuid));
+	/* Not cancelled while it holds attach_lock: joining the ledger
+	 * opens, locks and logs (cancellation points), and a thread
+	 * cancelled there would leave every later attach waiting. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&attach_lock);
 	if (__atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) == VGPU_DEV_NEW)
 		attach(dv, d, uuid, total);
 	pthread_mutex_unlock(&attach_lock);
+	pthread_setcancelstate(cancel, NULL);
 	return dv;
 }
 

@@ -161,6 +161,160 @@ Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
 	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
 }
 
+/* ---- threads cancelled while they allocate and free ----------------------- */
+
+static void free_held(void *arg)
+{
+	CUdeviceptr *p = arg;
+
+	if (*p)
+		cuMemFree(*p);
+	*p = 0;
+}
+
+struct allocator {
+	CUdeviceptr p;		/* held now, freed by the cleanup */
+};
+
+/* Allocates 8 MiB past a full slice (so a move makes room, or the range
+ * spills), touches it with a capped kernel, frees it; again. */
+static void *alloc_forever(void *arg)
+{
+	struct allocator *a = arg;
+	uint64_t n = 8 * MIB / 4;
+	uint32_t expect = 0, seed = 77;
+	CUdeviceptr none = 0;
+	void *params[] = { &a->p, &n, &expect, &seed, &none };
+
+	cuCtxSetCurrent(ctx);
+	for (;;) {
+		pthread_cleanup_push(free_held, &a->p);
+		if (cuMemAlloc(&a->p, 8 * MIB) == CUDA_SUCCESS) {
+			cuLaunchKernel(touch, 8, 1, 1, 64, 1, 1, 0, NULL,
+				       params, NULL);
+			free_held(&a->p);
+		}
+		pthread_cleanup_pop(0);
+		pthread_testcancel();
+	}
+	return NULL;
+}
+
+/* Cancelled at random moments (seeded) of allocations that move ranges
+ * to the host and back, of frees that promote, of capped launches: the
+ * movers are not cancelled inside a move (they hold the process's hold
+ * and the move lock), so the process goes on: it synchronises,
+ * allocates past the slice, the data are intact, and every byte is given
+ * back, by the ledger's count and the device's. Before, a thread
+ * cancelled inside a move's driver call left every launch held. */
+#define ALLOCATORS 4
+
+Test(overcommit_gate, cancelled_allocators_leave_the_process_usable,
+     .fini = shimtest_cleanup, .timeout = 120)
+{
+	const char *env = getenv("VGPU_TEST_SEED");
+	struct allocator a[ALLOCATORS];
+	pthread_t t[ALLOCATORS];
+	CUdeviceptr b[3], more;
+	uint64_t base;
+	unsigned seed;
+	void *res;
+
+#ifdef __SANITIZE_ADDRESS__
+	cr_skip_test("pthread_cancel under ASan");
+#endif
+	seed = env && *env ? (unsigned)strtoul(env, NULL, 0)
+			   : (unsigned)time(NULL) ^ (unsigned)getpid();
+	fprintf(stderr, "overcommit-gate: seed %u (VGPU_TEST_SEED=%u repeats "
+		"it)\n", seed, seed);
+	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
+	start();
+	base = shimtest_device_used();
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(cuMemAlloc(&b[i], 16 * MIB), CUDA_SUCCESS);
+		fill(b[i], 16 * MIB, 20 + (uint32_t)i);
+	}
+	for (int round = 0; round < 6; round++) {
+		useconds_t after = (useconds_t)(rand_r(&seed) % 400000u);
+
+		for (int i = 0; i < ALLOCATORS; i++) {
+			a[i].p = 0;
+			cr_assert_eq(pthread_create(&t[i], NULL, alloc_forever,
+						    &a[i]), 0);
+		}
+		usleep(after);
+		for (int i = 0; i < ALLOCATORS; i++) {
+			usleep((useconds_t)(rand_r(&seed) % 20000u));
+			cr_assert_eq(pthread_cancel(t[i]), 0);
+		}
+		for (int i = 0; i < ALLOCATORS; i++) {
+			cr_assert_eq(pthread_join(t[i], &res), 0);
+			cr_assert_eq(res, PTHREAD_CANCELED);
+		}
+		cr_assert_eq(cuCtxSynchronize(), CUDA_SUCCESS,
+			     "round %d, cancelled after %u us", round,
+			     (unsigned)after);
+		cr_assert_eq(cuMemAlloc(&more, 48 * MIB), CUDA_SUCCESS,
+			     "round %d", round);
+		for (int i = 0; i < 3; i++)
+			check(b[i], 16 * MIB, 20 + (uint32_t)i);
+		cr_assert_eq(cuMemFree(more), CUDA_SUCCESS);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(cuMemFree(b[i]), CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
+	cr_expect_eq(usage(VGPU_USAGE_SPILLED), 0);
+	cr_expect_eq(shimtest_device_used(), base,
+		     "the device holds %llu bytes, %llu before",
+		     (unsigned long long)shimtest_device_used(),
+		     (unsigned long long)base);
+}
+
+/* ---- a thread cancelled while the shim attaches the device -------------- */
+
+static void *attach_cancelled(void *arg)
+{
+	CUcontext c;
+
+	(void)arg;
+	pthread_cancel(pthread_self());	/* acts at its first point */
+	cuInit(0);
+	cuDevicePrimaryCtxRetain(&c, 0);
+	pthread_testcancel();
+	return NULL;
+}
+
+/* The first driver calls of a process, from a thread with a cancel
+ * pending: the shim's attach (the ledger joined: opens, locks, logs) and
+ * the simulator's start-up hold locks across cancellation points. They
+ * are not cancelled there, so the main thread's own attach goes on.
+ * Before, it waited for good on the lock the thread ended holding. */
+Test(overcommit_gate, a_thread_cancelled_at_its_first_call_leaves_attach_open,
+     .fini = shimtest_cleanup, .timeout = 60)
+{
+	CUcontext c;
+	CUdeviceptr p;
+	pthread_t t;
+	void *res;
+
+#ifdef __SANITIZE_ADDRESS__
+	cr_skip_test("pthread_cancel under ASan");
+#endif
+	shimtest_env(TENANT, "64MiB");
+	simtest_env();
+	cr_assert_eq(pthread_create(&t, NULL, attach_cancelled, NULL), 0);
+	cr_assert_eq(pthread_join(t, &res), 0);
+	cr_assert_eq(res, PTHREAD_CANCELED);
+	cr_assert_eq(cuInit(0), CUDA_SUCCESS);
+	cr_assert_eq(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+	cr_assert_eq(cuCtxSetCurrent(c), CUDA_SUCCESS);
+	cr_assert_eq(cuMemAlloc(&p, 4 * MIB), CUDA_SUCCESS);
+	cr_expect_geq(usage(VGPU_USAGE_BUFFER), 4 * MIB);
+	cr_assert_eq(cuMemFree(p), CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0);
+	cr_assert_eq(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+}
+
 /* ---- a thread that stays inside a copy ------------------------------------ */
 
 static volatile sig_atomic_t handler_done;
