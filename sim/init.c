@@ -242,9 +242,11 @@ VSIM_EXPORT CUresult cuInit(unsigned int flags)
 {
 	static bool atfork_done;
 	CUresult rc;
+	int cancel;
 
 	if (flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	cancel = vsim_nocancel_begin();
 	pthread_mutex_lock(&init_lock);
 	if (!atfork_done) {
 		pthread_atfork(NULL, NULL, fork_child);
@@ -256,6 +258,7 @@ VSIM_EXPORT CUresult cuInit(unsigned int flags)
 	}
 	rc = vsim_g.init_result;
 	pthread_mutex_unlock(&init_lock);
+	vsim_nocancel_end(cancel);
 	return rc;
 }
 

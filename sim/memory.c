@@ -184,6 +184,7 @@ static void release_alloc(const struct vsim_alloc *a)
 void vsim_mem_free_ctx(struct CUctx_st *ctx)
 {
 	size_t i = 0;
+	int cancel = vsim_nocancel_begin();
 
 	pthread_rwlock_wrlock(&table_lock);
 	while (i < table_len) {
@@ -198,6 +199,7 @@ void vsim_mem_free_ctx(struct CUctx_st *ctx)
 		table_len--;
 	}
 	pthread_rwlock_unlock(&table_lock);
+	vsim_nocancel_end(cancel);
 }
 
 /* Maps and records an allocation; device memory is reserved first. */

@@ -17,6 +17,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A thread that holds one of the simulator's locks across a cancellation
+ * point (open, close, write, a wait) is not cancelled there: a cancelled
+ * thread would end holding the lock, and every later call that takes it
+ * would hang. A real driver's own locks are not POSIX cancellation
+ * points. begin returns the state to give end. */
+static inline int vsim_nocancel_begin(void)
+{
+	int c;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &c);
+	return c;
+}
+
+static inline void vsim_nocancel_end(int c)
+{
+	pthread_setcancelstate(c, NULL);
+}
+
 #define VSIM_EXPORT __attribute__((visibility("default")))
 
 #define VSIM_MAX_DEVICES 16

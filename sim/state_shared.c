@@ -323,6 +323,26 @@ static void fill(struct dev_state *d, struct state_shared *o,
 	atomic_store(&o->holders[d->slot / 64], bit_of(d->slot));
 }
 
+/* vsim_shared_lock is held across open, close and logging: not
+ * cancelled meanwhile (sim.h). */
+static __thread int shared_cancel;
+
+static void shared_lock(void)
+{
+	int c = vsim_nocancel_begin();
+
+	pthread_mutex_lock(&vsim_shared_lock);
+	shared_cancel = c;
+}
+
+static void shared_unlock(void)
+{
+	int c = shared_cancel;
+
+	pthread_mutex_unlock(&vsim_shared_lock);
+	vsim_nocancel_end(c);
+}
+
 CUresult vsim_shared_create(int ordinal, const struct vsim_shared_desc *desc,
 			    uint64_t *id)
 {
@@ -338,7 +358,7 @@ CUresult vsim_shared_create(int ordinal, const struct vsim_shared_desc *desc,
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (fstat(desc->fd, &st) != 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	pthread_mutex_lock(&vsim_shared_lock);
+	shared_lock();
 	o = make_entry(d);
 	if (!o) {
 		vsim_reclaim_dead(d);
@@ -362,7 +382,7 @@ CUresult vsim_shared_create(int ordinal, const struct vsim_shared_desc *desc,
 		moved = desc->size < was ? desc->size : was;
 	while (!atomic_compare_exchange_weak(&s->used, &was, was - moved));
 out:
-	pthread_mutex_unlock(&vsim_shared_lock);
+	shared_unlock();
 	return rc;
 }
 
@@ -373,7 +393,7 @@ void vsim_shared_drop(int ordinal, uint64_t id)
 
 	if (!d->sh)
 		return;
-	pthread_mutex_lock(&vsim_shared_lock);
+	shared_lock();
 	if (!hold_remove(d, id))
 		goto out;
 	o = find(d->sh, id);
@@ -383,12 +403,12 @@ void vsim_shared_drop(int ordinal, uint64_t id)
 	if (word_id(atomic_load(&o->word)) == id)
 		vsim_reclaim_dead(d);	/* the others may be dead: find out now */
 out:
-	pthread_mutex_unlock(&vsim_shared_lock);
+	shared_unlock();
 }
 
 void vsim_shared_detach(struct dev_state *d)
 {
-	pthread_mutex_lock(&vsim_shared_lock);
+	shared_lock();
 	for (size_t i = 0; i < d->nholds; i++) {
 		struct state_shared *o = find(d->sh, d->holds[i].id);
 
@@ -396,7 +416,7 @@ void vsim_shared_detach(struct dev_state *d)
 			let_go(d, o);
 	}
 	d->nholds = 0;
-	pthread_mutex_unlock(&vsim_shared_lock);
+	shared_unlock();
 }
 
 /* Opens the exporter's memfd anew through /proc. The exporter keeps that fd
@@ -442,7 +462,7 @@ CUresult vsim_shared_open(int ordinal, uint64_t id, int *fd,
 
 	if (!sh)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	pthread_mutex_lock(&vsim_shared_lock);
+	shared_lock();
 	vsim_reclaim_dead(d);	/* a dead exporter's objects open no more */
 	o = find(sh, id);
 	if (!o || o->kind != VSIM_SHARED_IPC || !exporter_holds(sh, o)) {
@@ -471,7 +491,7 @@ CUresult vsim_shared_open(int ordinal, uint64_t id, int *fd,
 	}
 	describe(o, ordinal, out);
 out:
-	pthread_mutex_unlock(&vsim_shared_lock);
+	shared_unlock();
 	return rc;
 }
 
@@ -517,7 +537,7 @@ CUresult vsim_shared_import(int fd, int *ordinal, uint64_t *id,
 
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&vsim_shared_lock);
+	shared_lock();
 	for (int i = 0; i < VSIM_MAX_DEVICES; i++) {
 		int found;
 
@@ -531,6 +551,6 @@ CUresult vsim_shared_import(int fd, int *ordinal, uint64_t *id,
 			break;
 		}
 	}
-	pthread_mutex_unlock(&vsim_shared_lock);
+	shared_unlock();
 	return rc;
 }

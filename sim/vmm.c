@@ -60,14 +60,22 @@ static struct vmm_mapping *maps;        /* sorted by base */
 static size_t nmaps, maps_cap;
 static atomic_ullong next_handle_id = 3ull << 61;
 
+static __thread int vmm_cancel;	/* the holder's, given back at unlock */
+
 void vsim_vmm_lock(void)
 {
+	int c = vsim_nocancel_begin();
+
 	pthread_rwlock_wrlock(&vmm_rw);
+	vmm_cancel = c;
 }
 
 void vsim_vmm_unlock(void)
 {
+	int c = vmm_cancel;
+
 	pthread_rwlock_unlock(&vmm_rw);
+	vsim_nocancel_end(c);
 }
 
 /* The parent's handles and mappings are not the child's: forgotten. */
