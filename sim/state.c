@@ -319,6 +319,7 @@ CUresult vsim_state_attach(int ordinal)
 {
 	struct dev_state *d = &vsim_states[ordinal];
 	CUresult rc = CUDA_SUCCESS;
+	int cancel = vsim_nocancel_begin();
 
 	pthread_mutex_lock(&attach_lock);
 	if (d->sh)
@@ -340,10 +341,14 @@ CUresult vsim_state_attach(int ordinal)
 	rc = CUDA_ERROR_OUT_OF_MEMORY;
 out:
 	pthread_mutex_unlock(&attach_lock);
+	vsim_nocancel_end(cancel);
 	return rc;
 }
 
-/* Returns this process's memory and slot (normal exit). */
+/* Returns this process's memory and slot (normal exit). The mapping, the
+ * descriptor and d stay: the job's other threads may still be inside a
+ * call while exit runs the destructors, and the kernel takes them back a
+ * moment later. */
 void vsim_state_detach_all(void)
 {
 	for (int i = 0; i < VSIM_MAX_DEVICES; i++) {
@@ -359,10 +364,6 @@ void vsim_state_detach_all(void)
 		/* Its bytes leave the device's sum with the claim. */
 		atomic_compare_exchange_strong(&s->claimed, &claim, 0);
 		slot_lock_op(d->fd, d->slot, F_OFD_SETLK, F_UNLCK);
-		munmap(d->sh, sizeof(struct state_file));
-		close(d->fd);
-		vsim_shared_forget(d);
-		*d = (struct dev_state){ .fd = -1, .slot = -1 };
 	}
 }
 

@@ -516,7 +516,7 @@ void vgpu_device_leave(struct vgpu_device *dv)
 	/* A follower's move that does not end: the slots are reclaimed as
 	 * a dead process's once this one is gone. */
 	if (vgpu_ledger_unfollow(dv->ledger))
-		vgpu_ledger_close(dv->ledger);	/* leaves its slots */
+		vgpu_ledger_exit(dv->ledger);	/* leaves its slots */
 }
 
 void vgpu_front_fork_child(void)

@@ -115,6 +115,13 @@ uint64_t vgpu_ledger_moves(const struct vgpu_ledger *l);
  * NULL is ignored. */
 void vgpu_ledger_close(struct vgpu_ledger *l);
 
+/* At the process's exit: gives back what every slot joined through `l`
+ * holds and frees the records, but unmaps, closes and frees nothing: the
+ * job's other threads may still be inside the ledger (a reservation, a
+ * wait at a move's gate) while the exit runs, and the kernel takes it all
+ * back a moment later. NULL is ignored. */
+void vgpu_ledger_exit(struct vgpu_ledger *l);
+
 /* In a child after fork(), before anything else touches `l`: forgets `l`
  * and its slots without writing to the file (the parent still owns them),
  * closes the inherited descriptor (which does not release the parent's

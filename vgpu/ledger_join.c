@@ -926,11 +926,29 @@ bool vgpu_ledger_set_terms(const struct vgpu_slot *s)
 	return s->setter;
 }
 
+/* s's record given back to the file and freed, its lock let go (l->mu).
+ * On a timeout (here, or handing its shared memory over) the slot stays
+ * active with its usage and, once its OFD lock is gone, is reclaimed
+ * like a dead process's. */
+static void give_back(struct vgpu_ledger *l, struct vgpu_slot *s)
+{
+	uint64_t deadline = vgpu__deadline();
+
+	if (vgpu__shares_slot_gone(l, s->index, s->owner, deadline) == 0 &&
+	    vgpu__tenant_lock_until(l, s->tenant_index, s->owner, deadline,
+				    NULL, 0) == 0) {
+		slot_give_back(s->ten, s->rec);
+		vgpu__tenant_unlock(s->ten);
+		__atomic_store_n(&s->rec->state, VGPU_SLOT_FREE,
+				 __ATOMIC_RELEASE);
+	}
+	vgpu__slot_unlock(l, s->index);
+}
+
 void vgpu_ledger_leave(struct vgpu_slot *s)
 {
 	struct vgpu_ledger *l;
 	struct vgpu_slot **pp;
-	uint64_t deadline;
 
 	if (!s)
 		return;
@@ -943,21 +961,19 @@ void vgpu_ledger_leave(struct vgpu_slot *s)
 			*pp = s->next;
 			break;
 		}
-	/* On a timeout (here, or handing its shared memory over) the slot
-	 * stays active with its usage and, once its OFD lock is gone, is
-	 * reclaimed like a dead process's. */
-	deadline = vgpu__deadline();
-	if (vgpu__shares_slot_gone(l, s->index, s->owner, deadline) == 0 &&
-	    vgpu__tenant_lock_until(l, s->tenant_index, s->owner, deadline,
-				    NULL, 0) == 0) {
-		slot_give_back(s->ten, s->rec);
-		vgpu__tenant_unlock(s->ten);
-		__atomic_store_n(&s->rec->state, VGPU_SLOT_FREE,
-				 __ATOMIC_RELEASE);
-	}
-	vgpu__slot_unlock(l, s->index);
+	give_back(l, s);
 	pthread_mutex_unlock(&l->mu);
 	free(s);
+}
+
+void vgpu_ledger_exit(struct vgpu_ledger *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	for (struct vgpu_slot *s = l->joined; s; s = s->next)
+		give_back(l, s);
+	pthread_mutex_unlock(&l->mu);
 }
 
 int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes)
