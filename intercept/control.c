@@ -94,8 +94,9 @@ static void wait_unheld(void)
 		struct timespec until;
 
 		/* Timed: a hold set and cleared between the load and the
-		 * wait is never missed for long. */
-		clock_gettime(CLOCK_MONOTONIC, &until);
+		 * wait is never missed for long. hold_cv waits on the wall
+		 * clock (its default). */
+		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += 100 * 1000000L;
 		if (until.tv_nsec >= 1000000000L) {
 			until.tv_sec++;
