@@ -428,6 +428,7 @@ CUresult vsim_mem_export(uintptr_t p, struct vsim_alloc *out)
 {
 	struct vsim_alloc a;
 	CUresult rc = CUDA_SUCCESS;
+	int cancel;
 	long i;
 
 	if (!vsim_mem_lookup(p, 1, &a) || !ipc_exportable(&a))
@@ -438,6 +439,7 @@ CUresult vsim_mem_export(uintptr_t p, struct vsim_alloc *out)
 	}
 	/* Work in flight must not write the old pages while they are copied. */
 	vsim_ctx_drain(a.ctx);
+	cancel = vsim_nocancel_begin();	/* copies and closes under the lock */
 	pthread_rwlock_wrlock(&table_lock);
 	i = find_index(p);
 	if (i < 0 || table[i].base != a.base || !ipc_exportable(&table[i])) {
@@ -449,6 +451,7 @@ CUresult vsim_mem_export(uintptr_t p, struct vsim_alloc *out)
 	*out = table[i];
 out:
 	pthread_rwlock_unlock(&table_lock);
+	vsim_nocancel_end(cancel);
 	return rc;
 }
 
@@ -461,7 +464,7 @@ CUresult vsim_mem_ipc_open(struct CUctx_st *ctx, int device, uint64_t id,
 	struct vsim_alloc a;
 	CUresult rc;
 	void *p;
-	int fd;
+	int fd, cancel = vsim_nocancel_begin();	/* closes under the lock */
 
 	pthread_rwlock_wrlock(&table_lock);
 	for (size_t i = 0; i < table_len; i++) {
@@ -500,6 +503,7 @@ CUresult vsim_mem_ipc_open(struct CUctx_st *ctx, int device, uint64_t id,
 	*out = a.base;
 out:
 	pthread_rwlock_unlock(&table_lock);
+	vsim_nocancel_end(cancel);
 	return rc;
 }
 

@@ -345,10 +345,10 @@ out:
 	return rc;
 }
 
-/* Returns this process's memory and slot (normal exit). The mapping, the
- * descriptor and d stay: the job's other threads may still be inside a
- * call while exit runs the destructors, and the kernel takes them back a
- * moment later. */
+/* Returns this process's memory (normal exit). The mapping, the
+ * descriptor, the slot's lock and d stay: the job's other threads may
+ * still be inside a call while exit runs the destructors, and the kernel
+ * takes them back a moment later. */
 void vsim_state_detach_all(void)
 {
 	for (int i = 0; i < VSIM_MAX_DEVICES; i++) {
@@ -363,7 +363,9 @@ void vsim_state_detach_all(void)
 		claim = d->claim;
 		/* Its bytes leave the device's sum with the claim. */
 		atomic_compare_exchange_strong(&s->claimed, &claim, 0);
-		slot_lock_op(d->fd, d->slot, F_OFD_SETLK, F_UNLCK);
+		/* The slot's lock stays until the process is gone: no other
+		 * process takes the slot while a late call may still write
+		 * it. */
 	}
 }
 

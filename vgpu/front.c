@@ -368,12 +368,17 @@ static void terms_read(struct vgpu_device *dv)
 
 void vgpu_device_terms_changed(struct vgpu_device *dv)
 {
+	int cancel;
+
+	/* Not cancelled while it holds terms_lock: terms_read logs. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&terms_lock);
 	/* ctl_changes first (acquire), then the terms it covers. */
 	__atomic_store_n(&dv->ctl_seen, vgpu_ledger_ctl_changes(dv->slot),
 			 __ATOMIC_RELAXED);
 	terms_read(dv);
 	pthread_mutex_unlock(&terms_lock);
+	pthread_setcancelstate(cancel, NULL);
 }
 
 /* A device not capped publishes nothing at its launches (one flag test

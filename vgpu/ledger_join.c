@@ -14,6 +14,7 @@
  * protocol and the argument.
  */
 #include "ledger_internal.h"
+#include "thread.h"
 #include "log.h"
 #include "options.h"
 
@@ -966,11 +967,22 @@ void vgpu_ledger_leave(struct vgpu_slot *s)
 	free(s);
 }
 
+/* At exit: each slot given back and freed in the file, as a leave, but
+ * the handle, its slots and the mapping are kept (ledger.h). l->mu is
+ * waited for 3 s at most (a move in progress); past that the slots are
+ * left to the reclaiming of a dead process's. A thread that charges in
+ * the instant between the shim's check and this give-back writes into a
+ * record now free (see docs/reliability.md). */
 void vgpu_ledger_exit(struct vgpu_ledger *l)
 {
+	struct timespec by;
+
 	if (!l)
 		return;
-	pthread_mutex_lock(&l->mu);
+	clock_gettime(CLOCK_MONOTONIC, &by);
+	by.tv_sec += 3;
+	if (!vgpu_mutex_lock_by(&l->mu, &by))
+		return;
 	for (struct vgpu_slot *s = l->joined; s; s = s->next)
 		give_back(l, s);
 	pthread_mutex_unlock(&l->mu);

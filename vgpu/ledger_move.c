@@ -454,6 +454,7 @@ int vgpu__ledger_check(struct vgpu_ledger *l)
 	int rc = VGPU__CHECK_OK;
 	uint32_t idle = 0;
 	char err[512] = "";
+	int cancel = -1;
 
 	if (!__atomic_compare_exchange_n(&l->checking, &idle, 1, false,
 					 __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -467,6 +468,10 @@ int vgpu__ledger_check(struct vgpu_ledger *l)
 	}
 	__atomic_store_n(&l->next_check_ns, now + VGPU__CHECK_EVERY_NS,
 			 __ATOMIC_RELAXED);
+	/* Not cancelled from here: a move holds l->mu, the shares mutex,
+	 * the gate and `checking` across opens, sleeps and logs, and a job's
+	 * thread cancelled there would leave them held for good. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	if (!name_moved(l))
 		goto out;
 	rc = vgpu__ledger_move(l, err, sizeof(err));
@@ -484,6 +489,8 @@ int vgpu__ledger_check(struct vgpu_ledger *l)
 			 err);
 out:
 	__atomic_store_n(&l->checking, 0, __ATOMIC_RELEASE);
+	if (cancel >= 0)
+		pthread_setcancelstate(cancel, NULL);
 	return rc;
 }
 

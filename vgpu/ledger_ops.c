@@ -180,7 +180,7 @@ void vgpu_ledger_poll(struct vgpu_ledger *l)
 
 int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes)
 {
-	int rc, n;
+	int rc, n, cancel;
 
 	if ((unsigned)kind >= VGPU_USAGE_COUNT)
 		return VGPU_LEDGER_EINVAL;
@@ -190,10 +190,13 @@ int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes)
 	rc = locked_charge(s, kind, bytes);
 	if (__builtin_expect(rc != VGPU_LEDGER_EOVERLIMIT, 1))
 		return rc;
-	/* Under l->mu: a move never grafts under a reclaim. */
+	/* Under l->mu: a move never grafts under a reclaim. Not cancelled
+	 * meanwhile: the reclaim may sleep on the shares lock. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&s->l->mu);
 	n = vgpu__reclaim_tenant(s->l, s->tenant_index);
 	pthread_mutex_unlock(&s->l->mu);
+	pthread_setcancelstate(cancel, NULL);
 	if (n > 0)
 		rc = locked_charge(s, kind, bytes);
 	if (rc == VGPU_LEDGER_EOVERLIMIT)

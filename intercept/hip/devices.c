@@ -63,6 +63,7 @@ struct vgpu_hip_dev *vgpu__hip_dev_attach(int d)
 	char key[VGPU_LEDGER_UUID_MAX];
 	size_t total = 0;
 	bool refused;
+	int cancel;
 
 	if (d < 0 || d >= VGPU_MAX_DEVICES)
 		return NULL;
@@ -79,6 +80,9 @@ struct vgpu_hip_dev *vgpu__hip_dev_attach(int d)
 	refused = vgpu__hip_refused() ||
 		  (__atomic_load_n(&absent_devices, __ATOMIC_RELAXED) &&
 		   vgpu_front_refuses(vgpu__hip_options()));
+	/* Not cancelled while it holds attach_lock (the join opens, locks
+	 * and logs), as the CUDA front end's attach. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&attach_lock);
 	if (__atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) == VGPU_DEV_NEW &&
 	    vgpu_device_join(&dv->core, vgpu__hip_options(), d, key, total,
@@ -90,6 +94,7 @@ struct vgpu_hip_dev *vgpu__hip_dev_attach(int d)
 		__atomic_store_n(&dv->state, VGPU_DEV_READY, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&attach_lock);
+	pthread_setcancelstate(cancel, NULL);
 	return dv;
 }
 
