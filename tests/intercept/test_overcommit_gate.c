@@ -80,6 +80,21 @@ static void check(CUdeviceptr p, size_t bytes, uint32_t seed)
 	cr_assert_eq(bad, 0, "%zu words differ from seed %u", bad, seed);
 }
 
+/* start() under a 10% compute cap; returns the seed of the run's random
+ * moments (VGPU_TEST_SEED=n repeats a run), printed. */
+static unsigned start_capped(void)
+{
+	const char *env = getenv("VGPU_TEST_SEED");
+	unsigned seed = env && *env ? (unsigned)strtoul(env, NULL, 0)
+				    : (unsigned)time(NULL) ^ (unsigned)getpid();
+
+	fprintf(stderr, "overcommit-gate: seed %u (VGPU_TEST_SEED=%u repeats "
+		"it)\n", seed, seed);
+	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
+	start();
+	return seed;
+}
+
 /* ---- a launching thread cancelled in the throttle ----------------------- */
 
 static void *launch_forever(void *arg)
@@ -107,7 +122,6 @@ static void *launch_forever(void *arg)
 Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
      .fini = shimtest_cleanup, .timeout = 90)
 {
-	const char *env = getenv("VGPU_TEST_SEED");
 	CUdeviceptr b[3], scratch, more;
 	unsigned seed;
 	pthread_t t;
@@ -119,12 +133,7 @@ Test(overcommit_gate, a_cancelled_launcher_leaves_the_gate_open,
 	 * in sigaltstack). The plain build runs this test. */
 	cr_skip_test("pthread_cancel under ASan");
 #endif
-	seed = env && *env ? (unsigned)strtoul(env, NULL, 0)
-			   : (unsigned)time(NULL) ^ (unsigned)getpid();
-	fprintf(stderr, "overcommit-gate: seed %u (VGPU_TEST_SEED=%u repeats "
-		"it)\n", seed, seed);
-	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
-	start();
+	seed = start_capped();
 	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(cuMemAlloc(&b[i], 16 * MIB), CUDA_SUCCESS);
 		fill(b[i], 16 * MIB, 10 + (uint32_t)i);
@@ -212,7 +221,6 @@ static void *alloc_forever(void *arg)
 Test(overcommit_gate, cancelled_allocators_leave_the_process_usable,
      .fini = shimtest_cleanup, .timeout = 120)
 {
-	const char *env = getenv("VGPU_TEST_SEED");
 	struct allocator a[ALLOCATORS];
 	pthread_t t[ALLOCATORS];
 	CUdeviceptr b[3], more;
@@ -223,12 +231,7 @@ Test(overcommit_gate, cancelled_allocators_leave_the_process_usable,
 #ifdef __SANITIZE_ADDRESS__
 	cr_skip_test("pthread_cancel under ASan");
 #endif
-	seed = env && *env ? (unsigned)strtoul(env, NULL, 0)
-			   : (unsigned)time(NULL) ^ (unsigned)getpid();
-	fprintf(stderr, "overcommit-gate: seed %u (VGPU_TEST_SEED=%u repeats "
-		"it)\n", seed, seed);
-	setenv("VGPU_COMPUTE_LIMIT", "10", 1);
-	start();
+	seed = start_capped();
 	base = shimtest_device_used();
 	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(cuMemAlloc(&b[i], 16 * MIB), CUDA_SUCCESS);
