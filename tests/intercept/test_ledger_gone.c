@@ -439,6 +439,12 @@ Test(ledger_gone, a_job_whose_main_thread_exits_first_still_ends)
  * CAP_SYS_ADMIN: skipped without it. */
 Test(ledger_gone, a_job_whose_main_thread_exits_first_ends_in_a_pid_namespace)
 {
+#ifdef __SANITIZE_ADDRESS__
+	/* LeakSanitizer's exit check cannot stop the threads of a process
+	 * whose pid namespace is not its /proc's (a fatal error, then the
+	 * process hangs). The plain build runs this test. */
+	cr_skip_test("a pid namespace without its /proc under LeakSanitizer");
+#endif
 	if (unshare(CLONE_NEWPID) != 0)
 		cr_skip_test("unshare(CLONE_NEWPID): %s", strerror(errno));
 	main_exits_first_ends();
