@@ -184,7 +184,8 @@ static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 					    __ATOMIC_RELAXED)
 			  : 0;
 		capped = share > 0 && share < 100;
-	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, s->uuid, o->tenant,
+	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, s->uuid,
+					   o->ledger_group, o->tenant,
 					   &u, &l) == 0) {
 		s->used = u;
 		s->limit = l;
@@ -252,8 +253,8 @@ static unsigned tenant_procs(const char *uuid, struct vgpu_ledger_proc *p)
 	const struct vgpu_options *o = vgpu__options();
 	unsigned n = 0;
 
-	if (vgpu_ledger_peek_procs(o->ledger_dir, uuid, o->tenant, p,
-				   VGPU_NVML_PROCS, &n) != 0)
+	if (vgpu_ledger_peek_procs(o->ledger_dir, uuid, o->ledger_group,
+				   o->tenant, p, VGPU_NVML_PROCS, &n) != 0)
 		return 0;
 	return n < VGPU_NVML_PROCS ? n : VGPU_NVML_PROCS;
 }

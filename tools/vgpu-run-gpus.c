@@ -5,9 +5,11 @@
  * The driver is asked in a child process (vgpu-run --probe-gpus), and the
  * HIP runtime in another (--probe-hip-gpus, vgpu-run-hip-gpus.c), so that
  * the process that execs the command has never loaded either. The ledger is
- * read through include/vgpu.h only, never written.
+ * read through include/vgpu.h, never written, and believed only when the
+ * job would trust it (vgpu_ledger_trusted).
  */
 #include "vgpu-run.h"
+#include "ledger.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -445,6 +447,8 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 		     struct vrun_gpu *g, char *err, size_t errlen)
 {
 	char path[VRUN_PATH_MAX + 128];
+	struct vgpu_ledger_access acc = {
+		.group = getenv("VGPU_LEDGER_GROUP") };
 	const char *why = NULL;
 	struct stat st;
 	void *base;
@@ -452,7 +456,9 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 
 	snprintf(path, sizeof(path), "%s/%s.v%d%s", dir, g->uuid,
 		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a FIFO under the name is refused below, not waited
+	 * on for a writer. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0 && errno == ENOENT)
 		return 0;
 	if (fd < 0) {
@@ -463,6 +469,12 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 	    st.st_size != (off_t)VGPU_LEDGER_FILE_SIZE) {
 		snprintf(err, errlen, "%s is not a ledger: %s", path,
 			 S_ISREG(st.st_mode) ? "wrong size" : "not a file");
+		close(fd);
+		return -1;
+	}
+	/* A file this user's jobs would refuse (another user's) says nothing
+	 * true about where they fit. */
+	if (vgpu_ledger_trusted(&st, path, &acc, err, errlen) != 0) {
 		close(fd);
 		return -1;
 	}

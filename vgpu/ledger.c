@@ -183,6 +183,30 @@ static int not_ours(const char *what, const char *path, const struct stat *st,
 		a->shared ? a->group : "", fix);
 }
 
+int vgpu_ledger_trusted(const struct stat *st, const char *path,
+			const struct vgpu_ledger_access *access, char *err,
+			size_t errlen)
+{
+	struct trust a;
+	char own[700];
+	int rc;
+
+	if ((rc = trust_of(access, &a, err, errlen)))
+		return rc;
+	if (a.control)
+		return 0;
+	if (!trusted_owner(st, &a))
+		return not_ours("ledger", path, st, &a,
+			"a job of this user would refuse it too", err, errlen);
+	if (st->st_mode & S_IWOTH) {
+		owner_text(st, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger '%s' is %s: not believed, every user may "
+			"write it", path, own);
+	}
+	return 0;
+}
+
 /* ---- the directory -------------------------------------------------------- */
 
 /* An existing directory: owned by a trusted user; if others may write it
@@ -693,10 +717,16 @@ static int validate(int fd, const char *path, const char *uuid,
 			h.header_size, h.max_tenants, h.tenant_size,
 			h.max_slots, h.slot_size, h.max_shares, h.share_size);
 	h.gpu_uuid[sizeof(h.gpu_uuid) - 1] = '\0';
-	if (strcmp(h.gpu_uuid, uuid) != 0)
+	if (strcmp(h.gpu_uuid, uuid) != 0) {
+		/* Quoted in a message for a terminal: no control bytes. */
+		for (char *c = h.gpu_uuid; *c; c++)
+			if ((unsigned char)*c < 0x20 ||
+			    (unsigned char)*c >= 0x7f)
+				*c = '?';
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EBADFILE,
 			"ledger '%s' belongs to GPU '%s', expected '%s'",
 			path, h.gpu_uuid, uuid);
+	}
 	return 0;
 }
 

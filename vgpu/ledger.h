@@ -107,6 +107,17 @@ int vgpu_ledger_open_with(const char *dir, const char *gpu_uuid,
 			  const struct vgpu_ledger_access *access,
 			  struct vgpu_ledger **out, char *err, size_t errlen);
 
+/* Whether a job with `access` (NULL: no group) would trust a ledger file
+ * of stat *st found at path: owned by this user, root, or the named
+ * group, and not writable by every user (a job that owns such a file
+ * takes that write access away; a view only refuses it). 0, or
+ * VGPU_LEDGER_EPERM (err naming the owner), _EINVAL (no such group).
+ * May ask NSS for the group's name: not for a hot path. */
+struct stat;
+int vgpu_ledger_trusted(const struct stat *st, const char *path,
+			const struct vgpu_ledger_access *access, char *err,
+			size_t errlen);
+
 /* How many times `l` followed its name to another file: the file was
  * deleted, replaced or truncated while in use (ledger_move.c). */
 uint64_t vgpu_ledger_moves(const struct vgpu_ledger *l);
@@ -161,11 +172,14 @@ int32_t vgpu_host_pid(void);
 
 /* Reads tenant `tenant`'s device usage and limit from the ledger of GPU
  * `gpu_uuid` in `dir` without joining or writing anything. Returns 0,
- * VGPU_LEDGER_ESYS (no such file), _EBADFILE (not a ledger of this
- * version) or _EINVAL (no such tenant). */
+ * VGPU_LEDGER_ESYS (no such file, or not a regular file: a FIFO is
+ * never waited on), _EBADFILE (not a ledger of this version), _EPERM (a
+ * file a job with VGPU_LEDGER_GROUP `group` (NULL or "": none) would not
+ * trust, vgpu_ledger_trusted: its figures are not believed) or _EINVAL
+ * (no such tenant). */
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
-			    const char *tenant, uint64_t *used,
-			    uint64_t *limit);
+			    const char *group, const char *tenant,
+			    uint64_t *used, uint64_t *limit);
 
 /* The processes of tenant `tenant` in that file (its active slots: a dead
  * process's is listed until some process reclaims it), with the device
@@ -184,8 +198,9 @@ struct vgpu_ledger_proc {
 	uint64_t device_bytes;
 };
 int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
-			   const char *tenant, struct vgpu_ledger_proc *out,
-			   unsigned max, unsigned *count);
+			   const char *group, const char *tenant,
+			   struct vgpu_ledger_proc *out, unsigned max,
+			   unsigned *count);
 
 /* A copy of tenant `tenant`'s record in that file (read as the views
  * above are, never written), and in *live the number of its processes

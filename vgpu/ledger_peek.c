@@ -67,16 +67,29 @@ static int read_checked(int fd, const char *path, unsigned char *base,
  * a short read, not a SIGBUS), and checked; NULL with *rc set if not.
  * *stp (if not NULL): the file's stat. */
 static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
-				     int *rc, struct stat *stp)
+				     const char *group, int *rc,
+				     struct stat *stp)
 {
+	struct vgpu_ledger_access acc = { .group = group };
 	unsigned char *base;
 	char path[4200];
+	struct stat st;
 	int fd;
 
 	ledger_path(dir, gpu_uuid, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
+	/* O_NONBLOCK: a FIFO planted under the name opens at once (and is
+	 * then refused as not a regular file) rather than waiting for a
+	 * writer forever. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
 		*rc = VGPU_LEDGER_ESYS;
+		return NULL;
+	}
+	/* What a job would refuse to join is not shown as the slice. */
+	if ((*rc = vgpu_ledger_trusted(&st, path, &acc, NULL, 0))) {
+		close(fd);
 		return NULL;
 	}
 	base = malloc(VGPU_LEDGER_FILE_SIZE);
@@ -91,9 +104,9 @@ static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
 }
 
 static unsigned char *peek_file(const char *dir, const char *gpu_uuid,
-				int *rc)
+				const char *group, int *rc)
 {
-	return peek_file_stat(dir, gpu_uuid, rc, NULL);
+	return peek_file_stat(dir, gpu_uuid, group, rc, NULL);
 }
 
 /* The index of the active tenant `tenant` in a copied file, or -1. */
@@ -113,8 +126,8 @@ static int tenant_index(const unsigned char *base, const char *tenant)
 }
 
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
-			    const char *tenant, uint64_t *used,
-			    uint64_t *limit)
+			    const char *group, const char *tenant,
+			    uint64_t *used, uint64_t *limit)
 {
 	const struct vgpu_ledger_tenant *t;
 	unsigned char *base;
@@ -122,7 +135,7 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 
 	if (!dir || !gpu_uuid || !tenant || !used || !limit)
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file(dir, gpu_uuid, &rc);
+	base = peek_file(dir, gpu_uuid, group, &rc);
 	if (!base)
 		return rc;
 	i = tenant_index(base, tenant);
@@ -195,8 +208,9 @@ static bool holds_byte(int32_t pid, dev_t dev, ino_t ino, uint64_t at)
 }
 
 int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
-			   const char *tenant, struct vgpu_ledger_proc *out,
-			   unsigned max, unsigned *count)
+			   const char *group, const char *tenant,
+			   struct vgpu_ledger_proc *out, unsigned max,
+			   unsigned *count)
 {
 	unsigned char *base;
 	struct stat st;
@@ -205,7 +219,7 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 
 	if (!dir || !gpu_uuid || !tenant || !count || (max && !out))
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file_stat(dir, gpu_uuid, &rc, &st);
+	base = peek_file_stat(dir, gpu_uuid, group, &rc, &st);
 	if (!base)
 		return rc;
 	ti = tenant_index(base, tenant);
@@ -334,7 +348,7 @@ static int read_tenant(const char *dir, const char *gpu_uuid,
 
 	ledger_path(dir, gpu_uuid, path, sizeof(path));
 	*base = NULL;
-	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (*fd < 0)
 		return open_refused(path, err, errlen);
 	*base = malloc(VGPU_LEDGER_FILE_SIZE);

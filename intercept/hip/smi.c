@@ -191,7 +191,8 @@ static bool slice_of(uint32_t dv, uint64_t *limit, uint64_t *used)
 	if (hd && hd->slot && strcmp(hd->uuid, m->key) == 0) {
 		*used = vgpu_ledger_tenant_used(hd->slot);
 		*limit = vgpu_ledger_tenant_limit(hd->slot);
-	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, m->key, o->tenant,
+	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, m->key,
+					   o->ledger_group, o->tenant,
 					   &u, &l) == 0) {
 		*used = u;
 		*limit = l;

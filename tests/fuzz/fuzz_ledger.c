@@ -234,9 +234,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fuzz_write(len) != 0)
 		return 0;
 	fuzz_file_tenant(other);
-	vgpu_ledger_peek_tenant(fuzz_dir, FUZZ_UUID, FUZZ_TENANT, &used,
+	vgpu_ledger_peek_tenant(fuzz_dir, FUZZ_UUID, NULL, FUZZ_TENANT, &used,
 				&limit);
-	vgpu_ledger_peek_tenant(fuzz_dir, FUZZ_UUID, other, &used, &limit);
+	vgpu_ledger_peek_tenant(fuzz_dir, FUZZ_UUID, NULL, other, &used,
+				&limit);
 	if (vgpu_ledger_open(fuzz_dir, FUZZ_UUID, 1 << 30, &l, err,
 			     sizeof(err)) == 0) {
 		vgpu_ledger_header(l);

@@ -680,6 +680,53 @@ Test(run_ledger, a_symlink_is_skipped, .init = make_tmpdir,
 	cr_expect(strstr(err, path), "%s", err);
 }
 
+/* A FIFO planted under the name: refused at once, not waited on for a
+ * writer (the timeout fails the test rather than hanging it). */
+Test(run_ledger, a_fifo_is_skipped_at_once, .init = make_tmpdir,
+     .fini = remove_tmpdir, .timeout = 20)
+{
+	struct vrun_gpu g = ledger_gpu();
+	char path[400];
+
+	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
+		 VGPU_LEDGER_VERSION);
+	cr_assert_eq(mkfifo(path, 0644), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_expect(strstr(err, "not a file"), "%s", err);
+	cr_expect(strstr(err, path), "%s", err);
+	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
+}
+
+/* Another user's ledger (a job of this user would refuse it) is not
+ * believed: the GPU is not considered, the owner named. */
+Test(run_ledger, another_users_ledger_is_not_believed, .init = make_tmpdir,
+     .fini = remove_tmpdir)
+{
+	struct vgpu_ledger *l;
+	struct vrun_gpu g = ledger_gpu();
+	char path[400];
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root: it gives a file to another user");
+	cr_assert_eq(vgpu_ledger_open(tmpdir, UUID, 16 * GIB, &l, err,
+				      sizeof(err)), 0, "%s", err);
+	join(l, "a", 4 * GIB, 30);
+	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
+		 VGPU_LEDGER_VERSION);
+	cr_assert_eq(chown(path, 65534, 65534), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_expect(strstr(err, path), "%s", err);
+	cr_expect(strstr(err, "uid 65534"), "%s", err);
+	cr_expect(strstr(err, "would refuse it"), "%s", err);
+	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
+	/* Given back to root, it is read again. */
+	cr_assert_eq(chown(path, 0, 0), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect_eq(g.reserved, 4 * GIB);
+	vgpu_ledger_close(l);
+}
+
 /* ---- HIP GPUs: the ledger key, HIP_VISIBLE_DEVICES --------------------- */
 
 Test(hip_gpus, key_is_the_uuid_else_the_bus_id)

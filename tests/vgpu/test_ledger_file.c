@@ -538,6 +538,49 @@ Test(ledger_file, a_file_of_another_user_is_refused)
 		     err);
 }
 
+/* The read-only view (NVML's, ROCm SMI's) believes what a job would join,
+ * nothing else: another user's file is _EPERM, its figures unread; a
+ * FIFO in the file's place is refused at once, never waited on. */
+Test(ledger_file, a_view_believes_only_what_a_job_would_join, .timeout = 20)
+{
+	struct vgpu_ledger *l;
+	struct vgpu_slot *s = NULL;
+	uint64_t used = 7, limit = 7;
+
+	need_root();
+	l = ledger_open_ok();
+	cr_assert_eq(vgpu_ledger_join(l, "t", GiB, getpid(), 0, &s, NULL, 0),
+		     0);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 4096), 0);
+	cr_assert_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
+					     &limit), 0);
+	cr_expect_eq(used, 4096);
+	cr_expect_eq(limit, GiB);
+	ledger_path();
+	cr_assert_eq(chown(path, OTHER_UID, OTHER_UID), 0);
+	used = limit = 7;
+	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
+					     &limit), VGPU_LEDGER_EPERM);
+	cr_expect_eq(used + limit, 14, "nothing read");
+	/* Its group named: shared by the group's members. */
+	cr_assert_eq(chown(path, OTHER_UID, TEST_GID), 0);
+	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, "4242", "t",
+					     &used, &limit), 0);
+	cr_expect_eq(used, 4096);
+	cr_assert_eq(chown(path, 0, 0), 0);
+	cr_assert_eq(chmod(path, 0666), 0);
+	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
+					     &limit), VGPU_LEDGER_EPERM,
+		     "every user may write it");
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, 4096);
+	vgpu_ledger_leave(s);
+	vgpu_ledger_close(l);
+	cr_assert_eq(unlink(path), 0);
+	cr_assert_eq(mkfifo(path, 0644), 0);
+	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
+					     &limit), VGPU_LEDGER_ESYS);
+}
+
 Test(ledger_file, root_in_a_container_uses_its_files)
 {
 	char dir[600], err[1024];
