@@ -46,13 +46,13 @@ static void chain(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction dfl;
 
-	if (before.sa_flags & SA_SIGINFO) {
-		if (before.sa_sigaction)
-			before.sa_sigaction(sig, si, uc);
-		return;
-	}
+	/* SIG_DFL and SIG_IGN are values of the handler whatever the
+	 * flags say (sa_handler and sa_sigaction share their storage). */
 	if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
-		before.sa_handler(sig);
+		if (before.sa_flags & SA_SIGINFO)
+			before.sa_sigaction(sig, si, uc);
+		else
+			before.sa_handler(sig);
 		return;
 	}
 	/* Ignoring a fault is not possible: the kernel kills for it as for

@@ -691,6 +691,40 @@ Test(ledger_move, another_mappings_fault_still_kills)
 		  "status 0x%x", st);
 }
 
+/* SIG_DFL or SIG_IGN installed with SA_SIGINFO (as a program restoring a
+ * saved sigaction does) is still no handler: the fault kills by SIGBUS,
+ * it neither spins (the alarm would end it) nor calls address 1. */
+Test(ledger_move, a_default_with_siginfo_before_the_guard_still_kills)
+{
+	void (*const how[])(int) = { SIG_DFL, SIG_IGN };
+
+	for (int i = 0; i < 2; i++) {
+		pid_t pid = fork();
+		int st;
+
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			struct sigaction sa = { .sa_handler = how[i],
+						.sa_flags = SA_SIGINFO };
+			struct vgpu_ledger *l;
+			char err[512];
+			volatile char *m;
+
+			sigaction(SIGBUS, &sa, NULL);
+			alarm(10);
+			if (vgpu_ledger_open(test_dir, UUID, 80 * GiB, &l, err,
+					     sizeof(err)))
+				_exit(12);
+			m = faulting_map();
+			m[0] = 1;
+			_exit(0);
+		}
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+			  "%s: status 0x%x", i ? "SIG_IGN" : "SIG_DFL", st);
+	}
+}
+
 static sigjmp_buf escape;
 static volatile sig_atomic_t handled;
 
