@@ -692,8 +692,8 @@ unsigned vgpu__options_compute_limit(const struct vgpu_options *o,
  * (VGPU_SIM, VGPU_SIM_*), vgpu-run's VGPU_LIBRARY, the tests' VGPU_TEST_*
  * and VGPU_SOAK. A name ending in '_' is a prefix. */
 static const char *const other_parts[] = {
-	"VGPU_SIM", "VGPU_SIM_", "VGPU_LIBRARY", "VGPU_TEST_", "VGPU_SOAK",
-	NULL
+	"VGPU_SIM", "VGPU_SIM_", "VGPU_LIBRARY", "VGPU_HIP_LIBRARY",
+	"VGPU_TEST_", "VGPU_SOAK", NULL
 };
 
 #define NAME_SHOWN	64	/* bytes of a name quoted in a message */

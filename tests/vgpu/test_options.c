@@ -821,6 +821,7 @@ Test(check_names, known_names_and_other_parts_pass)
 		{ "VGPU_SIM=1", NULL },
 		{ "VGPU_SIM_MEMORY=80GiB", NULL },
 		{ "VGPU_LIBRARY=/usr/lib/libvgpu.so", NULL },
+		{ "VGPU_HIP_LIBRARY=/usr/lib/libvgpu-hip.so", NULL },
 		{ "VGPU_TEST_SEED=7", NULL },
 		{ "VGPU_SOAK=1", NULL },
 		{ "VGPU=1", NULL },	/* not in the VGPU_ namespace */
