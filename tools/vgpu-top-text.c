@@ -113,14 +113,40 @@ static size_t utf8_printable(const unsigned char *s)
 	return n;
 }
 
+/* The code point of the character of n bytes at s when it is a mark that
+ * reorders or breaks the text after it on a terminal (U+061C, U+200E-F,
+ * U+2028-E: the line and paragraph separators, embeddings and overrides,
+ * U+2066-9: the isolates), else 0. */
+static unsigned bidi_mark(const unsigned char *s, size_t n)
+{
+	unsigned cp;
+
+	if (n == 2)
+		cp = (s[0] & 0x1fu) << 6 | (s[1] & 0x3fu);
+	else if (n == 3)
+		cp = (s[0] & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 |
+		     (s[2] & 0x3fu);
+	else
+		return 0;
+	return cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+	       (cp >= 0x2028 && cp <= 0x202e) ||
+	       (cp >= 0x2066 && cp <= 0x2069) ? cp : 0;
+}
+
 /* The escaped form of the unit at s into out (NUL-terminated); returns
  * the bytes of s it stands for. */
 static size_t escape_unit(const unsigned char *s, enum top_esc how,
 			  char out[8])
 {
 	size_t n = utf8_printable(s);
+	unsigned mark = n ? bidi_mark(s, n) : 0;
 
-	if (n) {
+	/* A mark: in JSON its code point, as text its bytes (\xNN). */
+	if (mark && how == TOP_ESC_JSON) {
+		snprintf(out, 8, "\\u%04x", mark);
+		return n;
+	}
+	if (n && !mark) {
 		memcpy(out, s, n);
 		out[n] = '\0';
 		return n;

@@ -654,7 +654,7 @@ def case_live(w):
 
 # ---- names and pids from a hand-edited ledger ---------------------------------
 
-HOSTILE_NAME = b"ev\x1b]0;pwned\x07il\x9b\xc2\x9bz\xe2\x82\xac\\"
+HOSTILE_NAME = b"ev\x1b]0;pwned\x07il\x9b\xc2\x9bz\xe2\x82\xac\\\xe2\x80\xae"
 HOSTILE_UUID = b"GPU-\x1b[31mred\x07"
 HOSTILE_FILE = b"GPU-\x1b]0;x\x07.v3.ledger"
 
@@ -671,6 +671,11 @@ def assert_clean(out, what):
     check(not bad, "%s: no control character (%d bytes)" % (what, len(out)))
 
 
+# What reorders or breaks a terminal's line: escaped like a control.
+BIDI_MARKS = {0x061c, 0x200e, 0x200f, *range(0x2028, 0x202f),
+              *range(0x2066, 0x206a)}
+
+
 def text_escaped(b):
     """What vgpu-top's text escape makes of bytes b (top_escape)."""
     out, i = "", 0
@@ -680,7 +685,8 @@ def text_escaped(b):
                 ch = b[i:i + n].decode("utf-8")
             except UnicodeDecodeError:
                 continue
-            if len(ch) == 1 and (ord(ch) >= 0xa0 or 0x20 <= ord(ch) < 0x7f):
+            if len(ch) == 1 and (ord(ch) >= 0xa0 or 0x20 <= ord(ch) < 0x7f) \
+                    and ord(ch) not in BIDI_MARKS:
                 out += "\\\\" if ch == "\\" else ch
                 i += n
                 break
@@ -723,13 +729,17 @@ def case_escape(w):
         assert_clean(r.stderr, mode + " stderr")
         outs[mode] = r
     name_t, uuid_t = text_escaped(HOSTILE_NAME), text_escaped(HOSTILE_UUID)
-    check(name_t == "ev\\x1b]0;pwned\\x07il\\x9b\\xc2\\x9bz\u20ac\\\\",
+    check(name_t == "ev\\x1b]0;pwned\\x07il\\x9b\\xc2\\x9bz\u20ac\\\\"
+          "\\xe2\\x80\\xae",
           "the text escape of the name: %s" % name_t)
     skip_t = "skipping '%s/%s': " % (hostile, text_escaped(HOSTILE_FILE))
     for mode, r in outs.items():
         check(r.stderr.decode().count(skip_t) == 1,
               "%s: the skipped file named, escaped" % mode)
     text = outs["--once"].stdout.decode()
+    for mode in ("--once", "--prometheus"):
+        check("\u202e" not in outs[mode].stdout.decode(),
+              mode + ": no right-to-left override reaches the terminal")
     check("GPU %s  memory" % uuid_t in text, "--once: the UUID escaped")
     check("  ev\\x1b]0;pwned  " in text,
           "--once: the name escaped, cut at 16 columns between escapes")
@@ -738,11 +748,12 @@ def case_escape(w):
           "--once: the skipped file's name escaped")
     doc = json.loads(outs["--json"].stdout.decode())
     g = doc["gpus"][0]
-    want = "ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\"
+    want = "ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\\u202e"
     check(g["uuid"] == HOSTILE_UUID.decode(), "JSON: the UUID, \\u escaped")
     check(g["tenants"][0]["name"] == want and
           g["processes"][0]["tenant"] == want,
-          "JSON: the name (C1 and stray bytes as U+0080..U+009F)")
+          "JSON: the name (C1 and stray bytes as U+0080..U+009F): %r" %
+          g["tenants"][0]["name"])
     check(doc["skipped_files"][0]["path"].endswith(
         HOSTILE_FILE.decode("latin-1")), "JSON: the skipped path")
     check(b"\\u001b" in outs["--json"].stdout and
