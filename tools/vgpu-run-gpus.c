@@ -423,6 +423,12 @@ static void unreadable(const char *path, int e, char *err, size_t errlen)
 			 "never followed", path);
 		return;
 	}
+	if (e == ENOTDIR) {
+		snprintf(err, errlen, "skipped the ledger %s: its directory is "
+			 "a symbolic link (never followed) or not a directory",
+			 path);
+		return;
+	}
 	if (e != EACCES || lstat(path, &st) != 0) {
 		snprintf(dir, sizeof(dir), "%s", path);
 		slash = strrchr(dir, '/');
@@ -456,9 +462,9 @@ int vrun_scan_ledger(const char *dir, const char *tenant,
 
 	snprintf(path, sizeof(path), "%s/%s.v%d%s", dir, g->uuid,
 		 VGPU_LEDGER_VERSION, VGPU_LEDGER_SUFFIX);
-	/* O_NONBLOCK: a FIFO under the name is refused below, not waited
-	 * on for a writer. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	/* Not through a link, the directory's included; a FIFO is refused
+	 * below, not waited on for a writer. */
+	fd = vgpu_ledger_open_view(dir, g->uuid);
 	if (fd < 0 && errno == ENOENT)
 		return 0;
 	if (fd < 0) {

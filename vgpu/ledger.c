@@ -226,6 +226,19 @@ static int check_dir(const char *dir, const struct stat *st,
 			"remove it when no job uses it, or set "
 			"VGPU_LEDGER_DIR to a directory of your own or "
 			"one root made (mode 1777)", err, errlen);
+	/* Files made here take a setgid directory's group: where every user
+	 * may create files and that group is the ledger group, anyone could
+	 * make a file that the group's members trust. */
+	if (a->shared && (m & S_ISGID) && (m & S_IWOTH) &&
+	    st->st_gid == a->gid) {
+		owner_text(st, own, sizeof(own));
+		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
+			"ledger directory '%s' is %s: refused with "
+			"VGPU_LEDGER_GROUP=%s, every user may create files "
+			"in it and, setgid, they would be that group's, "
+			"trusted by its members; take away the world's "
+			"write access (chmod o-w)", dir, own, a->group);
+	}
 	if (mine || (m & S_ISVTX))
 		return 0;
 	if ((m & S_IWOTH) ||

@@ -170,6 +170,14 @@ int32_t vgpu_host_pid(void);
 
 /* ---- ledger_peek.c: a read-only view ----------------------------------- */
 
+/* Opens GPU gpu_uuid's ledger in dir read-only as the job would reach it:
+ * the directory itself not through a symbolic link (O_NOFOLLOW on its last
+ * component, its parents followed), the file from the directory's
+ * descriptor, not a link, and O_NONBLOCK (a FIFO opens at once, to be
+ * refused by its type, never waited on). The descriptor, or -1 with
+ * errno (ELOOP or ENOTDIR: a link). No check of type or owner. */
+int vgpu_ledger_open_view(const char *dir, const char *gpu_uuid);
+
 /* Reads tenant `tenant`'s device usage and limit from the ledger of GPU
  * `gpu_uuid` in `dir` without joining or writing anything. Returns 0,
  * VGPU_LEDGER_ESYS (no such file, or not a regular file: a FIFO is

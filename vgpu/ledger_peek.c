@@ -38,6 +38,32 @@ static void ledger_path(const char *dir, const char *gpu_uuid, char *buf,
 		 VGPU_LEDGER_SUFFIX);
 }
 
+int vgpu_ledger_open_view(const char *dir, const char *gpu_uuid)
+{
+	char d[4096], name[300];
+	size_t n = strlen(dir);
+	int dfd, fd, e;
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n >= sizeof(d)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(d, dir, n);
+	d[n] = '\0';
+	snprintf(name, sizeof(name), "%s.v%d%s", gpu_uuid, VGPU_LEDGER_VERSION,
+		 VGPU_LEDGER_SUFFIX);
+	dfd = open(d, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -1;
+	fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	e = errno;
+	close(dfd);
+	errno = e;
+	return fd;
+}
+
 /* Reads the file into base (VGPU_LEDGER_FILE_SIZE bytes) and checks it:
  * a regular file of the layout's size, magic and version. *stp (if not
  * NULL): the file's stat. */
@@ -77,10 +103,7 @@ static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
 	int fd;
 
 	ledger_path(dir, gpu_uuid, path, sizeof(path));
-	/* O_NONBLOCK: a FIFO planted under the name opens at once (and is
-	 * then refused as not a regular file) rather than waiting for a
-	 * writer forever. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	fd = vgpu_ledger_open_view(dir, gpu_uuid);
 	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		if (fd >= 0)
 			close(fd);

@@ -697,6 +697,32 @@ Test(run_ledger, a_fifo_is_skipped_at_once, .init = make_tmpdir,
 	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
 }
 
+/* A link in the ledger directory's place is not followed, as the job
+ * would not follow it. */
+Test(run_ledger, a_linked_directory_is_skipped, .init = make_tmpdir,
+     .fini = remove_tmpdir)
+{
+	struct vgpu_ledger *l;
+	struct vrun_gpu g = ledger_gpu();
+	char real[400], link_path[400];
+
+	snprintf(real, sizeof(real), "%s/real", tmpdir);
+	snprintf(link_path, sizeof(link_path), "%s/link", tmpdir);
+	cr_assert_eq(mkdir(real, 0700), 0);
+	cr_assert_eq(vgpu_ledger_open(real, UUID, 16 * GIB, &l, err,
+				      sizeof(err)), 0, "%s", err);
+	join(l, "a", 4 * GIB, 30);
+	cr_assert_eq(symlink(real, link_path), 0);
+	cr_assert_eq(vrun_scan_ledger(link_path, "me", &g, err, sizeof(err)),
+		     -1);
+	cr_expect(strstr(err, "symbolic link"), "%s", err);
+	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
+	cr_assert_eq(vrun_scan_ledger(real, "me", &g, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_expect_eq(g.reserved, 4 * GIB);
+	vgpu_ledger_close(l);
+}
+
 /* Another user's ledger (a job of this user would refuse it) is not
  * believed: the GPU is not considered, the owner named. */
 Test(run_ledger, another_users_ledger_is_not_believed, .init = make_tmpdir,

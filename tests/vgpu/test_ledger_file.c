@@ -613,6 +613,54 @@ Test(ledger_file, a_second_name_is_refused)
 	expect_refused(VGPU_LEDGER_EPERM, path, "has 2 names");
 }
 
+/* A sticky, setgid directory that every user may write, of the ledger
+ * group: a non-member could make a file of the group there, which the
+ * members would trust. Refused, with the group named; the same directory
+ * without the world's write is shared. */
+Test(ledger_file, a_world_writable_setgid_group_directory_is_refused)
+{
+	const char *dir;
+	char err[1024];
+
+	need_root();
+	dir = subdir("grp");
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	cr_assert_eq(chown(dir, 0, TEST_GID), 0);
+	cr_assert_eq(chmod(dir, 03777), 0);
+	cr_expect_eq(open_in(dir, "4242", err, sizeof(err)),
+		     VGPU_LEDGER_EPERM, "%s", err);
+	expect_has(err, dir);
+	expect_has(err, "VGPU_LEDGER_GROUP=gid 4242");
+	expect_has(err, "chmod o-w");
+	cr_expect_neq(access(file_in(dir), F_OK), 0, "nothing made");
+	cr_assert_eq(chmod(dir, 02770), 0);
+	cr_expect_eq(open_in(dir, "4242", err, sizeof(err)), 0, "%s", err);
+}
+
+/* The read-only view reaches the file as a job does: a link in the
+ * directory's place is not followed, so what it points at is not shown. */
+Test(ledger_file, a_view_does_not_follow_a_linked_directory)
+{
+	char link_path[700];
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = NULL;
+	uint64_t used = 7, limit = 7;
+
+	cr_assert_eq(vgpu_ledger_join(l, "t", GiB, getpid(), 0, &s, NULL, 0),
+		     0);
+	snprintf(link_path, sizeof(link_path), "%s/linked", test_dir);
+	cr_assert_eq(symlink(test_dir, link_path), 0);
+	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
+					     &limit), 0);
+	cr_expect_eq(limit, GiB);
+	used = limit = 7;
+	cr_expect_eq(vgpu_ledger_peek_tenant(link_path, UUID, NULL, "t", &used,
+					     &limit), VGPU_LEDGER_ESYS);
+	cr_expect_eq(used + limit, 14, "nothing read");
+	vgpu_ledger_leave(s);
+	vgpu_ledger_close(l);
+}
+
 Test(ledger_file, others_need_the_sticky_bit_to_share_a_directory)
 {
 	struct outcome o;
