@@ -116,7 +116,8 @@ static size_t utf8_printable(const unsigned char *s)
 /* The code point of the character of n bytes at s when it is a mark that
  * reorders or breaks the text after it on a terminal (U+061C, U+200E-F,
  * U+2028-E: the line and paragraph separators, embeddings and overrides,
- * U+2066-9: the isolates), else 0. */
+ * U+2066-9: the isolates) or shows nothing (U+200B, U+2060-4, U+FEFF: a
+ * name holding one looks like another's), else 0. */
 static unsigned bidi_mark(const unsigned char *s, size_t n)
 {
 	unsigned cp;
@@ -128,7 +129,8 @@ static unsigned bidi_mark(const unsigned char *s, size_t n)
 		     (s[2] & 0x3fu);
 	else
 		return 0;
-	return cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+	return cp == 0x061c || cp == 0x200b || cp == 0x200e || cp == 0x200f ||
+	       (cp >= 0x2060 && cp <= 0x2064) || cp == 0xfeff ||
 	       (cp >= 0x2028 && cp <= 0x202e) ||
 	       (cp >= 0x2066 && cp <= 0x2069) ? cp : 0;
 }

@@ -654,7 +654,8 @@ def case_live(w):
 
 # ---- names and pids from a hand-edited ledger ---------------------------------
 
-HOSTILE_NAME = b"ev\x1b]0;pwned\x07il\x9b\xc2\x9bz\xe2\x82\xac\\\xe2\x80\xae"
+HOSTILE_NAME = (b"ev\x1b]0;pwned\x07il\x9b\xc2\x9bz\xe2\x82\xac\\\xe2\x80\xae"
+                b"\xe2\x80\x8b")
 HOSTILE_UUID = b"GPU-\x1b[31mred\x07"
 HOSTILE_FILE = b"GPU-\x1b]0;x\x07.v3.ledger"
 
@@ -671,9 +672,10 @@ def assert_clean(out, what):
     check(not bad, "%s: no control character (%d bytes)" % (what, len(out)))
 
 
-# What reorders or breaks a terminal's line: escaped like a control.
-BIDI_MARKS = {0x061c, 0x200e, 0x200f, *range(0x2028, 0x202f),
-              *range(0x2066, 0x206a)}
+# What reorders or breaks a terminal's line, or shows nothing: escaped
+# like a control.
+BIDI_MARKS = {0x061c, 0x200b, 0x200e, 0x200f, *range(0x2028, 0x202f),
+              *range(0x2060, 0x2065), *range(0x2066, 0x206a), 0xfeff}
 
 
 def text_escaped(b):
@@ -730,7 +732,7 @@ def case_escape(w):
         outs[mode] = r
     name_t, uuid_t = text_escaped(HOSTILE_NAME), text_escaped(HOSTILE_UUID)
     check(name_t == "ev\\x1b]0;pwned\\x07il\\x9b\\xc2\\x9bz\u20ac\\\\"
-          "\\xe2\\x80\\xae",
+          "\\xe2\\x80\\xae\\xe2\\x80\\x8b",
           "the text escape of the name: %s" % name_t)
     skip_t = "skipping '%s/%s': " % (hostile, text_escaped(HOSTILE_FILE))
     for mode, r in outs.items():
@@ -738,8 +740,10 @@ def case_escape(w):
               "%s: the skipped file named, escaped" % mode)
     text = outs["--once"].stdout.decode()
     for mode in ("--once", "--prometheus"):
-        check("\u202e" not in outs[mode].stdout.decode(),
-              mode + ": no right-to-left override reaches the terminal")
+        check("\u202e" not in outs[mode].stdout.decode() and
+              "\u200b" not in outs[mode].stdout.decode(),
+              mode + ": no override or invisible mark reaches the "
+              "terminal")
     check("GPU %s  memory" % uuid_t in text, "--once: the UUID escaped")
     check("  ev\\x1b]0;pwned  " in text,
           "--once: the name escaped, cut at 16 columns between escapes")
@@ -748,7 +752,7 @@ def case_escape(w):
           "--once: the skipped file's name escaped")
     doc = json.loads(outs["--json"].stdout.decode())
     g = doc["gpus"][0]
-    want = "ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\\u202e"
+    want = "ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\\u202e\u200b"
     check(g["uuid"] == HOSTILE_UUID.decode(), "JSON: the UUID, \\u escaped")
     check(g["tenants"][0]["name"] == want and
           g["processes"][0]["tenant"] == want,
