@@ -449,12 +449,11 @@ static void unreadable(const char *path, int e, char *err, size_t errlen)
 		 pw ? ")" : "", (unsigned)(st.st_mode & 07777));
 }
 
-int vrun_scan_ledger(const char *dir, const char *tenant,
+int vrun_scan_ledger(const char *dir, const char *group, const char *tenant,
 		     struct vrun_gpu *g, char *err, size_t errlen)
 {
 	char path[VRUN_PATH_MAX + 128];
-	struct vgpu_ledger_access acc = {
-		.group = getenv("VGPU_LEDGER_GROUP") };
+	struct vgpu_ledger_access acc = { .group = group };
 	const char *why = NULL;
 	struct stat st;
 	void *base;

@@ -202,8 +202,8 @@ static int place_auto(struct vrun_gpu *g, int n, const struct vgpu_options *o,
 		return -VRUN_EXIT_NOGPU;
 	}
 	for (int i = 0; i < m; i++) {
-		if (vrun_scan_ledger(o->ledger_dir, o->tenant, &c[i], err,
-				     sizeof(err)) != 0) {
+		if (vrun_scan_ledger(o->ledger_dir, o->ledger_group, o->tenant,
+				     &c[i], err, sizeof(err)) != 0) {
 			fprintf(stderr, "vgpu-run: warning: %s; GPU %u is not "
 				"considered\n", err, c[i].index);
 			c[i].reserved = c[i].total;

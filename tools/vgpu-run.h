@@ -160,8 +160,9 @@ int vrun_probe_main(const char *driver);
  * missing file reserves nothing. Reads only; returns 0, or -1 with err
  * set for a file that is not a ledger of this version, or that this user
  * may not read or is a link (err: "skipped the ledger <path>: ...", its
- * owner and mode); g unchanged. */
-int vrun_scan_ledger(const char *dir, const char *tenant,
+ * owner and mode), or that a job with VGPU_LEDGER_GROUP `group` (NULL or
+ * "": none) would not trust (vgpu_ledger_trusted); g unchanged. */
+int vrun_scan_ledger(const char *dir, const char *group, const char *tenant,
 		     struct vrun_gpu *g, char *err, size_t errlen);
 
 /* ---- vgpu-run-hip-gpus.c: AMD/Hygon GPUs -------------------------------- */

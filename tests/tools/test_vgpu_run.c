@@ -532,14 +532,16 @@ Test(run_ledger, live_tenants_reserve, .init = make_tmpdir,
 	join(l, "b", 2 * GIB, 0);
 	join(l, "c", 1 * GIB, 25);
 
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), 0,
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), 0,
 		     "%s", err);
 	cr_assert_eq(g.tasks, 4);
 	cr_assert_eq(g.reserved, 7 * GIB);
 	cr_assert_eq(g.reserved_pct, 55);
 
 	g = ledger_gpu();	/* the job's own tenant does not count */
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "a", &g, err, sizeof(err)), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "a", &g, err,
+				      sizeof(err)), 0);
 	cr_assert_eq(g.tasks, 4);
 	cr_assert_eq(g.reserved, 3 * GIB);
 	cr_assert_eq(g.reserved_pct, 25);
@@ -556,7 +558,8 @@ Test(run_ledger, unlimited_tenant_takes_the_gpu, .init = make_tmpdir,
 				      sizeof(err)), 0, "%s", err);
 	join(l, "a", 4 * GIB, 0);
 	join(l, "greedy", VGPU_LEDGER_UNLIMITED, 0);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), 0);
 	cr_assert_eq(g.reserved, 16 * GIB);
 	cr_assert_eq(vrun_free_bytes(&g), 0);
 	vgpu_ledger_close(l);
@@ -582,7 +585,8 @@ Test(run_ledger, dead_processes_reserve_nothing, .init = make_tmpdir,
 	}
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), 0);
 	cr_assert_eq(g.tasks, 0);
 	cr_assert_eq(g.reserved, 0);
 }
@@ -592,7 +596,8 @@ Test(run_ledger, missing_file_is_empty, .init = make_tmpdir,
 {
 	struct vrun_gpu g = ledger_gpu();
 
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), 0);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), 0);
 	cr_assert_eq(g.tasks + g.reserved + g.reserved_pct, 0);
 }
 
@@ -605,12 +610,14 @@ Test(run_ledger, bad_files_refused, .init = make_tmpdir,
 
 	snprintf(path, sizeof(path), "%s/%s.v3.ledger", tmpdir, UUID);
 	write_text(path, "short");
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), -1);
 	cr_assert(strstr(err, "wrong size"), "%s", err);
 	fd = open(path, O_WRONLY | O_TRUNC);
 	cr_assert_eq(ftruncate(fd, VGPU_LEDGER_FILE_SIZE), 0);
 	close(fd);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), -1);
 	cr_assert(strstr(err, "magic"), "%s", err);
 	cr_assert(strstr(err, path), "%s", err);
 	cr_assert_eq(g.reserved + g.tasks, 0, "g unchanged");
@@ -648,7 +655,7 @@ Test(run_ledger, an_unreadable_ledger_is_skipped_by_name,
 				       setresuid(65534, 65534, 65534) != 0))
 			_exit(1);
 		r->g = g;
-		r->rc = vrun_scan_ledger(tmpdir, "me", &r->g, r->err,
+		r->rc = vrun_scan_ledger(tmpdir, NULL, "me", &r->g, r->err,
 					 sizeof(r->err));
 		_exit(0);
 	}
@@ -675,7 +682,8 @@ Test(run_ledger, a_symlink_is_skipped, .init = make_tmpdir,
 	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
 		 VGPU_LEDGER_VERSION);
 	cr_assert_eq(symlink("/etc/passwd", path), 0);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), -1);
 	cr_expect(strstr(err, "a symbolic link, never followed"), "%s", err);
 	cr_expect(strstr(err, path), "%s", err);
 }
@@ -691,7 +699,8 @@ Test(run_ledger, a_fifo_is_skipped_at_once, .init = make_tmpdir,
 	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
 		 VGPU_LEDGER_VERSION);
 	cr_assert_eq(mkfifo(path, 0644), 0);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), -1);
 	cr_expect(strstr(err, "not a file"), "%s", err);
 	cr_expect(strstr(err, path), "%s", err);
 	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
@@ -713,11 +722,13 @@ Test(run_ledger, a_linked_directory_is_skipped, .init = make_tmpdir,
 				      sizeof(err)), 0, "%s", err);
 	join(l, "a", 4 * GIB, 30);
 	cr_assert_eq(symlink(real, link_path), 0);
-	cr_assert_eq(vrun_scan_ledger(link_path, "me", &g, err, sizeof(err)),
+	cr_assert_eq(vrun_scan_ledger(link_path, NULL, "me", &g, err,
+				      sizeof(err)),
 		     -1);
 	cr_expect(strstr(err, "symbolic link"), "%s", err);
 	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
-	cr_assert_eq(vrun_scan_ledger(real, "me", &g, err, sizeof(err)), 0,
+	cr_assert_eq(vrun_scan_ledger(real, NULL, "me", &g, err,
+				      sizeof(err)), 0,
 		     "%s", err);
 	cr_expect_eq(g.reserved, 4 * GIB);
 	vgpu_ledger_close(l);
@@ -740,14 +751,16 @@ Test(run_ledger, another_users_ledger_is_not_believed, .init = make_tmpdir,
 	snprintf(path, sizeof(path), "%s/%s.v%d.ledger", tmpdir, UUID,
 		 VGPU_LEDGER_VERSION);
 	cr_assert_eq(chown(path, 65534, 65534), 0);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), -1);
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), -1);
 	cr_expect(strstr(err, path), "%s", err);
 	cr_expect(strstr(err, "uid 65534"), "%s", err);
 	cr_expect(strstr(err, "would refuse it"), "%s", err);
 	cr_expect_eq(g.reserved + g.tasks, 0, "g unchanged");
 	/* Given back to root, it is read again. */
 	cr_assert_eq(chown(path, 0, 0), 0);
-	cr_assert_eq(vrun_scan_ledger(tmpdir, "me", &g, err, sizeof(err)), 0,
+	cr_assert_eq(vrun_scan_ledger(tmpdir, NULL, "me", &g, err,
+				      sizeof(err)), 0,
 		     "%s", err);
 	cr_expect_eq(g.reserved, 4 * GIB);
 	vgpu_ledger_close(l);
