@@ -975,19 +975,69 @@ static bool extends_alias(const char *name, size_t n)
 	return false;
 }
 
+/* Whether name[0..n) starts with "vgpu_" in another mixture of cases
+ * than VGPU_'s (vgpu_memory_limit: a name the loader would not read). */
+static bool prefix_other_case(const char *name, size_t n)
+{
+	static const char p[] = "VGPU_";
+
+	if (n < 5 || memcmp(name, p, 5) == 0)
+		return false;
+	for (size_t i = 0; i < 5; i++)
+		if (upper(name[i]) != p[i])
+			return false;
+	return true;
+}
+
+/* The entry before e in envp (from start) that defines the option e
+ * names (name[0..n), then '='), or NULL. */
+static const char *defined_before(const char *const *start,
+				  const char *const *e, size_t n)
+{
+	for (; start < e; start++)
+		if (strncmp(*start, *e, n + 1) == 0)
+			return *start;
+	return NULL;
+}
+
+/* NAME is set twice; "first" is used, "second" is not\n: getenv(3) and
+ * the loader read the first definition, and whoever added the second
+ * (a wrapper appending to an environment) meant it. */
+static void report_twice(struct vgpu_fmtbuf *eb, const char *first,
+			 const char *second, size_t n)
+{
+	put_name(eb, second, n);
+	vgpu__fb_puts(eb, " is set twice; ");
+	vgpu__fb_quoted(eb, first + n + 1);
+	vgpu__fb_puts(eb, " is used, ");
+	vgpu__fb_quoted(eb, second + n + 1);
+	vgpu__fb_puts(eb, " is not\n");
+}
+
 /* Checked: a VGPU_ name of no other part of libvgpu, or one that extends
- * a per-device HAMi alias with '_'; either not in the table. */
+ * a per-device HAMi alias with '_'; either not in the table. A name with
+ * the prefix in lower (or mixed) case is named too, and an option or
+ * alias defined a second time. */
 static int check_names(const char *const *envp, struct vgpu_fmtbuf *eb)
 {
+	const char *const *start = envp;
 	int unknown = 0;
 
 	for (; envp && *envp; envp++) {
-		const char *e = *envp, *eq = strchr(e, '=');
+		const char *e = *envp, *eq = strchr(e, '='), *first;
 		size_t n = eq ? (size_t)(eq - e) : strlen(e);
 		bool ours = n >= 5 && memcmp(e, "VGPU_", 5) == 0;
+		bool known = ours ? known_name(e, n, false)
+				  : known_name(e, n, true);
 
-		if (ours ? is_other_part(e, n) || known_name(e, n, false)
-			 : !extends_alias(e, n) || known_name(e, n, true))
+		if (known && eq && (first = defined_before(start, envp, n))) {
+			report_twice(eb, first, e, n);
+			unknown++;
+			continue;
+		}
+		if (ours ? is_other_part(e, n) || known
+			 : !prefix_other_case(e, n) &&
+			   (!extends_alias(e, n) || known))
 			continue;
 		put_name(eb, e, n);
 		vgpu__fb_puts(eb, " is not a known option");
@@ -1010,8 +1060,10 @@ static int check_names(const char *const *envp, struct vgpu_fmtbuf *eb)
  * the '_', is not in the namespace), but those of other parts of libvgpu (the
  * simulator's VGPU_SIM and VGPU_SIM_*, vgpu-run's VGPU_LIBRARY, the tests'
  * VGPU_TEST_* and VGPU_SOAK), and the per-device forms of HAMi's aliases
- * (CUDA_DEVICE_MEMORY_LIMIT_64). vgpu__options_load() calls it. Returns
- * the count.
+ * (CUDA_DEVICE_MEMORY_LIMIT_64). Also named: a name whose prefix is
+ * vgpu_ in another case (vgpu_memory_limit), and an option or alias set a
+ * second time in envp (VGPU_MEMORY_LIMIT is set twice; "1GiB" is used,
+ * "2GiB" is not). vgpu__options_load() calls it. Returns the count.
  */
 int vgpu__options_check_names(const char *const *envp, char *err,
 			      size_t errlen)

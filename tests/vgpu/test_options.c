@@ -862,6 +862,62 @@ Test(check_names, misspelt_names_get_the_closest_option)
 	expect_names(c, sizeof(c) / sizeof(c[0]));
 }
 
+/* A lower-case prefix is a name the loader would not read (getenv is
+ * case-sensitive): named with the option meant. */
+Test(check_names, a_prefix_in_another_case_is_named)
+{
+	static const struct name_case c[] = {
+		{ "vgpu_memory_limit=1GiB", "vgpu_memory_limit is not a known "
+		  "option; did you mean VGPU_MEMORY_LIMIT?\n" },
+		{ "Vgpu_Compute_Limit_2=30", "Vgpu_Compute_Limit_2 is not a "
+		  "known option; did you mean VGPU_COMPUTE_LIMIT_2?\n" },
+		{ "vGPU_TENANT=a", "vGPU_TENANT is not a known option; did "
+		  "you mean VGPU_TENANT?\n" },
+		{ "vgpu=1", NULL },	/* not the prefix */
+		{ "vgpux_memory=1", NULL },
+	};
+
+	expect_names(c, sizeof(c) / sizeof(c[0]));
+}
+
+/* An option defined twice in one environment: the loader (as getenv)
+ * reads the first, so the second is named with both values; an option
+ * named once, and a name only one of whose forms (name, alias) is set
+ * twice, are not. */
+Test(check_names, an_option_set_twice_is_named_with_both_values)
+{
+	static const char *const envp[] = {
+		"VGPU_MEMORY_LIMIT=1GiB",
+		"PATH=/usr/bin",
+		"CUDA_DEVICE_MEMORY_LIMIT=4096m",
+		"VGPU_MEMORY_LIMIT=2GiB",
+		"VGPU_COMPUTE_LIMIT_3=20",
+		"CUDA_DEVICE_MEMORY_LIMIT=8192m",
+		"PATH=/bin",
+		"VGPU_COMPUTE_LIMIT_3=\x1b[2J",
+		"VGPU_MEMORY_LIMIT=3GiB",
+		NULL,
+	};
+	char out[1024];
+	struct vgpu_options o;
+
+	cr_assert_eq(vgpu__options_check_names(envp, out, sizeof(out)), 4,
+		     "%s", out);
+	cr_assert_str_eq(out,
+		"VGPU_MEMORY_LIMIT is set twice; \"1GiB\" is used, \"2GiB\" "
+		"is not\n"
+		"CUDA_DEVICE_MEMORY_LIMIT is set twice; \"4096m\" is used, "
+		"\"8192m\" is not\n"
+		"VGPU_COMPUTE_LIMIT_3 is set twice; \"20\" is used, \"?[2J\" "
+		"is not\n"
+		"VGPU_MEMORY_LIMIT is set twice; \"1GiB\" is used, \"3GiB\" "
+		"is not\n");
+	cr_assert_eq(vgpu__options_load(&o, envp, out, sizeof(out)), 4,
+		     "%s", out);
+	cr_assert_eq(o.memory_limit, UINT64_C(1) << 30);
+	cr_assert_eq(o.device_compute_limit[3], 20);
+}
+
 /* VGPU_ with nothing after it is a name cut short, not another program's
  * variable: named, with what is wrong. */
 Test(check_names, the_prefix_alone_is_named)
