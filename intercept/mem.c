@@ -16,6 +16,17 @@
 
 /* ---- buffers ----------------------------------------------------------- */
 
+/* A new pointer p from the driver charged bytes of kind: into the table,
+ * and an entry the table still had for p (stale, track.h) given back. */
+static void ptr_charged(CUdeviceptr p, int kind, int dev, uint64_t bytes)
+{
+	struct vgpu_tracked stale;
+
+	if (vgpu__track_charged_fresh(VGPU_TRACK_PTR, p, kind, dev, bytes, 0,
+				      &stale))
+		vgpu__ptr_drop(&stale);
+}
+
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	struct vgpu_dev *dv = vgpu__dev_current();
@@ -50,9 +61,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 			       ? vgpu__spill(dv, dptr, bytesize) : r;
 	}
 	if (dv->slot) {
-		vgpu__ptr_fresh(*dptr);
-		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_BUFFER,
-				    dv->ordinal, held, 0);
+		ptr_charged(*dptr, VGPU_USAGE_BUFFER, dv->ordinal, held);
 	}
 	return r;
 }
@@ -93,9 +102,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch,
 		return r;
 	}
 	if (dv->slot) {
-		vgpu__ptr_fresh(*dptr);
-		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_BUFFER,
-				    dv->ordinal, real, 0);
+		ptr_charged(*dptr, VGPU_USAGE_BUFFER, dv->ordinal, real);
 	}
 	return r;
 }
@@ -122,20 +129,11 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 		return r;
 	}
 	if (dv->slot) {
-		vgpu__ptr_fresh(*dptr);
-		vgpu__track_charged(VGPU_TRACK_PTR, *dptr, VGPU_USAGE_MANAGED,
-				    dv->ordinal, held, 0);
+		ptr_charged(*dptr, VGPU_USAGE_MANAGED, dv->ordinal, held);
 	}
 	return r;
 }
 
-void vgpu__ptr_fresh(uint64_t p)
-{
-	struct vgpu_tracked t;
-
-	if (vgpu__track_remove(VGPU_TRACK_PTR, p, &t))
-		vgpu__ptr_drop(&t);
-}
 
 /* A free the driver refused because another thread's cuCtxDestroy freed
  * the memory with its context first: the context's sweep found the entry
@@ -155,6 +153,7 @@ static bool freed_with_context(CUdeviceptr p)
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct vgpu_tracked t;
+	struct vgpu_dev *dv;
 	CUresult r;
 
 	if (!vgpu__real.cuMemFree_v2)
@@ -168,14 +167,15 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
 		return r;
 	}
+	dv = vgpu__dev_peek((int)t.dev);
 	if (t.kind == VGPU_USAGE_POOL)
 		vgpu_pool_freed((int)t.aux);
 	else if (t.kind == VGPU_USAGE_BUFFER && t.aux)	/* shared (IPC) */
 		vgpu__share_gone(t.aux);
 	else if (t.kind != VGPU_USAGE_SPILLED)
-		vgpu__uncharge(vgpu__dev_peek((int)t.dev), (int)t.kind, t.bytes);
+		vgpu__uncharge(dv, (int)t.kind, t.bytes);
 	/* Room may have freed: spilled ranges come back to the device. */
-	vgpu__promote(vgpu__dev_peek((int)t.dev));
+	vgpu__promote(dv);
 	return r;
 }
 

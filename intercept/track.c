@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -26,15 +27,17 @@ struct entry {
 	uint64_t val;
 };
 
+/* No count of live entries is kept: an atomic add in every insert and
+ * remove cost more than the rest of the table's work (a count is a scan,
+ * for tests). */
 struct table {
 	struct entry *e;
 	unsigned bits;
-	uint64_t live;
 };
 
 static struct table tables[VGPU_TRACK_TABLES] = {
-	[VGPU_TRACK_PTR] = { NULL, 20, 0 },	/* 16 MiB of address space */
-	[VGPU_TRACK_HANDLE] = { NULL, 16, 0 },
+	[VGPU_TRACK_PTR] = { NULL, 20 },	/* 16 MiB of address space */
+	[VGPU_TRACK_HANDLE] = { NULL, 16 },
 };
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static bool ready;
@@ -86,29 +89,63 @@ static inline size_t slot_of(const struct table *tb, uint64_t key)
 	       (((size_t)1 << tb->bits) - 1);
 }
 
-bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t)
+/* Puts key in the first free entry of its chain (EMPTY or TOMB). With
+ * stale, the chain is walked to its end first, and a live entry for key
+ * met on the way is taken out into *stale (true returned in *had): one
+ * walk for both. Taken by another thread between the walk and the swap,
+ * the entry is looked for again. */
+static bool put(struct table *tb, uint64_t key, uint64_t v,
+		struct vgpu_tracked *stale, bool *had)
 {
-	struct table *tb = &tables[table];
 	size_t mask = ((size_t)1 << tb->bits) - 1;
-	size_t i = slot_of(tb, key);
 
-	if (!ready || key <= TOMB || t->bytes > VGPU_TRACK_MAX_BYTES ||
-	    t->kind > 31 || t->dev > 63 || t->aux > 2047)
-		return false;
-	for (unsigned n = 0; n < MAX_PROBE; n++, i = (i + 1) & mask) {
-		struct entry *e = &tb->e[i];
-		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+	for (;;) {
+		size_t i = slot_of(tb, key), at = SIZE_MAX;
+		uint64_t at_k = EMPTY;
 
-		if ((k == EMPTY || k == TOMB) &&
-		    __atomic_compare_exchange_n(&e->key, &k, key, false,
-						__ATOMIC_ACQ_REL,
+		for (unsigned n = 0; n < MAX_PROBE; n++, i = (i + 1) & mask) {
+			struct entry *e = &tb->e[i];
+			uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+
+			if (stale && k == key) {
+				uint64_t old = __atomic_load_n(&e->val,
+							       __ATOMIC_ACQUIRE);
+
+				if (__atomic_compare_exchange_n(&e->key, &k,
+						TOMB, false, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
-			__atomic_store_n(&e->val, pack(t), __ATOMIC_RELEASE);
-			__atomic_add_fetch(&tb->live, 1, __ATOMIC_RELAXED);
+					unpack(old, stale);
+					*had = true;
+					k = TOMB;
+				}
+			}
+			if ((k == EMPTY || k == TOMB) && at == SIZE_MAX) {
+				at = i;
+				at_k = k;
+			}
+			if (k == EMPTY || (!stale && at != SIZE_MAX))
+				break;
+		}
+		if (at == SIZE_MAX)
+			return false;
+		if (__atomic_compare_exchange_n(&tb->e[at].key, &at_k, key,
+						false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&tb->e[at].val, v, __ATOMIC_RELEASE);
 			return true;
 		}
 	}
-	return false;
+}
+
+static bool fits(uint64_t key, const struct vgpu_tracked *t)
+{
+	return ready && key > TOMB && t->bytes <= VGPU_TRACK_MAX_BYTES &&
+	       t->kind <= 31 && t->dev <= 63 && t->aux <= 2047;
+}
+
+bool vgpu__track_insert(int table, uint64_t key, const struct vgpu_tracked *t)
+{
+	return fits(key, t) && put(&tables[table], key, pack(t), NULL, NULL);
 }
 
 bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t)
@@ -133,7 +170,6 @@ bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t)
 						 __ATOMIC_ACQUIRE))
 			return false;	/* another thread freed it first */
 		unpack(v, t);
-		__atomic_sub_fetch(&tb->live, 1, __ATOMIC_RELAXED);
 		return true;
 	}
 	return false;
@@ -160,10 +196,8 @@ void vgpu__track_sweep(int table, unsigned dev,
 			continue;
 		if (__atomic_compare_exchange_n(&e->key, &k, TOMB, false,
 						__ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE)) {
-			__atomic_sub_fetch(&tb->live, 1, __ATOMIC_RELAXED);
+						__ATOMIC_ACQUIRE))
 			drop(&t);
-		}
 	}
 }
 
@@ -175,13 +209,18 @@ void vgpu__track_forget(void)
 		size_t len = sizeof(struct entry) << tables[i].bits;
 		/* Gives the pages back: the child starts from zeroes. */
 		madvise(tables[i].e, len, MADV_DONTNEED);
-		tables[i].live = 0;
 	}
 }
 
 uint64_t vgpu__track_count(int table)
 {
-	return __atomic_load_n(&tables[table].live, __ATOMIC_RELAXED);
+	const struct table *tb = &tables[table];
+	size_t n = (size_t)1 << tb->bits;
+	uint64_t live = 0;
+
+	for (size_t i = 0; ready && i < n; i++)
+		live += __atomic_load_n(&tb->e[i].key, __ATOMIC_ACQUIRE) > TOMB;
+	return live;
 }
 
 void vgpu__track_charged(int table, uint64_t key, int kind, int dev,
@@ -190,6 +229,23 @@ void vgpu__track_charged(int table, uint64_t key, int kind, int dev,
 	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dev, aux };
 
 	vgpu__track_keep(table, key, &t);
+}
+
+bool vgpu__track_charged_fresh(int table, uint64_t key, int kind, int dev,
+			       uint64_t bytes, unsigned aux,
+			       struct vgpu_tracked *stale)
+{
+	struct vgpu_tracked t = { bytes, (unsigned)kind, (unsigned)dev, aux };
+	bool had = false;
+
+	if (!fits(key, &t) ||
+	    !put(&tables[table], key, pack(&t), stale, &had)) {
+		/* Not kept (warned), or no table: a stale entry stays too,
+		 * over-charging, as an entry that does not fit does. */
+		vgpu__track_keep(table, key, &t);
+		return false;
+	}
+	return had;
 }
 
 void vgpu__track_keep(int table, uint64_t key, const struct vgpu_tracked *t)

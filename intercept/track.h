@@ -42,6 +42,14 @@ void vgpu__track_keep(int table, uint64_t key, const struct vgpu_tracked *t);
 /* The same for bytes of kind charged on device dev (aux: per kind). */
 void vgpu__track_charged(int table, uint64_t key, int kind, int dev,
 			 uint64_t bytes, unsigned aux);
+/* vgpu__track_charged for a key the driver has just handed out: an
+ * entry the table still has for it is stale (its memory went without a
+ * free the shim saw: a context destroyed while its sweep raced this
+ * thread's allocation); it is taken out into *stale (true returned), for
+ * the caller to give back. One walk of the key's chain does both. */
+bool vgpu__track_charged_fresh(int table, uint64_t key, int kind, int dev,
+			       uint64_t bytes, unsigned aux,
+			       struct vgpu_tracked *stale);
 /* Removes key; false if it was not there. */
 bool vgpu__track_remove(int table, uint64_t key, struct vgpu_tracked *t);
 /* For each live entry of table on device dev, calls gone(key, entry, arg);
@@ -55,12 +63,7 @@ void vgpu__track_forget(void);
 /* objects.c: gives back what a pointer entry charged (its kind's way:
  * a pool's allocation, shared memory, or a plain charge). */
 void vgpu__ptr_drop(const struct vgpu_tracked *t);
-/* mem.c: before a new pointer p from the driver goes into the table, an
- * entry the table still has for p is stale (its memory went without a
- * free the shim saw: a context destroyed while its sweep raced this
- * thread's allocation) and is given back. */
-void vgpu__ptr_fresh(uint64_t p);
-/* Live entries (for tests and views). */
+/* Live entries, by a walk of the whole table (for tests). */
 uint64_t vgpu__track_count(int table);
 
 #endif
