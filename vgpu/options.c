@@ -590,6 +590,21 @@ static void report(struct vgpu_fmtbuf *eb, const char *var, const char *value,
 	vgpu__fb_putc(eb, '\n');
 }
 
+static int check_names(const char *const *envp, struct vgpu_fmtbuf *eb);
+static bool has_prefix(const char *name, size_t n, const char *word);
+
+/* Device dev of option id takes the global value (neither of its own
+ * variables is set). */
+static void inherit(struct vgpu_options *o, enum vgpu_opt_id id, int dev)
+{
+	const struct vgpu_opt_desc *d = &options[id];
+	struct vgpu_optval v;
+
+	v.num = vgpu__option_load_num(o, d, d->offset);
+	store(o, d, vgpu__option_value_offset(d, dev), &v);
+	o->device_src[id][dev] = o->src[id] & VGPU_SRC_MASK;
+}
+
 /*
  * Reads one option's global value (dev < 0) or device dev's: VGPU_X wins
  * over the alias; a bad variable is reported and then ignored as if unset.
@@ -634,15 +649,26 @@ static int load_one(struct vgpu_options *o, enum vgpu_opt_id id, int dev,
 		report(eb, alias, av, rc, d->alias_expect);
 		bad++;
 	}
-	if (dev >= 0) {
-		v.num = vgpu__option_load_num(o, d, d->offset);
-		store(o, d, vgpu__option_value_offset(d, dev), &v);
-		*src = o->src[id] & VGPU_SRC_MASK;
-	}
+	if (dev >= 0)
+		inherit(o, id, dev);
 	return bad;
 }
 
-static int check_names(const char *const *envp, struct vgpu_fmtbuf *eb);
+/* Whether envp names any per-device form of option d (its name or alias
+ * and '_'): without one, no device needs a look of its own. */
+static bool any_device_var(const struct vgpu_opt_desc *d,
+			   const char *const *envp)
+{
+	for (; envp && *envp; envp++) {
+		const char *e = *envp, *eq = strchr(e, '=');
+		size_t n = eq ? (size_t)(eq - e) : strlen(e);
+
+		if (has_prefix(e, n, d->name) ||
+		    (d->alias && has_prefix(e, n, d->alias)))
+			return true;
+	}
+	return false;
+}
 
 /*
  * Fills *out from envp (NAME=value strings, NULL-terminated: environ for
@@ -662,10 +688,17 @@ int vgpu__options_load(struct vgpu_options *out, const char *const *envp,
 	vgpu__fb_init(&eb, err, errlen);
 	vgpu__options_defaults(out);
 	for (id = 0; id < VGPU_OPT_COUNT; id++) {
+		bool own = options[id].per_device &&
+			   any_device_var(&options[id], envp);
+
 		bad += load_one(out, id, -1, envp, &eb);
 		for (dev = 0; options[id].per_device &&
-			      dev < VGPU_MAX_DEVICES; dev++)
-			bad += load_one(out, id, dev, envp, &eb);
+			      dev < VGPU_MAX_DEVICES; dev++) {
+			if (own)
+				bad += load_one(out, id, dev, envp, &eb);
+			else
+				inherit(out, id, dev);
+		}
 	}
 	bad += check_names(envp, &eb);
 	vgpu__fb_finish(&eb);
@@ -803,10 +836,13 @@ static char upper(char c)
  * bytes: adding a character or swapping two neighbours costs 1, changing
  * or dropping one 2 (as git's command suggestions weigh them: a name cut
  * short, VGPU_MEMORY, is nearer VGPU_MEMORY_LIMIT than VGPU_TENANT).
+ * Past limit, the walk stops early and says limit + 1 (every variable of
+ * the environment is measured against HAMi's names at start-up).
  */
-static unsigned edit_cost(const char *a, size_t n, const char *b)
+static unsigned edit_cost(const char *a, size_t n, const char *b,
+			  unsigned limit)
 {
-	unsigned row[3][CMP_MAX + 1], *pp, *p, *c;
+	unsigned row[3][CMP_MAX + 1], *pp, *p, *c, low, prev_low = 0;
 	size_t m = strlen(b), i, j;
 
 	/* Row k of the table lives in row[(k + 1) % 3]. */
@@ -832,6 +868,13 @@ static unsigned edit_cost(const char *a, size_t n, const char *b)
 				v = pp[j - 2] + 1;
 			c[j] = v;
 		}
+		/* A path crosses row i or, by a swap, row i - 1: past the
+		 * limit in both, it ends past it. */
+		for (low = c[0], j = 1; j <= m; j++)
+			low = c[j] < low ? c[j] : low;
+		if (i > 1 && low > limit && prev_low > limit)
+			return limit + 1;
+		prev_low = low;
 	}
 	return row[(n + 1) % 3][m];
 }
@@ -877,11 +920,11 @@ static struct suggestion closest(const char *name, size_t n)
 		for (int i = 0; i < 2; i++) {
 			if (!w[i])
 				continue;
-			consider(&s, w[i], edit_cost(name, n, w[i]),
+			consider(&s, w[i], edit_cost(name, n, w[i], ~0u - 1),
 				 NULL, 0);
 			if (d->per_device && base < n)
 				consider(&s, w[i],
-					 edit_cost(name, base, w[i]),
+					 edit_cost(name, base, w[i], ~0u - 1),
 					 name + base, n - base);
 		}
 	}
@@ -1216,11 +1259,12 @@ int vgpu__options_check_hami_names(const char *const *envp, char *err,
 				continue;
 			if (n + HAMI_NEAR >= wl && n <= wl + HAMI_NEAR)
 				consider(&s, d->alias,
-					 edit_cost(e, n, d->alias), NULL, 0);
+					 edit_cost(e, n, d->alias, HAMI_NEAR),
+					 NULL, 0);
 			if (d->per_device && base < n &&
 			    base + HAMI_NEAR >= wl && base <= wl + HAMI_NEAR)
 				consider(&s, d->alias,
-					 edit_cost(e, base, d->alias),
+					 edit_cost(e, base, d->alias, HAMI_NEAR),
 					 e + base, n - base);
 		}
 		if (!s.word)
