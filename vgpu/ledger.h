@@ -130,7 +130,9 @@ void vgpu_ledger_close(struct vgpu_ledger *l);
  * holds and frees the records, but unmaps, closes and frees nothing: the
  * job's other threads may still be inside the ledger (a reservation, a
  * wait at a move's gate) while the exit runs, and the kernel takes it all
- * back a moment later. NULL is ignored. */
+ * back a moment later. NULL is ignored. A later reserve or charge on
+ * those slots returns VGPU_LEDGER_ENOENT and a release does nothing: the
+ * tenant's totals no longer count the process. */
 void vgpu_ledger_exit(struct vgpu_ledger *l);
 
 /* In a child after fork(), before anything else touches `l`: forgets `l`
@@ -303,13 +305,15 @@ int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes);
  * uncontended. When refused, reclaims the tenant's dead slots (a system
  * call per slot of the tenant) and tries once more. Returns 0,
  * VGPU_LEDGER_EOVERLIMIT (counted in the slot's failures),
- * VGPU_LEDGER_ETIMEDOUT or VGPU_LEDGER_EINVAL (bad kind). bytes == 0
+ * VGPU_LEDGER_ETIMEDOUT, VGPU_LEDGER_EINVAL (bad kind) or
+ * VGPU_LEDGER_ENOENT (the slot was given back at exit). bytes == 0
  * always succeeds. */
 int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes);
 
 /* Charges `bytes` of `kind` without checking the limit: for memory the
  * driver already handed out beyond what reserve admitted. Returns 0,
- * VGPU_LEDGER_ETIMEDOUT or VGPU_LEDGER_EINVAL. */
+ * VGPU_LEDGER_ETIMEDOUT, VGPU_LEDGER_EINVAL or VGPU_LEDGER_ENOENT (given
+ * back at exit). */
 int vgpu_ledger_charge(struct vgpu_slot *s, int kind, uint64_t bytes);
 
 /* Gives back `bytes` of `kind`: at most what the slot holds of that kind,
@@ -335,7 +339,8 @@ int vgpu_ledger_lock_holder(const struct vgpu_slot *s, int32_t *pid,
 			    int32_t *host_pid);
 
 /* For tests only: take and drop the slot's tenant lock directly (a test
- * child dies holding it). vgpu__ledger_lock returns 0 or _ETIMEDOUT. */
+ * child dies holding it). vgpu__ledger_lock returns 0, _ETIMEDOUT, or
+ * _ENOENT for a slot given back at exit. */
 /* ---- ledger_shares.c: memory shared between processes ---------------------
  * Keys identify one piece of memory across processes (never 0,0); records
  * are indices into the file's shares. */

@@ -93,6 +93,8 @@ struct vgpu_slot {
 	uint32_t owner;			/* this slot's tenant lock word value */
 	uint32_t deferred_any;		/* releases waiting (atomic) */
 	bool setter;			/* its join set the tenant's terms */
+	bool given_back;		/* left (at exit): its record is free
+					 * (under the tenant lock) */
 	uint64_t deferred[VGPU_USAGE_COUNT];	/* bytes per kind (atomic) */
 	/* To join again elsewhere (ledger_move.c): the record's usage as
 	 * this process last left it (under the tenant lock), and the join. */

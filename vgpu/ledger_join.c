@@ -939,6 +939,7 @@ static void give_back(struct vgpu_ledger *l, struct vgpu_slot *s)
 	    vgpu__tenant_lock_until(l, s->tenant_index, s->owner, deadline,
 				    NULL, 0) == 0) {
 		slot_give_back(s->ten, s->rec);
+		s->given_back = true;	/* a racing charge finds it so */
 		vgpu__tenant_unlock(s->ten);
 		__atomic_store_n(&s->rec->state, VGPU_SLOT_FREE,
 				 __ATOMIC_RELEASE);
@@ -970,9 +971,10 @@ void vgpu_ledger_leave(struct vgpu_slot *s)
 /* At exit: each slot given back and freed in the file, as a leave, but
  * the handle, its slots and the mapping are kept (ledger.h). l->mu is
  * waited for 3 s at most (a move in progress); past that the slots are
- * left to the reclaiming of a dead process's. A thread that charges in
- * the instant between the shim's check and this give-back writes into a
- * record now free (see docs/reliability.md). */
+ * left to the reclaiming of a dead process's. A thread that charges or
+ * gives back in the instant between the front end's check and this
+ * give-back finds the slot given back under the tenant lock, and touches
+ * nothing (ledger_ops.c). */
 void vgpu_ledger_exit(struct vgpu_ledger *l)
 {
 	struct timespec by;

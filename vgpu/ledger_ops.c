@@ -116,6 +116,13 @@ static inline bool mapping_broken(struct vgpu_ledger *l)
 	       vgpu__guard_broken(l->guard);
 }
 
+static inline void unlock(struct vgpu_slot *s)
+{
+	s->l->held[s->tenant_index] = 0;
+	vgpu__tenant_unlock(s->ten);
+	vgpu__gate_leave(s->l);
+}
+
 /* The slot's tenant lock, inside the move's gate (ledger_internal.h): no
  * move grafts another file under the slot until unlock() has let the
  * word go, so the word let go is the word taken, and no other thread's. */
@@ -148,17 +155,17 @@ static inline int lock(struct vgpu_slot *s)
 		vgpu__gate_leave(l);
 	}
 	l->held[t] = s->owner;	/* for the guard (ledger_guard.c) */
+	if (__builtin_expect(s->given_back, 0)) {
+		/* The process left (exit) while this thread charged or gave
+		 * back: its record is free, and the tenant's totals no
+		 * longer count it. */
+		unlock(s);
+		return VGPU_LEDGER_ENOENT;
+	}
 	if (__builtin_expect(__atomic_load_n(&s->deferred_any,
 					     __ATOMIC_ACQUIRE), 0))
 		apply_deferred(s);
 	return 0;
-}
-
-static inline void unlock(struct vgpu_slot *s)
-{
-	s->l->held[s->tenant_index] = 0;
-	vgpu__tenant_unlock(s->ten);
-	vgpu__gate_leave(s->l);
 }
 
 static int locked_charge(struct vgpu_slot *s, int kind, uint64_t bytes)
@@ -269,12 +276,15 @@ const struct vgpu_ledger_tenant *vgpu_ledger_tenant_record(const struct vgpu_slo
  * out (a pool that grew past its admitted requests by its rounding). */
 int vgpu_ledger_charge(struct vgpu_slot *s, int kind, uint64_t bytes)
 {
+	int rc;
+
 	if ((unsigned)kind >= VGPU_USAGE_COUNT)
 		return VGPU_LEDGER_EINVAL;
+
 	if (bytes == 0)
 		return 0;
-	if (lock(s) != 0)
-		return VGPU_LEDGER_ETIMEDOUT;
+	if ((rc = lock(s)) != 0)
+		return rc == VGPU_LEDGER_ENOENT ? rc : VGPU_LEDGER_ETIMEDOUT;
 	if (VGPU_USAGE_IS_DEVICE(kind))
 		vgpu__add(&s->ten->used, bytes);
 	vgpu__add(&s->ten->usage[kind], bytes);

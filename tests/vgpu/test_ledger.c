@@ -127,6 +127,43 @@ Test(ledger, reserve_at_the_limit_succeeds_and_past_it_fails)
 	vgpu_ledger_close(l);
 }
 
+/* At exit the slots are given back while the job's other threads may
+ * still charge or give back (the hooks checked the device a moment
+ * before): neither may touch the tenant's totals, which no longer count
+ * the process, nor the free record. Another process's charge stays. */
+Test(ledger, a_charge_or_release_racing_the_exit_touches_nothing)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_ledger *other = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "team", GiB);
+	struct vgpu_slot *o = ledger_join_ok(other, "team", GiB);
+	const struct vgpu_ledger_slot *rec = vgpu_ledger_slot_record(s);
+
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 100 * MiB), 0);
+	cr_assert_eq(vgpu_ledger_reserve(o, VGPU_USAGE_BUFFER, 30 * MiB), 0);
+	cr_assert_eq(vgpu_ledger_tenant_used(o), 130 * MiB);
+	vgpu_ledger_exit(l);
+	cr_assert_eq(vgpu_ledger_tenant_used(o), 30 * MiB);
+	cr_assert_eq(rec->state, VGPU_SLOT_FREE);
+
+	cr_expect_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 10 * MiB),
+		     VGPU_LEDGER_ENOENT);
+	cr_expect_eq(vgpu_ledger_charge(s, VGPU_USAGE_ARRAY, 10 * MiB),
+		     VGPU_LEDGER_ENOENT);
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, 100 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_used(o), 30 * MiB);
+	cr_expect_eq(vgpu_ledger_tenant_usage(o, VGPU_USAGE_BUFFER), 30 * MiB);
+	cr_expect_eq(rec->usage[VGPU_USAGE_BUFFER], 0);
+	cr_expect_eq(rec->state, VGPU_SLOT_FREE);
+	/* The other process's own charge still counts and goes. */
+	cr_expect_eq(vgpu_ledger_reserve(o, VGPU_USAGE_BUFFER, GiB - 30 * MiB),
+		     0);
+	vgpu_ledger_release(o, VGPU_USAGE_BUFFER, GiB);
+	expect_zero(o);
+	vgpu_ledger_leave(o);
+	vgpu_ledger_close(other);
+}
+
 Test(ledger, every_device_kind_counts_and_spilled_does_not)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
