@@ -216,8 +216,19 @@ void vgpu__options_defaults(struct vgpu_options *o);
  * unknown names both counted and described in err. */
 int vgpu__options_load(struct vgpu_options *out, const char *const *envp,
 		       char *err, size_t errlen);
+/* The value of name in envp (NAME=value strings, NULL-terminated; NULL
+ * for none): the first definition, as getenv(3) finds it. */
+const char *vgpu__env_get(const char *const *envp, const char *name);
+
+/* ---- options_names.c: variables that name no option ------------------ */
+
 int vgpu__options_check_names(const char *const *envp, char *err,
 			      size_t errlen);
+/* The same, appended to eb (vgpu__options_load's report). */
+int vgpu__options_names_into(const char *const *envp,
+			     struct vgpu_fmtbuf *eb);
+/* Whether name[0..n) starts with word followed by '_'. */
+bool vgpu__name_has_prefix(const char *name, size_t n, const char *word);
 /* Per-device variables naming a device at or past count (the devices the
  * driver shows the process): the VGPU_ names, or with hami HAMi's
  * (CUDA_DEVICE_*: warnings only, as HAMi-core ignores them); HAMi names
