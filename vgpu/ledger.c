@@ -1,7 +1,8 @@
-/* ledger.c - the ledger file: who may touch it (the directory and the
- * file checked, no link followed), its creation (built under a temporary
- * name, then renamed into place), attaching with validation, closing,
- * forgetting after fork, and the host pid helper.
+/* ledger.c - the ledger file: opened from its directory's descriptor
+ * (ledger_dir.c: who may touch it, the directory) with no link followed
+ * and checked, its creation (built under a temporary name, then renamed
+ * into place), attaching with validation, closing, forgetting after fork,
+ * and the host pid helper.
  * Tenants and slots are in ledger_join.c, the locks in ledger_lock.c,
  * reserve and release in ledger_ops.c.
  */
@@ -10,8 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,346 +54,6 @@ const char *vgpu_ledger_strerror(int code)
 		return "success";
 	}
 	return "unknown error";
-}
-
-/* ---- who may touch the ledger ------------------------------------------- */
-
-/* Trusted: this process's euid, root and, with VGPU_LEDGER_GROUP, the
- * group's members (docs/ledger-abi.md, "Permissions"). */
-struct trust {
-	uid_t euid;
-	bool shared;		/* a group was named */
-	gid_t gid;
-	char group[80];		/* "gpu (gid 1200)", for messages */
-	bool control;		/* an administrator's tool: see ledger.h */
-};
-
-/* "alice (uid 1000)", or "uid 1000" when the name is not known. */
-static void user_text(uid_t uid, char *buf, size_t len)
-{
-	struct passwd pw, *r = NULL;
-	char tmp[2048];
-
-	if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &r) == 0 && r)
-		snprintf(buf, len, "%s (uid %u)", r->pw_name, (unsigned)uid);
-	else
-		snprintf(buf, len, "uid %u", (unsigned)uid);
-}
-
-static void group_text(gid_t gid, char *buf, size_t len)
-{
-	struct group gr, *r = NULL;
-	char tmp[8192];
-
-	if (getgrgid_r(gid, &gr, tmp, sizeof(tmp), &r) == 0 && r)
-		snprintf(buf, len, "%s (gid %u)", r->gr_name, (unsigned)gid);
-	else
-		snprintf(buf, len, "gid %u", (unsigned)gid);
-}
-
-/* A group's number, or its name looked up (with a buffer grown on ERANGE:
- * groups with many members need more than a page). */
-static int find_group(const char *name, gid_t *gid)
-{
-	struct group gr, *r = NULL;
-	size_t len = 4096;
-	char *buf, *end;
-	unsigned long n;
-	int rc;
-
-	if (name[strspn(name, "0123456789")] == '\0') {
-		errno = 0;
-		n = strtoul(name, &end, 10);
-		if (errno || n >= (gid_t)-1)
-			return -1;
-		*gid = (gid_t)n;
-		return 0;
-	}
-	for (;;) {
-		buf = malloc(len);
-		if (!buf)
-			return -1;
-		rc = getgrnam_r(name, &gr, buf, len, &r);
-		if (rc == 0 && r)
-			*gid = r->gr_gid;
-		free(buf);
-		if (rc != ERANGE || len >= (1u << 20))
-			return rc == 0 && r ? 0 : -1;
-		len *= 4;
-	}
-}
-
-static int trust_of(const struct vgpu_ledger_access *in, struct trust *a,
-		     char *err, size_t errlen)
-{
-	memset(a, 0, sizeof(*a));
-	a->euid = geteuid();
-	a->control = in && in->control;
-	if (!in || !in->group || !*in->group)
-		return 0;
-	if (find_group(in->group, &a->gid) != 0)
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
-			"VGPU_LEDGER_GROUP=%s: no such group here (in a "
-			"container, give the group's number)", in->group);
-	a->shared = true;
-	if (in->group[strspn(in->group, "0123456789")] == '\0')
-		snprintf(a->group, sizeof(a->group), "gid %u",
-			 (unsigned)a->gid);
-	else
-		snprintf(a->group, sizeof(a->group), "%.60s (gid %u)",
-			 in->group, (unsigned)a->gid);
-	return 0;
-}
-
-static bool trusted_owner(const struct stat *st, const struct trust *a)
-{
-	return st->st_uid == a->euid || st->st_uid == 0 ||
-	       (a->shared && st->st_gid == a->gid);
-}
-
-/* "owned by alice (uid 1000), group staff (gid 50), mode 0777" */
-static void owner_text(const struct stat *st, char *buf, size_t len)
-{
-	char u[300], g[300];
-
-	user_text(st->st_uid, u, sizeof(u));
-	group_text(st->st_gid, g, sizeof(g));
-	snprintf(buf, len, "owned by %s, group %s, mode %04o", u, g,
-		 (unsigned)(st->st_mode & 07777));
-}
-
-/* The owner's refusal, for a directory or a file. */
-static int not_ours(const char *what, const char *path, const struct stat *st,
-		    const struct trust *a, const char *fix, char *err,
-		    size_t errlen)
-{
-	char own[700], whom[200];
-
-	owner_text(st, own, sizeof(own));
-	if (a->euid)
-		snprintf(whom, sizeof(whom), "you (uid %u)%sroot",
-			 (unsigned)a->euid, a->shared ? ", " : " and ");
-	else
-		snprintf(whom, sizeof(whom), "root");
-	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
-		"%s '%s' is refused: it is %s, and a ledger is trusted only "
-		"to %s%s%s (its owner could change or replace it); %s",
-		what, path, own, whom, a->shared ? " and group " : "",
-		a->shared ? a->group : "", fix);
-}
-
-int vgpu_ledger_trusted(const struct stat *st, const char *path,
-			const struct vgpu_ledger_access *access, char *err,
-			size_t errlen)
-{
-	struct trust a;
-	char own[700];
-	int rc;
-
-	if ((rc = trust_of(access, &a, err, errlen)))
-		return rc;
-	if (a.control)
-		return 0;
-	if (!trusted_owner(st, &a))
-		return not_ours("ledger", path, st, &a,
-			"a job of this user would refuse it too", err, errlen);
-	if (st->st_mode & S_IWOTH) {
-		owner_text(st, own, sizeof(own));
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
-			"ledger '%s' is %s: not believed, every user may "
-			"write it", path, own);
-	}
-	return 0;
-}
-
-/* ---- the directory -------------------------------------------------------- */
-
-/* An existing directory: owned by a trusted user; if others may write it
- * (and so rename or delete the ledger), it is sticky, ours, or writable
- * only by the ledger group beyond its owner. */
-static int check_dir(const char *dir, const struct stat *st,
-		     const struct trust *a, char *err, size_t errlen)
-{
-	mode_t m = st->st_mode;
-	char own[700];
-	bool mine = st->st_uid == a->euid;
-
-	if (a->control)
-		return 0;	/* the file's write access decides */
-	if (!trusted_owner(st, a))
-		return not_ours("ledger directory", dir, st, a,
-			"remove it when no job uses it, or set "
-			"VGPU_LEDGER_DIR to a directory of your own or "
-			"one root made (mode 1777)", err, errlen);
-	/* Files made here take a setgid directory's group: where every user
-	 * may create files and that group is the ledger group, anyone could
-	 * make a file that the group's members trust. */
-	if (a->shared && (m & S_ISGID) && (m & S_IWOTH) &&
-	    st->st_gid == a->gid) {
-		owner_text(st, own, sizeof(own));
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
-			"ledger directory '%s' is %s: refused with "
-			"VGPU_LEDGER_GROUP=%s, every user may create files "
-			"in it and, setgid, they would be that group's, "
-			"trusted by its members; take away the world's "
-			"write access (chmod o-w)", dir, own, a->group);
-	}
-	if (mine || (m & S_ISVTX))
-		return 0;
-	if ((m & S_IWOTH) ||
-	    ((m & S_IWGRP) && !(a->shared && st->st_gid == a->gid))) {
-		owner_text(st, own, sizeof(own));
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
-			"ledger directory '%s' is %s: refused, %s may write "
-			"it without the sticky bit and so replace the "
-			"ledger; make it sticky (chmod +t), or take away "
-			"that write access%s", dir, own,
-			(m & S_IWOTH) ? "every user" : "its group",
-			(m & S_IWOTH) ? "" : ", or name its group in "
-			"VGPU_LEDGER_GROUP");
-	}
-	return 0;
-}
-
-/* mkdir -p of the parents, mode 0755 (before the umask): they are the
- * administrator's path to the ledger directory. */
-static void make_parents(char *buf)
-{
-	size_t i, n = strlen(buf);
-
-	for (i = 1; i <= n; i++) {
-		if (buf[i] != '/' && buf[i] != '\0')
-			continue;
-		buf[i] = '\0';
-		mkdir(buf, 0755);
-		buf[i] = i == n ? '\0' : '/';
-	}
-}
-
-/* Gives a directory this process just made its mode and group, whatever
- * the umask. */
-static int settle_new_dir(int pfd, const char *name, const char *dir,
-			  const struct trust *a, char *err, size_t errlen)
-{
-	const int how = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-	int fd = openat(pfd, name, how), e;
-	char me[300];
-
-	/* A umask that took the owner's read away: only a non-root caller
-	 * gets here, and its chmod reaches only what it owns. */
-	if (fd < 0 && errno == EACCES && fchmodat(pfd, name, 0700, 0) == 0)
-		fd = openat(pfd, name, how);
-	if (fd >= 0 && (!a->shared || fchown(fd, (uid_t)-1, a->gid) == 0) &&
-	    fchmod(fd, a->shared ? 0770 : 0700) == 0) {
-		close(fd);
-		return 0;
-	}
-	e = errno;
-	if (fd >= 0)
-		close(fd);
-	user_text(a->euid, me, sizeof(me));
-	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-		"cannot set the mode%s of the new ledger directory '%s': "
-		"%s%s%s%s", a->shared ? " and group" : "", dir, strerror(e),
-		a->shared ? " (is " : "", a->shared ? me : "",
-		a->shared ? " a member of VGPU_LEDGER_GROUP's group?)" : "");
-}
-
-/* Why `name` in pfd could not be opened as a directory. */
-static int dir_refused(int pfd, const char *name, const char *dir, int e,
-		       char *err, size_t errlen)
-{
-	struct stat st;
-
-	char own[300];
-
-	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISLNK(st.st_mode)) {
-		user_text(st.st_uid, own, sizeof(own));
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
-			"ledger directory '%s' is a symbolic link (made by "
-			"%s): refused, the ledger is never reached through a "
-			"link (it could lead where its maker could not "
-			"write); set VGPU_LEDGER_DIR to the real directory",
-			dir, own);
-	}
-	if (e == ENOTDIR)
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-			"ledger directory '%s' is not a directory", dir);
-	return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-		"cannot open the ledger directory '%s': %s", dir,
-		strerror(e));
-}
-
-/* Opens `dir` (made if missing) as an O_PATH descriptor, reached without
- * following a link at its last component, and checks it. `buf` holds dir
- * without trailing slashes; its last component is opened from its
- * parent's descriptor. Returns the descriptor or a VGPU_LEDGER_E* code. */
-static int open_dir(char *buf, const char *dir, const struct trust *a,
-		    char *err, size_t errlen)
-{
-	const int how = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-	char *slash = strrchr(buf, '/');
-	const char *name = slash[1] ? slash + 1 : ".";
-	struct stat st;
-	int pfd, dfd, rc = 0;
-
-	*slash = '\0';
-	pfd = open(slash == buf ? "/" : buf, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (pfd < 0 && errno == ENOENT && !a->control) {
-		make_parents(buf);
-		pfd = open(slash == buf ? "/" : buf,
-			   O_PATH | O_DIRECTORY | O_CLOEXEC);
-	}
-	*slash = '/';
-	if (pfd < 0)
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-			"cannot reach or create '%.*s', the parent of the "
-			"ledger directory '%s': %s", (int)(slash - buf) +
-			(slash == buf), buf, dir, strerror(errno));
-	dfd = openat(pfd, name, how);
-	if (dfd < 0 && errno == ENOENT && a->control)
-		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ENOENT,
-			"no ledger directory '%s' (no job has used a GPU "
-			"through libvgpu with it)", dir);
-	else if (dfd < 0 && errno == ENOENT) {
-		if (mkdirat(pfd, name, a->shared ? 0770 : 0700) == 0)
-			rc = settle_new_dir(pfd, name, dir, a, err, errlen);
-		else if (errno != EEXIST)
-			rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-				"cannot create ledger directory '%s': %s",
-				dir, strerror(errno));
-		dfd = rc ? -1 : openat(pfd, name, how);
-	}
-	if (dfd < 0 && !rc)
-		rc = dir_refused(pfd, name, dir, errno, err, errlen);
-	close(pfd);
-	if (!rc && fstat(dfd, &st) != 0)
-		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
-			"cannot stat ledger directory '%s': %s", dir,
-			strerror(errno));
-	if (!rc)
-		rc = check_dir(dir, &st, a, err, errlen);
-	if (rc && dfd >= 0)
-		close(dfd);
-	return rc ? rc : dfd;
-}
-
-/* The ledger directory's descriptor (see open_dir), or a code. */
-static int ledger_dir(const char *dir, const struct trust *a, char *err,
-		      size_t errlen)
-{
-	char buf[sizeof(((struct vgpu_ledger *)0)->path)];
-	size_t n = strlen(dir);
-
-	if (n == 0 || n >= sizeof(buf) - 80 || dir[0] != '/')
-		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EINVAL,
-			"ledger directory '%s': empty, too long or not "
-			"absolute", dir);
-	memcpy(buf, dir, n + 1);
-	while (n > 1 && buf[n - 1] == '/')
-		buf[--n] = '\0';
-	return open_dir(buf, dir, a, err, errlen);
 }
 
 /* ---- creating the file ---------------------------------------------------- */
@@ -470,7 +129,7 @@ static int place(int dfd, const char *tmp, const char *name)
  * is replaced (a damaged one, ledger_move.c). */
 static int create_file(int dfd, const char *dir, const char *name,
 		       const char *uuid, uint64_t physical_bytes,
-		       const struct trust *a, bool replace, char *err,
+		       const struct vgpu__trust *a, bool replace, char *err,
 		       size_t errlen)
 {
 	struct vgpu_ledger_header h;
@@ -485,7 +144,7 @@ static int create_file(int dfd, const char *dir, const char *name,
 	if (a->shared && fchown(fd, (uid_t)-1, a->gid) != 0) {
 		int e = errno;	/* user_text's look-up may change errno */
 
-		user_text(a->euid, me, sizeof(me));
+		vgpu__user_text(a->euid, me, sizeof(me));
 		rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
 			"cannot give a new ledger in '%s' to VGPU_LEDGER_GROUP "
 			"%s: %s (is %s a member?)", dir, a->group,
@@ -526,7 +185,7 @@ out:
  * made not to be; with a group, given to it). 0 when it is, 1 when it has
  * no name left (removed since it was opened: the caller opens the name
  * again), else a VGPU_LEDGER_E* code. */
-static int check_file(int fd, const char *path, const struct trust *a,
+static int check_file(int fd, const char *path, const struct vgpu__trust *a,
 		      char *err, size_t errlen)
 {
 	char own[700];
@@ -535,8 +194,8 @@ static int check_file(int fd, const char *path, const struct trust *a,
 
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || a->control)
 		return 0;
-	if (!trusted_owner(&st, a))
-		return not_ours("ledger", path, &st, a,
+	if (!vgpu__trusted_owner(&st, a))
+		return vgpu__not_ours("ledger", path, &st, a,
 			"remove it when no job uses it, or share ledgers "
 			"with a group named in VGPU_LEDGER_GROUP", err, errlen);
 	/* A creator whose file system has no RENAME_NOREPLACE links its
@@ -549,7 +208,7 @@ static int check_file(int fd, const char *path, const struct trust *a,
 	if (st.st_nlink == 0)
 		return 1;	/* removed since it was opened: open again */
 	if (st.st_nlink != 1) {
-		owner_text(&st, own, sizeof(own));
+		vgpu__owner_text(&st, own, sizeof(own));
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
 			"ledger '%s' (%s) has %lu names: refused, a ledger "
 			"has one (another name could be a file that is not "
@@ -565,7 +224,7 @@ static int check_file(int fd, const char *path, const struct trust *a,
 			st.st_mode = (st.st_mode & ~(mode_t)07777) | m;
 	}
 	if (st.st_mode & S_IWOTH) {
-		owner_text(&st, own, sizeof(own));
+		vgpu__owner_text(&st, own, sizeof(own));
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
 			"ledger '%s' is %s: refused, every user may write it "
 			"(and truncating it would stop every job using it); "
@@ -577,14 +236,14 @@ static int check_file(int fd, const char *path, const struct trust *a,
 
 /* Why `name` could not be opened (errno e). */
 static int open_refused(int dfd, const char *name, const char *path, int e,
-			const struct trust *a, char *err, size_t errlen)
+			const struct vgpu__trust *a, char *err, size_t errlen)
 {
 	char own[700] = "";
 	struct stat st;
 
 	if (e == ELOOP) {
 		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			user_text(st.st_uid, own, sizeof(own));
+			vgpu__user_text(st.st_uid, own, sizeof(own));
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
 			"ledger '%s' is a symbolic link%s%s%s: refused, a "
 			"ledger is never reached through a link (it could lead "
@@ -600,7 +259,7 @@ static int open_refused(int dfd, const char *name, const char *path, int e,
 	     fstat(dfd, &st) != 0))
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 			"cannot open ledger '%s': %s", path, strerror(e));
-	owner_text(&st, own, sizeof(own));
+	vgpu__owner_text(&st, own, sizeof(own));
 	if (a->control)
 		return vgpu__ledger_err(err, errlen, VGPU_LEDGER_EPERM,
 			"ledger '%s' (%s%s) may not be changed by uid %u: %s; "
@@ -623,7 +282,7 @@ static int open_refused(int dfd, const char *name, const char *path, int e,
  * its descriptor, or a VGPU_LEDGER_E* code. */
 static int open_file(int dfd, const char *dir, const char *name,
 		     const char *path, const char *uuid,
-		     uint64_t physical_bytes, const struct trust *a,
+		     uint64_t physical_bytes, const struct vgpu__trust *a,
 		     char *err, size_t errlen)
 {
 	int fd, rc, tries;
@@ -767,7 +426,7 @@ static bool damaged(int fd)
  * one new file (the first replacer's). 0, or a code with err. */
 static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 			   const char *path, const char *uuid,
-			   uint64_t physical_bytes, const struct trust *a,
+			   uint64_t physical_bytes, const struct vgpu__trust *a,
 			   char *err, size_t errlen)
 {
 	uint64_t until = vgpu__now_ns(CLOCK_MONOTONIC) +
@@ -819,7 +478,7 @@ static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
  * that a damaged file does not keep refusing every new job. */
 static int attach(struct vgpu_ledger *l, int dfd, const char *dir,
 		  const char *name, const char *uuid, uint64_t physical_bytes,
-		  const struct trust *a, char *err, size_t errlen)
+		  const struct vgpu__trust *a, char *err, size_t errlen)
 {
 	char why[sizeof(l->path) + 200];
 	struct stat st;
@@ -899,7 +558,7 @@ int vgpu_ledger_open_with(const char *dir, const char *gpu_uuid,
 {
 	char name[VGPU_LEDGER_UUID_MAX + 32];
 	struct vgpu_ledger *l;
-	struct trust a;
+	struct vgpu__trust a;
 	int dfd, rc;
 
 	*out = NULL;
@@ -908,10 +567,10 @@ int vgpu_ledger_open_with(const char *dir, const char *gpu_uuid,
 			"GPU UUID '%s': expected 1..%d characters of "
 			"[A-Za-z0-9_-]", gpu_uuid ? gpu_uuid : "(null)",
 			VGPU_LEDGER_UUID_MAX - 1);
-	rc = trust_of(access, &a, err, errlen);
+	rc = vgpu__trust_of(access, &a, err, errlen);
 	if (rc)
 		return rc;
-	dfd = ledger_dir(dir, &a, err, errlen);
+	dfd = vgpu__ledger_dir(dir, &a, err, errlen);
 	if (dfd < 0)
 		return dfd;
 	l = calloc(1, sizeof(*l));

@@ -22,6 +22,7 @@
 #define VGPU_LEDGER_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <stdbool.h>
@@ -150,6 +151,38 @@ static inline uint64_t vgpu__deadline(void)
 {
 	return vgpu__now_ns(CLOCK_MONOTONIC) + VGPU_LEDGER_LOCK_TIMEOUT_NS;
 }
+
+/* ---- ledger_dir.c -------------------------------------------------------- */
+
+/* Trusted: this process's euid, root and, with VGPU_LEDGER_GROUP, the
+ * group's members (docs/ledger-abi.md, "Permissions"). */
+struct vgpu__trust {
+	uid_t euid;
+	bool shared;		/* a group was named */
+	gid_t gid;
+	char group[80];		/* "gpu (gid 1200)", for messages */
+	bool control;		/* an administrator's tool: see ledger.h */
+};
+
+/* The trust of an open (VGPU_LEDGER_GROUP's group looked up): 0 or a
+ * code, with a message in err. */
+int vgpu__trust_of(const struct vgpu_ledger_access *in, struct vgpu__trust *a,
+		   char *err, size_t errlen);
+/* Owned by a trusted user (this one, root, or the named group). */
+bool vgpu__trusted_owner(const struct stat *st, const struct vgpu__trust *a);
+/* "alice (uid 1000)", or "uid 1000" when the name is not known. */
+void vgpu__user_text(uid_t uid, char *buf, size_t len);
+/* "owned by alice (uid 1000), group staff (gid 50), mode 0777" */
+void vgpu__owner_text(const struct stat *st, char *buf, size_t len);
+/* The owner's refusal of `what` ("ledger", "directory") at path, with how
+ * to fix it: VGPU_LEDGER_EPERM, the message in err. */
+int vgpu__not_ours(const char *what, const char *path, const struct stat *st,
+		   const struct vgpu__trust *a, const char *fix, char *err,
+		   size_t errlen);
+/* The ledger directory's descriptor (made or checked, no link followed
+ * on the way), or a code with a message in err. */
+int vgpu__ledger_dir(const char *dir, const struct vgpu__trust *a, char *err,
+		     size_t errlen);
 
 /* ---- ledger_lock.c ------------------------------------------------------- */
 
