@@ -45,12 +45,16 @@
 
 #define MAX_MOVE	8	/* slots one handle moves at once */
 
-/* What the name holds now, compared with the file mapped. */
+static bool mapping_intact(struct vgpu_ledger *l);
+
+/* What the name holds now, compared with the file mapped. A file whose
+ * magic is gone (zeroed or overwritten in place, at its size) is damaged
+ * as a truncated one is: the move replaces it (ledger.c). */
 static bool name_moved(struct vgpu_ledger *l)
 {
 	struct stat st;
 
-	if (vgpu__guard_broken(l->guard))
+	if (!mapping_intact(l))
 		return true;
 	if (stat(l->path, &st) != 0)
 		return errno == ENOENT;	/* deleted; other errors: stay */
@@ -305,6 +309,15 @@ static void drop_handle(struct vgpu_ledger *n)
 	vgpu__ledger_free(n);
 }
 
+/* Whether the mapping still shows the file as written: not replaced by
+ * the guard (truncated), its magic there (not zeroed in place). */
+static bool mapping_intact(struct vgpu_ledger *l)
+{
+	return !vgpu__guard_broken(l->guard) &&
+	       __atomic_load_n(&l->hdr->magic, __ATOMIC_RELAXED) ==
+	       VGPU_LEDGER_MAGIC;
+}
+
 /* What slot s holds, to charge in the new file: the old file's record
  * while it is intact, else the process's own count. A truncation while
  * the record is read replaces the mapping with zeros: read again. */
@@ -313,11 +326,11 @@ static void holds(struct vgpu_ledger *l, struct vgpu_slot *s, uint64_t *have)
 	struct stat st;
 	int k;
 
-	if (!vgpu__guard_broken(l->guard) && fstat(l->fd, &st) == 0 &&
+	if (mapping_intact(l) && fstat(l->fd, &st) == 0 &&
 	    st.st_size == VGPU_LEDGER_FILE_SIZE) {
 		for (k = 0; k < VGPU_USAGE_COUNT; k++)
 			have[k] = vgpu__ld(&s->rec->usage[k]);
-		if (!vgpu__guard_broken(l->guard))
+		if (mapping_intact(l))
 			return;
 	}
 	for (k = 0; k < VGPU_USAGE_COUNT; k++)
@@ -434,14 +447,15 @@ int vgpu__ledger_move(struct vgpu_ledger *l, char *err, size_t errlen)
 			(unsigned long long)(GATE_WAIT_NS / 1000000u));
 		goto out_unlock;
 	}
-	broken = vgpu__guard_broken(l->guard);	/* for the message */
+	broken = !mapping_intact(l);		/* for the message */
 	rc = move_locked(l, v, count, err, errlen);
 	gate_open(l);
 	if (rc == 0)
 		vgpu_log(1, "ledger '%s' was %s while in use; "
 			 "this process's charges moved to the file the name "
 			 "points at now", l->path,
-			 broken ? "truncated" : "deleted or replaced");
+			 broken ? "truncated or overwritten"
+				: "deleted or replaced");
 out_unlock:
 	pthread_mutex_unlock(&l->shares_mu);
 	pthread_mutex_unlock(&l->mu);

@@ -265,6 +265,44 @@ Test(ledger_move, a_replaced_file_is_followed)
 	vgpu_ledger_close(l);
 }
 
+/* Zeroed in place at its size (dd conv=notrunc): the name still leads to
+ * the same inode, but the magic is gone. Each process finds that at its
+ * next check and the file is replaced; the charges of both move. */
+Test(ledger_move, a_file_zeroed_in_place_is_replaced_and_followed)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = ledger_join_ok(l, "a", 1 * GiB);
+	struct child c = child_start("a", 300 * MiB);
+	const char *p = vgpu_ledger_path(l);
+	static char zeros[VGPU_LEDGER_FILE_SIZE];
+	struct stat before, after;
+	int fd;
+
+	child_ready(&c);
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 400 * MiB), 0);
+	cr_assert_eq(stat(p, &before), 0);
+	fd = open(p, O_WRONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, zeros, sizeof(zeros), 0),
+		     (ssize_t)sizeof(zeros));
+	close(fd);
+
+	after_check_interval();
+	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 100 * MiB), 0);
+	cr_assert_eq(vgpu_ledger_moves(l), 1);
+	cr_assert_eq(stat(p, &after), 0);
+	cr_assert_neq(after.st_ino, before.st_ino, "replaced, not reused");
+	cr_assert_eq(vgpu_ledger_tenant_used(s), 500 * MiB, "%llu MiB",
+		     (unsigned long long)(vgpu_ledger_tenant_used(s) / MiB));
+	cr_assert_eq(child_do(&c, 'r'), 'y');	/* moves, then reserves */
+	cr_assert_eq(used_by_name("a"), 801 * MiB);
+	child_do(&c, 'f');
+	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, 500 * MiB);
+	cr_assert_eq(used_by_name("a"), 0);
+	child_end(&c);
+	vgpu_ledger_close(l);
+}
+
 /* ---- threads across moves ----------------------------------------------------- */
 
 #define THREADS 4
