@@ -424,13 +424,19 @@ static bool damaged(int fd)
  * locks a byte of the damaged file, and replaces it only if the name still
  * leads to it, so that processes that found the same damage all end up in
  * one new file (the first replacer's). 0, or a code with err. */
+/* Set once a wait for a replacement lock ran out (its holder stopped):
+ * later replacements in this process, of any GPU's ledger, only try the
+ * lock until one is had, so a stopped replacer costs one wait in all. */
+static uint32_t replace_stuck;
+
 static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 			   const char *path, const char *uuid,
 			   uint64_t physical_bytes, const struct vgpu__trust *a,
 			   char *err, size_t errlen)
 {
 	uint64_t until = vgpu__now_ns(CLOCK_MONOTONIC) +
-			 VGPU_LEDGER_LOCK_TIMEOUT_NS;
+			 (__atomic_load_n(&replace_stuck, __ATOMIC_RELAXED)
+			  ? 0 : VGPU_LEDGER_LOCK_TIMEOUT_NS);
 	struct stat mine, now;
 	bool locked = true;
 	struct flock fl;
@@ -439,8 +445,10 @@ static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 	for (;;) {
 		fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET,
 				     .l_start = REPLACE_BYTE, .l_len = 1 };
-		if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+		if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+			__atomic_store_n(&replace_stuck, 0, __ATOMIC_RELAXED);
 			break;
+		}
 		if (errno != EAGAIN && errno != EACCES && errno != EINTR)
 			return vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 				"cannot replace the damaged ledger '%s': its "
@@ -451,9 +459,16 @@ static int replace_damaged(int dfd, int fd, const char *dir, const char *name,
 			 * holder replace the file too, the processes in this
 			 * replacement follow the name to its (ledger_move.c):
 			 * two files for a moment, one in the end. */
-			vgpu_log(1, "ledger '%s': its replacement lock held "
-				 "for over a second by another process; "
-				 "replacing it without", path);
+			if (!__atomic_exchange_n(&replace_stuck, 1,
+						 __ATOMIC_RELAXED))
+				vgpu_log(1, "ledger '%s': its replacement lock "
+					 "held for over a second by another "
+					 "process; replacing it without", path);
+			else
+				vgpu_log(1, "ledger '%s': its replacement lock "
+					 "held by another process (one that "
+					 "held another's for over a second "
+					 "here); replacing it without", path);
 			locked = false;
 			break;
 		}

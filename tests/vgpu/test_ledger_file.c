@@ -9,6 +9,8 @@
  * with other users run children under setresuid and need root. */
 #include <fcntl.h>
 #include <grp.h>
+#include <signal.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -137,6 +139,73 @@ Test(ledger_file, a_truncated_file_is_replaced)
 	h = good_header();
 	write_file(&h, sizeof(h), 70000);
 	expect_replaced("is truncated or padded: size 70000, expected 397312");
+}
+
+/* A replacer stopped while it holds a damaged file's replacement lock (a
+ * byte past the layout) holds up the next job: a second at most in all,
+ * however many GPUs' ledgers it damaged, and the job is not refused. */
+Test(ledger_file, a_stopped_replacer_costs_one_wait_for_every_gpu,
+     .timeout = 20)
+{
+	static const char *const uuids[] = { "GPU-stopped-0", "GPU-stopped-1",
+					     "GPU-stopped-2" };
+	char p[3][1024], err[1024], c;
+	struct vgpu_ledger *l;
+	struct timespec t0, t1;
+	int ack[2], fd;
+	pid_t pid;
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(p[i], sizeof(p[i]), "%s/%s.v%d.ledger", test_dir,
+			 uuids[i], VGPU_LEDGER_VERSION);
+		fd = open(p[i], O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		cr_assert_geq(fd, 0);
+		cr_assert_eq(ftruncate(fd, 4096), 0);	/* damaged */
+		close(fd);
+	}
+	cr_assert_eq(pipe(ack), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {		/* holds every replacement lock, then stops */
+		for (int i = 0; i < 3; i++) {
+			struct flock fl = { .l_type = F_WRLCK,
+					    .l_whence = SEEK_SET,
+					    .l_start = VGPU_LEDGER_FILE_SIZE,
+					    .l_len = 1 };
+
+			fd = open(p[i], O_RDWR);
+			if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) != 0)
+				_exit(1);
+		}
+		if (write(ack[1], "k", 1) != 1)
+			_exit(1);
+		raise(SIGSTOP);
+		_exit(0);
+	}
+	cr_assert_eq(read(ack[0], &c, 1), 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(vgpu_ledger_open(test_dir, uuids[i], GiB, &l, err,
+					      sizeof(err)), 0, "%s", err);
+		vgpu_ledger_close(l);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(ack[0]);
+	close(ack[1]);
+	/* One wait of a second for the first; the others only try. */
+	cr_expect_lt((t1.tv_sec - t0.tv_sec) * 1000000000L +
+		     (t1.tv_nsec - t0.tv_nsec), 1800000000L,
+		     "three stopped replacements held this process up over "
+		     "1.8 s");
+	for (int i = 0; i < 3; i++) {
+		struct stat st;
+
+		cr_assert_eq(stat(p[i], &st), 0);
+		cr_expect_eq(st.st_size, VGPU_LEDGER_FILE_SIZE, "%s replaced",
+			     p[i]);
+	}
 }
 
 Test(ledger_file, another_layout_version_is_refused)
