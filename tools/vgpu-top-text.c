@@ -113,12 +113,36 @@ static size_t utf8_printable(const unsigned char *s)
 	return n;
 }
 
-/* The code point of the character of n bytes at s when it is a mark that
- * reorders or breaks the text after it on a terminal (U+061C, U+200E-F,
- * U+2028-E: the line and paragraph separators, embeddings and overrides,
- * U+2066-9: the isolates) or shows nothing (U+200B, U+2060-4, U+FEFF: a
- * name holding one looks like another's), else 0. */
-static unsigned bidi_mark(const unsigned char *s, size_t n)
+#define UNIT_MAX	16	/* one unit escaped: two \uXXXX and a NUL */
+
+/* Whether code point cp is one a terminal shows as nothing or that moves
+ * the text after it, so that a name holding it reads as another's or
+ * rearranges the line: Unicode's default-ignorable code points (the soft
+ * hyphen U+00AD, the joiners and zero-width marks U+200B-F, the
+ * invisible operators U+2060-F, variation selectors, fillers, tags
+ * U+E0000-E0FFF, ...), the other format marks (U+061C, U+180E, U+FFF9-B),
+ * the line and paragraph separators and the bidirectional embeddings,
+ * overrides and isolates (U+2028-E, U+2066-9). */
+static bool hidden_mark(unsigned cp)
+{
+	static const unsigned ranges[][2] = {
+		{ 0x00ad, 0x00ad }, { 0x034f, 0x034f }, { 0x061c, 0x061c },
+		{ 0x115f, 0x1160 }, { 0x17b4, 0x17b5 }, { 0x180b, 0x180f },
+		{ 0x200b, 0x200f }, { 0x2028, 0x202e }, { 0x2060, 0x206f },
+		{ 0x3164, 0x3164 }, { 0xfe00, 0xfe0f }, { 0xfeff, 0xfeff },
+		{ 0xffa0, 0xffa0 }, { 0xfff0, 0xfffb }, { 0x1bca0, 0x1bca3 },
+		{ 0x1d173, 0x1d17a }, { 0xe0000, 0xe0fff },
+	};
+
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+		if (cp >= ranges[i][0] && cp <= ranges[i][1])
+			return true;
+	return false;
+}
+
+/* The code point of the character of n bytes at s when it is a hidden
+ * mark (hidden_mark), else 0. */
+static unsigned mark_of(const unsigned char *s, size_t n)
 {
 	unsigned cp;
 
@@ -127,25 +151,31 @@ static unsigned bidi_mark(const unsigned char *s, size_t n)
 	else if (n == 3)
 		cp = (s[0] & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 |
 		     (s[2] & 0x3fu);
+	else if (n == 4)
+		cp = (s[0] & 0x07u) << 18 | (s[1] & 0x3fu) << 12 |
+		     (s[2] & 0x3fu) << 6 | (s[3] & 0x3fu);
 	else
 		return 0;
-	return cp == 0x061c || cp == 0x200b || cp == 0x200e || cp == 0x200f ||
-	       (cp >= 0x2060 && cp <= 0x2064) || cp == 0xfeff ||
-	       (cp >= 0x2028 && cp <= 0x202e) ||
-	       (cp >= 0x2066 && cp <= 0x2069) ? cp : 0;
+	return hidden_mark(cp) ? cp : 0;
 }
 
 /* The escaped form of the unit at s into out (NUL-terminated); returns
  * the bytes of s it stands for. */
 static size_t escape_unit(const unsigned char *s, enum top_esc how,
-			  char out[8])
+			  char out[UNIT_MAX])
 {
 	size_t n = utf8_printable(s);
-	unsigned mark = n ? bidi_mark(s, n) : 0;
+	unsigned mark = n ? mark_of(s, n) : 0;
 
-	/* A mark: in JSON its code point, as text its bytes (\xNN). */
+	/* A mark: in JSON its code point (past U+FFFF as a surrogate pair),
+	 * as text its bytes (\xNN). */
 	if (mark && how == TOP_ESC_JSON) {
-		snprintf(out, 8, "\\u%04x", mark);
+		if (mark > 0xffff)
+			snprintf(out, UNIT_MAX, "\\u%04x\\u%04x",
+				 0xd800 + ((mark - 0x10000) >> 10),
+				 0xdc00 + ((mark - 0x10000) & 0x3ff));
+		else
+			snprintf(out, UNIT_MAX, "\\u%04x", mark);
 		return n;
 	}
 	if (n && !mark) {
@@ -156,19 +186,19 @@ static size_t escape_unit(const unsigned char *s, enum top_esc how,
 	if (s[0] >= 0x20 && s[0] < 0x7f) {
 		bool esc = s[0] == '\\' || (how == TOP_ESC_JSON && s[0] == '"');
 
-		snprintf(out, 8, esc ? "\\%c" : "%c", s[0]);
+		snprintf(out, UNIT_MAX, esc ? "\\%c" : "%c", s[0]);
 		return 1;
 	}
 	if (how == TOP_ESC_TEXT) {
-		snprintf(out, 8, "\\x%02x", s[0]);
+		snprintf(out, UNIT_MAX, "\\x%02x", s[0]);
 		return 1;
 	}
 	/* JSON: a C1 control as its code point, any other byte as U+00NN. */
 	if (s[0] == 0xc2 && s[1] >= 0x80 && s[1] < 0xa0) {
-		snprintf(out, 8, "\\u%04x", s[1]);
+		snprintf(out, UNIT_MAX, "\\u%04x", s[1]);
 		return 2;
 	}
-	snprintf(out, 8, "\\u%04x", s[0]);
+	snprintf(out, UNIT_MAX, "\\u%04x", s[0]);
 	return 1;
 }
 
@@ -177,7 +207,7 @@ const char *top_escape(const char *s, enum top_esc how, char *buf,
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t used = 0, n;
-	char unit[8];
+	char unit[UNIT_MAX];
 
 	while (*p) {
 		n = escape_unit(p, how, unit);
@@ -194,7 +224,7 @@ const char *top_escape(const char *s, enum top_esc how, char *buf,
 void top_put_escaped(FILE *f, const char *s, enum top_esc how)
 {
 	const unsigned char *p = (const unsigned char *)s;
-	char unit[8];
+	char unit[UNIT_MAX];
 
 	while (*p) {
 		p += escape_unit(p, how, unit);

@@ -655,7 +655,7 @@ def case_live(w):
 # ---- names and pids from a hand-edited ledger ---------------------------------
 
 HOSTILE_NAME = (b"ev\x1b]0;pwned\x07il\x9b\xc2\x9bz\xe2\x82\xac\\\xe2\x80\xae"
-                b"\xe2\x80\x8b")
+                b"\xe2\x80\x8b\xe2\x80\x8d\xc2\xad\xf3\xa0\x81\x81\xef\xb8\x8f")
 HOSTILE_UUID = b"GPU-\x1b[31mred\x07"
 HOSTILE_FILE = b"GPU-\x1b]0;x\x07.v3.ledger"
 
@@ -674,8 +674,12 @@ def assert_clean(out, what):
 
 # What reorders or breaks a terminal's line, or shows nothing: escaped
 # like a control.
-BIDI_MARKS = {0x061c, 0x200b, 0x200e, 0x200f, *range(0x2028, 0x202f),
-              *range(0x2060, 0x2065), *range(0x2066, 0x206a), 0xfeff}
+BIDI_MARKS = {0x00ad, 0x034f, 0x061c, 0x115f, 0x1160, 0x17b4, 0x17b5,
+              *range(0x180b, 0x1810), *range(0x200b, 0x2010),
+              *range(0x2028, 0x202f), *range(0x2060, 0x2070), 0x3164,
+              *range(0xfe00, 0xfe10), 0xfeff, 0xffa0,
+              *range(0xfff0, 0xfffc), *range(0x1bca0, 0x1bca4),
+              *range(0x1d173, 0x1d17b), *range(0xe0000, 0xe1000)}
 
 
 def text_escaped(b):
@@ -732,7 +736,8 @@ def case_escape(w):
         outs[mode] = r
     name_t, uuid_t = text_escaped(HOSTILE_NAME), text_escaped(HOSTILE_UUID)
     check(name_t == "ev\\x1b]0;pwned\\x07il\\x9b\\xc2\\x9bz\u20ac\\\\"
-          "\\xe2\\x80\\xae\\xe2\\x80\\x8b",
+          "\\xe2\\x80\\xae\\xe2\\x80\\x8b\\xe2\\x80\\x8d\\xc2\\xad"
+          "\\xf3\\xa0\\x81\\x81\\xef\\xb8\\x8f",
           "the text escape of the name: %s" % name_t)
     skip_t = "skipping '%s/%s': " % (hostile, text_escaped(HOSTILE_FILE))
     for mode, r in outs.items():
@@ -740,8 +745,9 @@ def case_escape(w):
               "%s: the skipped file named, escaped" % mode)
     text = outs["--once"].stdout.decode()
     for mode in ("--once", "--prometheus"):
-        check("\u202e" not in outs[mode].stdout.decode() and
-              "\u200b" not in outs[mode].stdout.decode(),
+        check(not any(m in outs[mode].stdout.decode() for m in
+                      ("\u202e", "\u200b", "\u200d", "\u00ad",
+                       "\U000e0041", "\ufe0f")),
               mode + ": no override or invisible mark reaches the "
               "terminal")
     check("GPU %s  memory" % uuid_t in text, "--once: the UUID escaped")
@@ -752,7 +758,8 @@ def case_escape(w):
           "--once: the skipped file's name escaped")
     doc = json.loads(outs["--json"].stdout.decode())
     g = doc["gpus"][0]
-    want = "ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\\u202e\u200b"
+    want = ("ev\x1b]0;pwned\x07il\x9b\x9bz\u20ac\\\u202e\u200b\u200d\u00ad"
+            "\U000e0041\ufe0f")
     check(g["uuid"] == HOSTILE_UUID.decode(), "JSON: the UUID, \\u escaped")
     check(g["tenants"][0]["name"] == want and
           g["processes"][0]["tenant"] == want,
@@ -760,6 +767,8 @@ def case_escape(w):
           g["tenants"][0]["name"])
     check(doc["skipped_files"][0]["path"].endswith(
         HOSTILE_FILE.decode("latin-1")), "JSON: the skipped path")
+    check(b"\\udb40\\udc41" in outs["--json"].stdout,
+          "JSON: a tag character as a surrogate pair")
     check(b"\\u001b" in outs["--json"].stdout and
           b"\\u009b" in outs["--json"].stdout, "JSON: \\u00NN escapes")
     s = parse_prom(outs["--prometheus"].stdout.decode())
