@@ -6,7 +6,8 @@
  * slot's liveness is its owner's OFD lock on the slot's first byte, tested
  * with F_OFD_GETLK (which needs no write access to the file). A live slot's
  * pid, which is its own pid namespace's, is confirmed to name the same
- * process in vgpu-top's through /proc (pid_here).
+ * process in vgpu-top's through /proc: the process there holds the slot's
+ * lock (pid_here).
  */
 #include "vgpu-top.h"
 
@@ -319,6 +320,54 @@ static bool maps_file(int32_t pid, dev_t dev, ino_t ino)
 	return found;
 }
 
+/* Whether a file description of process pid holds the OFD lock on byte
+ * `at` of the file (dev, ino), as /proc/<pid>/fdinfo lists its locks
+ * ("lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:1234 397312 397312"). The
+ * owner of a slot holds its first byte: a process of vgpu-top's
+ * namespace that merely has the same pid and maps the same ledger (a job
+ * of another tenant) does not. */
+static bool holds_lock(int32_t pid, dev_t dev, ino_t ino, off_t at)
+{
+	char path[64], line[256];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%" PRId32 "/fdinfo", pid);
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		char fpath[320];
+		FILE *f;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(fpath, sizeof(fpath), "%s/%s", path, e->d_name);
+		f = fopen(fpath, "re");
+		if (!f)
+			continue;
+		while (!found && fgets(line, sizeof(line), f)) {
+			unsigned maj, min;
+			unsigned long long in;
+			long long start;
+
+			found = strncmp(line, "lock:", 5) == 0 &&
+				strstr(line, "OFDLCK") &&
+				strstr(line, "WRITE") &&
+				sscanf(strstr(line, "WRITE") + 5,
+				       " %*d %x:%x:%llu %lld", &maj, &min, &in,
+				       &start) == 4 &&
+				in == (unsigned long long)ino &&
+				maj == major(dev) && min == minor(dev) &&
+				start == (long long)at;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
 /* What pid_here found for a slot's owner: one owner, one answer. */
 struct pid_memo {
 	dev_t dev;
@@ -333,11 +382,13 @@ struct pid_memo {
 
 /*
  * Whether slot p of the ledger (dev, ino), alive, is the process that
- * p->pid names in vgpu-top's pid namespace: that process maps the ledger
- * and is p->pid in its own namespace too. A process of another namespace
- * whose pid happens to name some process here is not (that one does not
- * map the ledger). Not confirmed when /proc cannot tell (no such pid, or
- * its maps not readable: another user's process, without privilege).
+ * p->pid names in vgpu-top's pid namespace: that process holds the slot's
+ * lock on the ledger (holds_lock) and is p->pid in its own namespace too.
+ * A process of another namespace whose pid happens to name some process
+ * here is not, even one that maps the same ledger (another job of the
+ * GPU: small pids in containers collide often). Not confirmed when /proc
+ * cannot tell (no such pid, or its files not readable: another user's
+ * process, without privilege).
  */
 static bool pid_here(const struct top_proc *p, dev_t dev, ino_t ino)
 {
@@ -351,7 +402,10 @@ static bool pid_here(const struct top_proc *p, dev_t dev, ino_t ino)
 	*m = (struct pid_memo){ dev, ino, p->slot, p->generation, p->pid,
 				p->start_ns, false, true };
 	m->here = p->pid > 0 && maps_file(p->pid, dev, ino) &&
-		  same_pid_inside(p->pid);
+		  same_pid_inside(p->pid) &&
+		  holds_lock(p->pid, dev, ino,
+			     (off_t)VGPU_LEDGER_SLOTS_OFFSET +
+			     (off_t)p->slot * VGPU_LEDGER_SLOT_SIZE);
 	return m->here;
 }
 

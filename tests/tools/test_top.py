@@ -823,6 +823,27 @@ def case_pidns(w):
                 ("pid", "1") in k[1] and
                 not any(n == "host_pid" for n, _ in k[1])]
         check(len(bare) == 1, "prometheus: no host_pid label where unknown")
+        # A job in another namespace whose pid is that of another job of
+        # this ledger here (small container pids collide): that process
+        # maps the ledger and is pid in its own namespace, but does not
+        # hold the slot's lock, so the pid is not confirmed as ours.
+        put(apid, "pid", apid)
+        put(apid, "host_pid", 0)
+        put(bpid, "pid", cpid)
+        doc = json.loads(w.top("--json", "--interval", "0").stdout)
+        procs = {p["slot"]: p for p in doc["gpus"][0]["processes"]}
+        a, b, c = (procs[slots[p]["index"]] for p in (apid, bpid, cpid))
+        check(b["pid"] == cpid and b["pid_namespace"] == "unknown",
+              "JSON: a colliding pid of another job is not ours: %s" %
+              b["pid_namespace"])
+        check(a["pid_namespace"] == "same" and c["pid_namespace"] == "same",
+              "JSON: the owners of the pids: vgpu-top's namespace")
+        text = w.top("--once", "--interval", "0").stdout
+        check(len(re.findall(r"^  %d\s+-\s+ns\s+alive" % cpid, text,
+                             re.M)) == 1 and
+              re.search(r"^  \?\s+%d\s+ns\s+alive" % cpid, text, re.M),
+              "--once: the owner as PID %d, the other as NS PID %d" %
+              (cpid, cpid))
     finally:
         put(apid, "pid", apid)
         put(apid, "host_pid", 0)
