@@ -17,6 +17,7 @@
 #ifndef VGPU_LEDGER_H
 #define VGPU_LEDGER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -296,6 +297,22 @@ int vgpu_ledger_reclaim(struct vgpu_ledger *l);
 /* The host memory `s`'s tenant may use for VGPU_USAGE_SPILLED
  * (default: unlimited). Returns 0 or VGPU_LEDGER_ETIMEDOUT. */
 int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes);
+
+/* ---- ledger_guard.c: the SIGBUS guard, as the shims keep it ----------------
+ * (a truncated file kills nobody: docs/ledger-abi.md) */
+
+/* Whether the guard's handler is installed (then a program's SIGBUS
+ * handler is kept by vgpu__guard_swap, not given to the kernel). */
+bool vgpu__guard_on(void);
+/* Records act (if not NULL) as the handler the guard chains to, and
+ * returns the one it replaces in old (if not NULL): a program's
+ * sigaction(SIGBUS) once the guard is on. Async-signal-safe (a spin of a
+ * struct's copy). */
+void vgpu__guard_swap(const struct sigaction *act, struct sigaction *old);
+/* The sigaction the guard installs and resets with: set by a shim that
+ * exports its own (intercept/sigkeep.c); NULL: the C library's. */
+extern int (*vgpu__sigaction_real)(int, const struct sigaction *,
+				   struct sigaction *);
 
 /* ---- ledger_ops.c: reserve and release --------------------------------- */
 

@@ -16,8 +16,12 @@
  * read on the ledger's slow path (vgpu__ledger_check), which moves the
  * process's charges to the file the name points at (ledger_move.c).
  *
- * The guard is installed once, by the first ledger mapped; a program that
- * installs its own SIGBUS handler later replaces it (docs/ledger-abi.md).
+ * The guard is installed once, by the first ledger mapped. In the shims
+ * (intercept/sigkeep.c) a program's later sigaction(SIGBUS) or signal()
+ * does not replace it: the handler asked for becomes the one the guard
+ * chains to (vgpu__guard_swap), and SIGBUS is never blocked in a thread,
+ * where the kernel would kill for a fault without running any handler
+ * (docs/ledger-abi.md).
  */
 #include "ledger_internal.h"
 
@@ -38,17 +42,63 @@ struct guard {
 
 static struct guard guards[GUARDS];
 uint32_t vgpu__guard_faults;
-static struct sigaction before;		/* the handler the guard chains to */
+/* The handler the guard chains to: befores[cur], swapped whole by a
+ * program's sigaction(SIGBUS) once the guard is on (swap_mu), read by the
+ * handler at any moment. */
+static struct sigaction befores[2];
+static uint32_t cur;
+static uint32_t swap_mu;
 static uint32_t installed;		/* 0, 1: installing, 2: done */
+
+int (*vgpu__sigaction_real)(int, const struct sigaction *,
+			    struct sigaction *);
+
+/* The kernel's sigaction: the shims export a sigaction of their own
+ * (sigkeep.c), which sets this to the one it wraps. */
+static int real_sigaction(int sig, const struct sigaction *act,
+			  struct sigaction *old)
+{
+	int (*f)(int, const struct sigaction *, struct sigaction *) =
+		__atomic_load_n(&vgpu__sigaction_real, __ATOMIC_ACQUIRE);
+
+	return f ? f(sig, act, old) : sigaction(sig, act, old);
+}
+
+bool vgpu__guard_on(void)
+{
+	return __atomic_load_n(&installed, __ATOMIC_ACQUIRE) == 2;
+}
+
+void vgpu__guard_swap(const struct sigaction *act, struct sigaction *old)
+{
+	uint32_t c;
+
+	while (__atomic_exchange_n(&swap_mu, 1, __ATOMIC_ACQUIRE))
+		;
+	c = __atomic_load_n(&cur, __ATOMIC_RELAXED);
+	if (old)
+		*old = befores[c];
+	if (act) {
+		befores[1 - c] = *act;
+		__atomic_store_n(&cur, 1 - c, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&swap_mu, 0, __ATOMIC_RELEASE);
+}
 
 /* What would have happened without the guard. */
 static void chain(int sig, siginfo_t *si, void *uc)
 {
-	struct sigaction dfl;
+	struct sigaction dfl, before =
+		befores[__atomic_load_n(&cur, __ATOMIC_ACQUIRE)];
 
 	/* SIG_DFL and SIG_IGN are values of the handler whatever the
 	 * flags say (sa_handler and sa_sigaction share their storage). */
 	if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
+		if (before.sa_flags & SA_RESETHAND) {	/* once, as asked */
+			memset(&dfl, 0, sizeof(dfl));
+			dfl.sa_handler = SIG_DFL;
+			vgpu__guard_swap(&dfl, NULL);
+		}
 		if (before.sa_flags & SA_SIGINFO)
 			before.sa_sigaction(sig, si, uc);
 		else
@@ -61,7 +111,7 @@ static void chain(int sig, siginfo_t *si, void *uc)
 		return;
 	memset(&dfl, 0, sizeof(dfl));
 	dfl.sa_handler = SIG_DFL;
-	sigaction(SIGBUS, &dfl, NULL);
+	real_sigaction(SIGBUS, &dfl, NULL);
 	if (si->si_code <= 0)
 		raise(SIGBUS);
 	/* A fault: returning runs the instruction again, now to its death. */
@@ -149,8 +199,8 @@ static void install(void)
 	sa.sa_sigaction = on_bus;
 	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER;
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGBUS, &sa, &before) != 0)
-		memset(&before, 0, sizeof(before));
+	if (real_sigaction(SIGBUS, &sa, &befores[0]) != 0)
+		memset(&befores[0], 0, sizeof(befores[0]));
 	__atomic_store_n(&installed, 2, __ATOMIC_RELEASE);
 }
 

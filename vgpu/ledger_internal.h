@@ -22,6 +22,7 @@
 #define VGPU_LEDGER_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>

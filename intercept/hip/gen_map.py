@@ -4,7 +4,8 @@ under the HIP runtime's node (a program's hipMalloc@hip_4.2 binds to it),
 the nodes chained oldest first as libamdhip64.so.5 has them, all else
 local. Besides the hooks: ROCm SMI's memory queries (unversioned in
 librocm_smi64.so.1: a program's unversioned reference binds to the
-default version) and dlsym under glibc's nodes (smi.c, dlsym.S)."""
+default version), dlsym under glibc's nodes (smi.c, dlsym.S), and the
+signal functions that keep the ledger's SIGBUS guard (sigkeep.c)."""
 import re
 import sys
 
@@ -38,6 +39,10 @@ with open(sys.argv[2], 'w') as out:
             out.write('  local:\n    *;\n')
         out.write('}%s;\n' % (' ' + prev if prev else ''))
         prev = node
-    # dlsym.S's dlsym@GLIBC_2.2.5 and dlsym@@GLIBC_2.34.
-    out.write('GLIBC_2.2.5 {\n};\n')
-    out.write('GLIBC_2.34 {\n  global:\n    dlsym;\n} GLIBC_2.2.5;\n')
+    # dlsym.S's dlsym@GLIBC_2.2.5 and dlsym@@GLIBC_2.34; sigkeep.c's
+    # signal functions under the versions programs bind them with.
+    out.write('GLIBC_2.2.5 {\n  global:\n    sigaction;\n    signal;\n'
+              '    sigprocmask;\n};\n')
+    out.write('GLIBC_2.32 {\n  global:\n    pthread_sigmask;\n'
+              '} GLIBC_2.2.5;\n')
+    out.write('GLIBC_2.34 {\n  global:\n    dlsym;\n} GLIBC_2.32;\n')

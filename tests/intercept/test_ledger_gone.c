@@ -13,11 +13,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,6 +102,155 @@ Test(ledger_gone, a_truncated_ledger_kills_no_job_and_the_slice_holds)
 	ledger_view_must(&v, NULL);
 	ledger_assert_zero(&v, "t-gone");
 	ledger_view_close(&v);
+}
+
+/* ---- a job that blocks signals, or installs its own SIGBUS handler ------- */
+
+struct blocked {
+	CUcontext ctx;
+	int after, more, bus_blocked;
+};
+
+/* A worker of a server that blocked every signal before starting it: the
+ * library keeps SIGBUS out of the mask (the kernel would kill for a fault
+ * on a blocked SIGBUS without running the guard). */
+static void *blocked_worker(void *arg)
+{
+	struct blocked *b = arg;
+	CUdeviceptr x, p[64];
+	CUresult last;
+	sigset_t now;
+
+	if (cuCtxSetCurrent(b->ctx) || truncate(path, 0) != 0)
+		return NULL;
+	b->after = (int)cuMemAlloc(&x, 4 * MIB);
+	b->more = fill(p, 64, &last);
+	for (int i = b->more; i--;)
+		cuMemFree(p[i]);
+	cuMemFree(x);
+	pthread_sigmask(SIG_BLOCK, NULL, &now);
+	b->bus_blocked = sigismember(&now, SIGBUS);
+	return NULL;
+}
+
+static int blocked_job(void *arg)
+{
+	struct blocked b = { .after = -1, .more = -1, .bus_blocked = -1 };
+	CUdeviceptr a;
+	sigset_t all;
+	pthread_t t;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&b.ctx, 0) ||
+	    cuCtxSetCurrent(b.ctx))
+		return 2;
+	if (cuMemAlloc(&a, 4 * MIB) || find_path())
+		return 3;
+	if (pthread_create(&t, NULL, blocked_worker, &b) != 0)
+		return 4;
+	pthread_join(t, NULL);
+	printf("after=%d more=%d bus_blocked=%d\n", b.after, b.more,
+	       b.bus_blocked);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, a_job_that_blocks_every_signal_survives_a_truncation)
+{
+	static char out[8192];
+	int rc;
+
+	rc = shimtest_run_child(blocked_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d (135: killed by SIGBUS): %s", rc, out);
+	/* 16 MiB: 4 held, 4 after the truncation, 8 more. */
+	cr_assert_not_null(strstr(out, "after=0 more=8 bus_blocked=0\n"),
+			   "%s", out);
+}
+
+static sigjmp_buf own_escape;
+static volatile sig_atomic_t own_ran;
+
+static void own_bus(int sig)
+{
+	(void)sig;
+	own_ran++;
+	siglongjmp(own_escape, 1);
+}
+
+/* A fault on a mapped file of the program's own, truncated: its own
+ * handler runs (and jumps out). */
+static int fault_own_file(void)
+{
+	char tmpl[] = "/tmp/vgpu-own-bus.XXXXXX";
+	volatile char *m;
+	int fd = mkstemp(tmpl), got = -1;
+
+	if (fd < 0)
+		return -2;
+	unlink(tmpl);
+	if (ftruncate(fd, 4096) != 0)
+		return -3;
+	m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return -4;
+	if (ftruncate(fd, 0) != 0)
+		return -5;
+	if (sigsetjmp(own_escape, 1) == 0)
+		got = m[0];	/* faults */
+	munmap((void *)m, 4096);
+	close(fd);
+	return got;
+}
+
+/* A program that installs its own SIGBUS handler after the library's
+ * guard (faulthandler.enable() after the first CUDA call): a truncated
+ * ledger still kills nothing and does not reach the program's handler;
+ * the program reads back its handler; its own faults still reach it. */
+static int own_handler_job(void *arg)
+{
+	struct sigaction sa, back;
+	CUdeviceptr a, b;
+	CUcontext ctx;
+	int got;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx))
+		return 2;
+	if (cuMemAlloc(&a, 4 * MIB) || find_path())
+		return 3;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = own_bus;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, NULL) != 0 ||
+	    sigaction(SIGBUS, NULL, &back) != 0)
+		return 4;
+	printf("read_back=%d\n", back.sa_handler == own_bus);
+	if (truncate(path, 0) != 0)
+		return 5;
+	printf("after=%d ran=%d\n", (int)cuMemAlloc(&b, 4 * MIB),
+	       (int)own_ran);
+	got = fault_own_file();
+	printf("own_fault=%d ran=%d\n", got, (int)own_ran);
+	if (signal(SIGBUS, SIG_DFL) != own_bus)
+		return 6;
+	cuMemFree(b);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, a_handler_installed_after_the_guard_does_not_replace_it)
+{
+	static char out[8192];
+	int rc;
+
+	rc = shimtest_run_child(own_handler_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "read_back=1\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "after=0 ran=0\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "own_fault=-1 ran=1\n"), "%s", out);
 }
 
 static int deleted_job(void *arg)

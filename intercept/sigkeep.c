@@ -1,0 +1,159 @@
+/* sigkeep.c - the SIGBUS guard kept in place (both shims).
+ *
+ * The ledger's guard (vgpu/ledger_guard.c) turns a fault in a truncated
+ * ledger's mapping into zero pages, so a careless `truncate` kills no job.
+ * Two things a program does would undo it:
+ *
+ *  - installing its own SIGBUS handler after the guard (Python's
+ *    faulthandler.enable(), a crash reporter): that handler would get the
+ *    fault and usually abort. sigaction(SIGBUS) and signal(SIGBUS) are
+ *    caught here once the guard is on: the handler asked for becomes the
+ *    one the guard chains to every fault outside a ledger, and the program
+ *    reads back what it set; the kernel's handler stays the guard's.
+ *  - blocking SIGBUS in a thread (a server that blocks every signal before
+ *    starting its workers): the kernel then kills for a fault without
+ *    running any handler. pthread_sigmask and sigprocmask are caught, and
+ *    SIGBUS is taken out of any set that would block it; the library's
+ *    constructor unblocks it in the thread that loads it (a mask inherited
+ *    across exec), and threads created later inherit that.
+ *
+ * Other ways are not caught: the raw system calls, sigsuspend's and
+ * pselect's masks while they wait, a handler's sa_mask while it runs,
+ * sysv_signal, sigset. docs/ledger-abi.md says what is kept and what not.
+ *
+ * The real functions are found with dlvsym(RTLD_NEXT) in the constructor.
+ * The wrappers are uninstrumented: the sanitizers' runtimes call
+ * sigaction and pthread_sigmask (through these, as the next definition)
+ * before their shadow memory exists.
+ */
+#include "dlsym_real.h"
+#include "ledger.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef int (*mask_fn)(int, const sigset_t *, sigset_t *);
+typedef void (*handler_fn)(int);
+typedef handler_fn (*signal_fn)(int, handler_fn);
+
+static sigaction_fn real_sigaction;
+static signal_fn real_signal;
+static mask_fn real_pthread_sigmask, real_sigprocmask;
+
+/* The C library's definitions, found once. */
+VGPU_UNINSTRUMENTED static void *next(const char *name, const char *version)
+{
+	void *f = dlvsym(RTLD_NEXT, name, version);
+
+	return f ? f : dlsym(RTLD_NEXT, name);
+}
+
+VGPU_UNINSTRUMENTED static void find_real(void)
+{
+	if (__atomic_load_n(&real_sigaction, __ATOMIC_ACQUIRE))
+		return;
+	real_signal = (signal_fn)next("signal", "GLIBC_2.2.5");
+	real_sigprocmask = (mask_fn)next("sigprocmask", "GLIBC_2.2.5");
+	real_pthread_sigmask = (mask_fn)next("pthread_sigmask", "GLIBC_2.32");
+	__atomic_store_n(&vgpu__sigaction_real,
+			 (sigaction_fn)next("sigaction", "GLIBC_2.2.5"),
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&real_sigaction, vgpu__sigaction_real,
+			 __ATOMIC_RELEASE);
+}
+
+/* A mask set as the caller asked, less SIGBUS where it would block it. */
+VGPU_UNINSTRUMENTED static const sigset_t *keep_bus(int how,
+						    const sigset_t *set,
+						    sigset_t *copy)
+{
+	if (!set || how == SIG_UNBLOCK || sigismember(set, SIGBUS) != 1)
+		return set;
+	*copy = *set;
+	sigdelset(copy, SIGBUS);
+	return copy;
+}
+
+VGPU_UNINSTRUMENTED EXPORT int sigaction(int sig, const struct sigaction *act,
+					 struct sigaction *old)
+{
+	find_real();
+	if (sig == SIGBUS && vgpu__guard_on()) {
+		vgpu__guard_swap(act, old);
+		return 0;
+	}
+	if (!real_sigaction) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real_sigaction(sig, act, old);
+}
+
+/* glibc's signal(): BSD semantics (SA_RESTART, the signal blocked while
+ * its handler runs). */
+VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
+{
+	struct sigaction sa, old;
+
+	find_real();
+	if (sig == SIGBUS && vgpu__guard_on()) {
+		if (h == SIG_ERR) {
+			errno = EINVAL;
+			return SIG_ERR;
+		}
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = h;
+		sa.sa_flags = SA_RESTART;
+		sigemptyset(&sa.sa_mask);
+		sigaddset(&sa.sa_mask, sig);
+		vgpu__guard_swap(&sa, &old);
+		return old.sa_handler;
+	}
+	if (!real_signal) {
+		errno = ENOSYS;
+		return SIG_ERR;
+	}
+	return real_signal(sig, h);
+}
+
+VGPU_UNINSTRUMENTED EXPORT int pthread_sigmask(int how, const sigset_t *set,
+					       sigset_t *old)
+{
+	sigset_t copy;
+
+	find_real();
+	if (!real_pthread_sigmask)
+		return ENOSYS;
+	return real_pthread_sigmask(how, keep_bus(how, set, &copy), old);
+}
+
+VGPU_UNINSTRUMENTED EXPORT int sigprocmask(int how, const sigset_t *set,
+					   sigset_t *old)
+{
+	sigset_t copy;
+
+	find_real();
+	if (!real_sigprocmask) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real_sigprocmask(how, keep_bus(how, set, &copy), old);
+}
+
+/* At load: the real functions, and SIGBUS unblocked in the loading thread
+ * (a mask inherited across exec: threads created from here inherit it). */
+__attribute__((constructor)) static void sigkeep_init(void)
+{
+	sigset_t bus;
+
+	find_real();
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	if (real_pthread_sigmask)
+		real_pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+}
