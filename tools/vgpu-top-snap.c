@@ -89,12 +89,15 @@ static int check_header(const struct vgpu_ledger_header *h, char *msg,
 			return -1;
 		}
 	}
-	if (h->kind_count > VGPU_LEDGER_KIND_SLOTS ||
-	    !memchr(h->gpu_uuid, '\0', sizeof(h->gpu_uuid))) {
-		snprintf(msg, len, "kind count %" PRIu32 " or an unterminated "
-			 "GPU UUID, expected at most %d kinds and a "
-			 "NUL-terminated UUID", h->kind_count,
-			 VGPU_LEDGER_KIND_SLOTS);
+	if (h->kind_count > VGPU_LEDGER_KIND_SLOTS) {
+		snprintf(msg, len, "kind count %" PRIu32 ", expected at most "
+			 "%d", h->kind_count, VGPU_LEDGER_KIND_SLOTS);
+		return -1;
+	}
+	if (!memchr(h->gpu_uuid, '\0', sizeof(h->gpu_uuid))) {
+		snprintf(msg, len, "a GPU UUID of %zu bytes with no end, "
+			 "expected a NUL-terminated UUID",
+			 sizeof(h->gpu_uuid));
 		return -1;
 	}
 	return 0;

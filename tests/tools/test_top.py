@@ -477,6 +477,11 @@ def case_bad_files(w):
         "GPU-other.v2.ledger": (data, "its name has layout version 2"),
         "GPU-renamed.v3.ledger": (data, "expected the UUID of its name"),
         "GPU-padded.v3.ledger": (data + b"\0" * 4096, "(padded)"),
+        "GPU-nouuidend.v3.ledger": (
+            data[:layout()["uuid"]] + b"A" * 64 +
+            data[layout()["uuid"] + 64:],
+            "a GPU UUID of 64 bytes with no end, expected a NUL-terminated "
+            "UUID"),
     }
     for name, (content, _) in bad.items():
         with open(os.path.join(d, name), "wb") as f:
