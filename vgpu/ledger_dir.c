@@ -307,9 +307,13 @@ static int open_dir(char *buf, const char *dir, const struct vgpu__trust *a,
 			"no ledger directory '%s' (no job has used a GPU "
 			"through libvgpu with it)", dir);
 	else if (dfd < 0 && errno == ENOENT) {
-		if (mkdirat(pfd, name, a->shared ? 0770 : 0700) == 0)
+		if (mkdirat(pfd, name, a->shared ? 0770 : 0700) == 0) {
 			rc = settle_new_dir(pfd, name, dir, a, err, errlen);
-		else if (errno != EEXIST)
+			/* Not left half made (of the wrong group, for the
+			 * next job to refuse): still empty, it goes. */
+			if (rc)
+				unlinkat(pfd, name, AT_REMOVEDIR);
+		} else if (errno != EEXIST)
 			rc = vgpu__ledger_err(err, errlen, VGPU_LEDGER_ESYS,
 				"cannot create ledger directory '%s': %s",
 				dir, strerror(errno));

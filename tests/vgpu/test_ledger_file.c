@@ -483,6 +483,27 @@ Test(ledger_file, a_group_the_user_is_not_in_says_why)
 	cr_expect(!strstr(o.err, "Success"), "%s", o.err);
 }
 
+/* The same with a directory the job makes: refused, and not left behind
+ * half made (its group not set) for the next job to refuse. */
+Test(ledger_file, a_new_directory_whose_group_cannot_be_set_is_not_left)
+{
+	struct outcome o;
+	char dir[600];
+	const char *parent;
+	struct stat st;
+
+	need_root();
+	parent = subdir("parent");
+	cr_assert_eq(mkdir(parent, 0700), 0);
+	cr_assert_eq(chown(parent, OTHER_UID, OTHER_UID), 0);
+	snprintf(dir, sizeof(dir), "%s/new", parent);
+	o = open_as(OTHER_UID, false, dir, "4242");
+	cr_expect_neq(o.rc, 0, "%s", o.err);
+	expect_has(o.err, "cannot set the mode and group of the new ledger "
+		   "directory");
+	cr_expect_neq(stat(dir, &st), 0, "%s was left behind", dir);
+}
+
 Test(ledger_file, a_symlink_in_the_files_place_is_refused_untouched)
 {
 	char target[600], buf[16] = "";
