@@ -82,8 +82,14 @@ void vrun_describe_gpu(const struct vrun_gpu *g, char *buf, size_t len)
 {
 	char fr[32], tot[32];
 
-	vrun_human_size(vrun_free_bytes(g), fr, sizeof(fr));
 	vrun_human_size(g->total, tot, sizeof(tot));
+	if (g->unread) {
+		snprintf(buf, len, "GPU %u (%s): %s, not considered: its "
+			 "ledger could not be used (above)", g->index,
+			 g->uuid, tot);
+		return;
+	}
+	vrun_human_size(vrun_free_bytes(g), fr, sizeof(fr));
 	snprintf(buf, len, "GPU %u (%s): %s of %s memory free, %u%% compute "
 		 "free, %u task%s", g->index, g->uuid, fr, tot,
 		 vrun_free_pct(g), g->tasks, g->tasks == 1 ? "" : "s");

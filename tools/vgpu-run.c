@@ -208,6 +208,7 @@ static int place_auto(struct vrun_gpu *g, int n, const struct vgpu_options *o,
 				"considered\n", err, c[i].index);
 			c[i].reserved = c[i].total;
 			c[i].reserved_pct = 100;
+			c[i].unread = true;
 		}
 		vrun_describe_gpu(&c[i], line, sizeof(line));
 		say("%s", line);

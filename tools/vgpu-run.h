@@ -95,6 +95,8 @@ struct vrun_gpu {
 	uint64_t reserved;		/* live tenants' limits, at most total */
 	unsigned reserved_pct;		/* live tenants' shares, at most 100 */
 	unsigned tasks;			/* live processes */
+	bool unread;			/* its ledger refused or unreadable:
+					 * not considered (all reserved) */
 };
 
 /* What the job asks for. */

@@ -302,6 +302,12 @@ Test(run_place, describe)
 	g.reserved = 64 * GIB;	/* more than the GPU: nothing free */
 	vrun_describe_gpu(&g, line, sizeof(line));
 	cr_assert(strstr(line, ": 0 B of 16 GiB"), "%s", line);
+	/* A GPU whose ledger was refused is not "0 B free": it is not
+	 * considered, and the reason was said above. */
+	g.unread = true;
+	vrun_describe_gpu(&g, line, sizeof(line));
+	cr_assert_str_eq(line, "GPU 1 (GPU-1): 16 GiB, not considered: its "
+			 "ledger could not be used (above)");
 }
 
 /* ---- LD_PRELOAD ----------------------------------------------------------- */
