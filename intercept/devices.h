@@ -117,6 +117,13 @@ static inline bool vgpu__dev_movable(const struct vgpu_dev *dv)
 	return dv->overcommit == VGPU_OVERCOMMIT_HOST || dv->control;
 }
 
+/* Whether dv was refused (or left at exit, by another thread). */
+static inline bool vgpu__dev_failed(const struct vgpu_dev *dv)
+{
+	return dv && __atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) ==
+		     VGPU_DEV_FAILED;
+}
+
 /* The current context's device, attached; NULL when there is no current
  * context (the hook then leaves everything to the driver). */
 static inline struct vgpu_dev *vgpu__dev_current(void)
@@ -162,7 +169,8 @@ static inline CUresult vgpu__charge(struct vgpu_dev *dv, int kind,
 {
 	int rc;
 
-	if (dv->state != VGPU_DEV_READY)
+	/* Atomic: the exit's leave (another thread) sets it FAILED. */
+	if (__atomic_load_n(&dv->state, __ATOMIC_ACQUIRE) != VGPU_DEV_READY)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv->slot)
 		return CUDA_SUCCESS;

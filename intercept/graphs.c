@@ -82,7 +82,7 @@ static CUresult reserve(CUgraph g, uint64_t bytes[GRAPH_DEVS])
 		dv = vgpu__dev_attach(d);
 		if (!dv || !dv->slot) {
 			bytes[d] = 0;
-			if (dv && dv->state == VGPU_DEV_FAILED) {
+			if (vgpu__dev_failed(dv)) {
 				unreserve(bytes, d);
 				return CUDA_ERROR_INVALID_DEVICE;
 			}

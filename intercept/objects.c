@@ -121,7 +121,7 @@ static bool take_handle(uint64_t key, struct vgpu_tracked *t)
  * CUDA_ERROR_INVALID_DEVICE (*refused), any other is left to the driver. */
 static bool accounted(const struct vgpu_dev *dv, CUresult *refused)
 {
-	*refused = dv && dv->state == VGPU_DEV_FAILED
+	*refused = vgpu__dev_failed(dv)
 			   ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
 	return dv && dv->slot;
 }
@@ -260,7 +260,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
 	return commit_handle(dv, VGPU_USAGE_ARRAY, bytes, r,
 			     r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
 pass:
-	if (dv && dv->state == VGPU_DEV_FAILED)
+	if (vgpu__dev_failed(dv))
 		return CUDA_ERROR_INVALID_DEVICE;
 	return vgpu__real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
 }
@@ -677,7 +677,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	dv = vgpu__dev_attach(dev);
 	if (!dv || !dv->slot || !pctx)
-		return dv && dv->state == VGPU_DEV_FAILED
+		return vgpu__dev_failed(dv)
 			       ? CUDA_ERROR_INVALID_DEVICE
 			       : vgpu__real.cuDevicePrimaryCtxRetain(pctx, dev);
 	first = __atomic_fetch_add(&dv->primary_refs, 1, __ATOMIC_ACQ_REL) == 0;

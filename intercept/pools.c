@@ -163,7 +163,7 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 	CUresult r;
 	int i;
 
-	if (dv && dv->state == VGPU_DEV_FAILED)
+	if (vgpu__dev_failed(dv))
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (!dv || !dv->slot || !dptr || bytesize == 0 ||
 	    capturing(hStream, per_thread))
@@ -172,7 +172,7 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize,
 	/* The stream's device's pool: accounted there, or not at all. */
 	if (!explicit_pool) {
 		dv = stream_device(hStream, dv);
-		if (dv && dv->state == VGPU_DEV_FAILED)
+		if (vgpu__dev_failed(dv))
 			return CUDA_ERROR_INVALID_DEVICE;
 		if (!dv || !dv->slot)
 			return call_alloc(dptr, bytesize, pool, hStream,

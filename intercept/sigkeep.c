@@ -21,10 +21,12 @@
  * pselect's masks while they wait, a handler's sa_mask while it runs,
  * sysv_signal, sigset. docs/ledger-abi.md says what is kept and what not.
  *
- * The real functions are found with dlvsym(RTLD_NEXT) in the constructor.
- * The wrappers are uninstrumented: the sanitizers' runtimes call
- * sigaction and pthread_sigmask (through these, as the next definition)
- * before their shadow memory exists.
+ * The real functions are found with dlvsym(RTLD_NEXT) on first use. The
+ * wrappers are uninstrumented and, until the guard is on, read memory
+ * only with plain loads and call nothing intercepted: the sanitizers'
+ * runtimes call sigaction and pthread_sigmask (through these, as the next
+ * definition) before they are up (ThreadSanitizer crashed at start-up
+ * entering an instrumented function from here).
  */
 #include "dlsym_real.h"
 #include "ledger.h"
@@ -32,6 +34,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -53,37 +56,51 @@ VGPU_UNINSTRUMENTED static void *next(const char *name, const char *version)
 	return f ? f : dlsym(RTLD_NEXT, name);
 }
 
+/* Two threads that find them unset both look them up and store the same
+ * addresses; real_sigaction last, read with a plain load (volatile). */
 VGPU_UNINSTRUMENTED static void find_real(void)
 {
-	if (__atomic_load_n(&real_sigaction, __ATOMIC_ACQUIRE))
+	sigaction_fn sa;
+
+	if (*(sigaction_fn volatile *)&real_sigaction)
 		return;
 	real_signal = (signal_fn)next("signal", "GLIBC_2.2.5");
 	real_sigprocmask = (mask_fn)next("sigprocmask", "GLIBC_2.2.5");
 	real_pthread_sigmask = (mask_fn)next("pthread_sigmask", "GLIBC_2.32");
-	__atomic_store_n(&vgpu__sigaction_real,
-			 (sigaction_fn)next("sigaction", "GLIBC_2.2.5"),
-			 __ATOMIC_RELEASE);
-	__atomic_store_n(&real_sigaction, vgpu__sigaction_real,
-			 __ATOMIC_RELEASE);
+	sa = (sigaction_fn)next("sigaction", "GLIBC_2.2.5");
+	*(sigaction_fn volatile *)&vgpu__sigaction_real = sa;
+	__asm__ volatile("" ::: "memory");
+	*(sigaction_fn volatile *)&real_sigaction = sa;
 }
+
+/* SIGBUS's bit in a sigset_t (glibc: bit n - 1 of the first word), read
+ * and cleared by hand: the sanitizers intercept the sigset functions. */
+#define BUS_WORD(set)	(((unsigned long *)(set))[0])
+#define BUS_BIT		(1ul << (SIGBUS - 1))
 
 /* A mask set as the caller asked, less SIGBUS where it would block it. */
 VGPU_UNINSTRUMENTED static const sigset_t *keep_bus(int how,
 						    const sigset_t *set,
 						    sigset_t *copy)
 {
-	if (!set || how == SIG_UNBLOCK || sigismember(set, SIGBUS) != 1)
+	if (!set || how == SIG_UNBLOCK || !(BUS_WORD(set) & BUS_BIT))
 		return set;
 	*copy = *set;
-	sigdelset(copy, SIGBUS);
+	BUS_WORD(copy) &= ~BUS_BIT;
 	return copy;
+}
+
+/* The guard is on: a plain load (vgpu__guard_on is instrumented). */
+VGPU_UNINSTRUMENTED static int guard_on(void)
+{
+	return *(volatile uint32_t *)&vgpu__guard_state == 2;
 }
 
 VGPU_UNINSTRUMENTED EXPORT int sigaction(int sig, const struct sigaction *act,
 					 struct sigaction *old)
 {
 	find_real();
-	if (sig == SIGBUS && vgpu__guard_on()) {
+	if (sig == SIGBUS && guard_on()) {
 		vgpu__guard_swap(act, old);
 		return 0;
 	}
@@ -101,7 +118,7 @@ VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
 	struct sigaction sa, old;
 
 	find_real();
-	if (sig == SIGBUS && vgpu__guard_on()) {
+	if (sig == SIGBUS && guard_on()) {
 		if (h == SIG_ERR) {
 			errno = EINVAL;
 			return SIG_ERR;
@@ -109,8 +126,7 @@ VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = h;
 		sa.sa_flags = SA_RESTART;
-		sigemptyset(&sa.sa_mask);
-		sigaddset(&sa.sa_mask, sig);
+		BUS_WORD(&sa.sa_mask) |= BUS_BIT;
 		vgpu__guard_swap(&sa, &old);
 		return old.sa_handler;
 	}

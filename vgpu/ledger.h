@@ -304,6 +304,9 @@ int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes);
 /* Whether the guard's handler is installed (then a program's SIGBUS
  * handler is kept by vgpu__guard_swap, not given to the kernel). */
 bool vgpu__guard_on(void);
+/* The same as a word (0, 1: installing, 2: on), for code that runs before
+ * the sanitizers are up and reads it with a plain load (sigkeep.c). */
+extern uint32_t vgpu__guard_state;
 /* Records act (if not NULL) as the handler the guard chains to, and
  * returns the one it replaces in old (if not NULL): a program's
  * sigaction(SIGBUS) once the guard is on. Async-signal-safe (a spin of a

@@ -48,7 +48,8 @@ uint32_t vgpu__guard_faults;
 static struct sigaction befores[2];
 static uint32_t cur;
 static uint32_t swap_mu;
-static uint32_t installed;		/* 0, 1: installing, 2: done */
+uint32_t vgpu__guard_state;		/* 0, 1: installing, 2: done */
+#define installed vgpu__guard_state
 
 int (*vgpu__sigaction_real)(int, const struct sigaction *,
 			    struct sigaction *);
