@@ -89,6 +89,7 @@ struct vgpu_dev *vgpu__dev_attach(CUdevice d)
 	size_t total = 0;
 	int cancel;
 
+	vgpu_guard_thread();	/* before any touch of a ledger */
 	if (d < 0 || d >= VGPU_MAX_DEVICES)
 		return NULL;
 	dv = &devs[d];
@@ -118,6 +119,7 @@ struct vgpu_dev *vgpu__dev_attach(CUdevice d)
 
 struct vgpu_dev *vgpu__dev_peek(int ordinal)
 {
+	vgpu_guard_thread();
 	if (ordinal < 0 || ordinal >= VGPU_MAX_DEVICES)
 		return NULL;
 	return __atomic_load_n(&devs[ordinal].state, __ATOMIC_ACQUIRE) ==

@@ -17,9 +17,14 @@
  *    constructor unblocks it in the thread that loads it (a mask inherited
  *    across exec), and threads created later inherit that.
  *
- * Other ways are not caught: the raw system calls, sigsuspend's and
- * pselect's masks while they wait, a handler's sa_mask while it runs,
- * sysv_signal, sigset. docs/ledger-abi.md says what is kept and what not.
+ * A thread whose mask these never saw (glibc's SIGEV_THREAD timer
+ * threads block every signal; pthread_attr_setsigmask_np) has SIGBUS
+ * unblocked at its first device look-up (vgpu_guard_thread, ledger.h).
+ * Other ways are not caught: the raw system calls, a context switched to
+ * with its own mask (setcontext, swapcontext) after that first look-up,
+ * sigsuspend's and pselect's masks while they wait, a handler's sa_mask
+ * while it runs, sysv_signal, sigset. docs/ledger-abi.md says what is
+ * kept and what not.
  *
  * The real functions are found with dlvsym(RTLD_NEXT) on first use. The
  * wrappers are uninstrumented and, until the guard is on, read memory
@@ -137,8 +142,8 @@ VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
 	return real_signal(sig, h);
 }
 
-VGPU_UNINSTRUMENTED EXPORT int pthread_sigmask(int how, const sigset_t *set,
-					       sigset_t *old)
+VGPU_UNINSTRUMENTED static int thread_mask(int how, const sigset_t *set,
+					   sigset_t *old)
 {
 	sigset_t copy;
 
@@ -147,6 +152,25 @@ VGPU_UNINSTRUMENTED EXPORT int pthread_sigmask(int how, const sigset_t *set,
 		return ENOSYS;
 	return real_pthread_sigmask(how, keep_bus(how, set, &copy), old);
 }
+
+VGPU_UNINSTRUMENTED EXPORT int pthread_sigmask(int how, const sigset_t *set,
+					       sigset_t *old)
+{
+	return thread_mask(how, set, old);
+}
+
+#ifdef VGPU_SIGKEEP_VERSIONED
+/* libvgpu-hip.so exports under glibc's version nodes (its map): a program
+ * built before glibc 2.32 refers to pthread_sigmask@GLIBC_2.2.5, which
+ * libpthread then had. libvgpu.so's unversioned definition answers any. */
+VGPU_UNINSTRUMENTED EXPORT int vgpu__pthread_sigmask_old(int how,
+							  const sigset_t *set,
+							  sigset_t *old)
+{
+	return thread_mask(how, set, old);
+}
+__asm__(".symver vgpu__pthread_sigmask_old, pthread_sigmask@GLIBC_2.2.5");
+#endif
 
 VGPU_UNINSTRUMENTED EXPORT int sigprocmask(int how, const sigset_t *set,
 					   sigset_t *old)

@@ -393,10 +393,28 @@ struct pid_memo {
  * cannot tell (no such pid, or its files not readable: another user's
  * process, without privilege).
  */
+/* Whether /proc is vgpu-top's own pid namespace's: /proc/self names this
+ * process's pid. vgpu-top started in a new pid namespace with the host's
+ * /proc (unshare -p -f without --mount-proc) reads other processes' files
+ * there, whose pids are not its namespace's. */
+static bool proc_is_ours(void)
+{
+	char buf[32];
+	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10) == (long)getpid();
+}
+
 static bool pid_here(const struct top_proc *p, dev_t dev, ino_t ino)
 {
 	static struct pid_memo memo[PID_MEMOS];
 	struct pid_memo *m = &memo[((uint64_t)ino * 31 + p->slot) % PID_MEMOS];
+
+	if (!proc_is_ours())
+		return false;
 
 	if (m->valid && m->dev == dev && m->ino == ino && m->slot == p->slot &&
 	    m->generation == p->generation && m->pid == p->pid &&

@@ -309,9 +309,22 @@ bool vgpu__guard_on(void);
 extern uint32_t vgpu__guard_state;
 /* Records act (if not NULL) as the handler the guard chains to, and
  * returns the one it replaces in old (if not NULL): a program's
- * sigaction(SIGBUS) once the guard is on. Async-signal-safe (a spin of a
- * struct's copy). */
+ * sigaction(SIGBUS) once the guard is on. Lock-free and async-signal-safe
+ * (a signal handler may call sigaction). */
 void vgpu__guard_swap(const struct sigaction *act, struct sigaction *old);
+/* This thread lets SIGBUS through: the first time a thread asks, SIGBUS
+ * is unblocked in it (one system call), for threads whose mask the shims'
+ * wrappers never saw: glibc's SIGEV_THREAD timer and notification
+ * threads (every signal blocked), pthread_attr_setsigmask_np, a mask
+ * inherited from such a thread. The front ends ask at every device look-up,
+ * before any touch of a ledger. */
+extern __thread bool vgpu__bus_open;
+void vgpu__bus_open_slow(void);
+static inline void vgpu_guard_thread(void)
+{
+	if (__builtin_expect(!vgpu__bus_open, 0))
+		vgpu__bus_open_slow();
+}
 /* The sigaction the guard installs and resets with: set by a shim that
  * exports its own (intercept/sigkeep.c); NULL: the C library's. */
 extern int (*vgpu__sigaction_real)(int, const struct sigaction *,

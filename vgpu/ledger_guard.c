@@ -26,6 +26,7 @@
 #include "ledger_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -42,12 +43,16 @@ struct guard {
 
 static struct guard guards[GUARDS];
 uint32_t vgpu__guard_faults;
-/* The handler the guard chains to: befores[cur], swapped whole by a
- * program's sigaction(SIGBUS) once the guard is on (swap_mu), read by the
- * handler at any moment. */
-static struct sigaction befores[2];
+/* The handler the guard chains to: befores[cur]. A program's
+ * sigaction(SIGBUS) once the guard is on writes a slot of its own (the
+ * next of the ring) and swaps cur to it, with no lock: it may be called
+ * from a signal handler that interrupted another (POSIX allows it), and a
+ * lock held by the interrupted code would never be let go. A slot is
+ * reused BEFORES calls later, long after any reader copied it. */
+#define BEFORES 16
+static struct sigaction befores[BEFORES];
 static uint32_t cur;
-static uint32_t swap_mu;
+static uint32_t next_slot;
 uint32_t vgpu__guard_state;		/* 0, 1: installing, 2: done */
 #define installed vgpu__guard_state
 
@@ -65,6 +70,18 @@ static int real_sigaction(int sig, const struct sigaction *act,
 	return f ? f(sig, act, old) : sigaction(sig, act, old);
 }
 
+__thread bool vgpu__bus_open;
+
+void vgpu__bus_open_slow(void)
+{
+	sigset_t bus;
+
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+	vgpu__bus_open = true;
+}
+
 bool vgpu__guard_on(void)
 {
 	return __atomic_load_n(&installed, __ATOMIC_ACQUIRE) == 2;
@@ -72,25 +89,33 @@ bool vgpu__guard_on(void)
 
 void vgpu__guard_swap(const struct sigaction *act, struct sigaction *old)
 {
-	uint32_t c;
+	uint32_t mine, was;
 
-	while (__atomic_exchange_n(&swap_mu, 1, __ATOMIC_ACQUIRE))
-		;
-	c = __atomic_load_n(&cur, __ATOMIC_RELAXED);
-	if (old)
-		*old = befores[c];
-	if (act) {
-		befores[1 - c] = *act;
-		__atomic_store_n(&cur, 1 - c, __ATOMIC_RELEASE);
+	if (!act) {
+		if (old)
+			*old = befores[__atomic_load_n(&cur,
+						       __ATOMIC_ACQUIRE)];
+		return;
 	}
-	__atomic_store_n(&swap_mu, 0, __ATOMIC_RELEASE);
+	mine = __atomic_add_fetch(&next_slot, 1, __ATOMIC_RELAXED) % BEFORES;
+	befores[mine] = *act;
+	was = __atomic_exchange_n(&cur, mine, __ATOMIC_ACQ_REL);
+	if (old)
+		*old = befores[was];
 }
 
 /* What would have happened without the guard. */
+static void on_bus(int sig, siginfo_t *si, void *uc);
+
 static void chain(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction dfl, before =
 		befores[__atomic_load_n(&cur, __ATOMIC_ACQUIRE)];
+
+	/* The guard itself, handed back by a program that read it while it
+	 * was being installed (install()) and restored it: no handler. */
+	if ((before.sa_flags & SA_SIGINFO) && before.sa_sigaction == on_bus)
+		before.sa_handler = SIG_DFL;
 
 	/* SIG_DFL and SIG_IGN are values of the handler whatever the
 	 * flags say (sa_handler and sa_sigaction share their storage). */
@@ -203,6 +228,20 @@ static void install(void)
 	if (real_sigaction(SIGBUS, &sa, &befores[0]) != 0)
 		memset(&befores[0], 0, sizeof(befores[0]));
 	__atomic_store_n(&installed, 2, __ATOMIC_RELEASE);
+	/* A program's sigaction(SIGBUS) between the two lines above went to
+	 * the kernel (the shims' wrapper saw the guard off): it replaced the
+	 * guard. Its handler becomes the one chained to, and the guard goes
+	 * back; later calls reach vgpu__guard_swap, so once is enough, but
+	 * the test is cheap. */
+	for (int i = 0; i < 4; i++) {
+		struct sigaction now;
+
+		if (real_sigaction(SIGBUS, NULL, &now) != 0 ||
+		    ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_bus))
+			break;
+		vgpu__guard_swap(&now, NULL);
+		real_sigaction(SIGBUS, &sa, NULL);
+	}
 }
 
 int vgpu__guard_add(void *base, const uint32_t *held)

@@ -65,6 +65,7 @@ struct vgpu_hip_dev *vgpu__hip_dev_attach(int d)
 	bool refused;
 	int cancel;
 
+	vgpu_guard_thread();	/* before any touch of a ledger */
 	if (d < 0 || d >= VGPU_MAX_DEVICES)
 		return NULL;
 	dv = &devs[d];
@@ -110,6 +111,7 @@ struct vgpu_hip_dev *vgpu__hip_dev_current(void)
 
 struct vgpu_hip_dev *vgpu__hip_dev_peek(int d)
 {
+	vgpu_guard_thread();
 	if (d < 0 || d >= VGPU_MAX_DEVICES)
 		return NULL;
 	return __atomic_load_n(&devs[d].state, __ATOMIC_ACQUIRE) ==

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -251,6 +252,126 @@ Test(ledger_gone, a_handler_installed_after_the_guard_does_not_replace_it)
 	cr_assert_not_null(strstr(out, "read_back=1\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "after=0 ran=0\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "own_fault=-1 ran=1\n"), "%s", out);
+}
+
+/* sigaction(SIGBUS) is async-signal-safe: a handler that reads the SIGBUS
+ * disposition while the interrupted code sets it must not wait on it (a
+ * lock held by the interrupted code: the process hung for ever). */
+static void read_bus(int sig)
+{
+	struct sigaction o;
+
+	(void)sig;
+	sigaction(SIGBUS, NULL, &o);
+}
+
+static int handler_reads_job(void *arg)
+{
+	struct itimerval every = { { 0, 50 }, { 0, 50 } }, off = { 0 };
+	struct sigaction sa;
+	CUdeviceptr a;
+	CUcontext ctx;
+	long i;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, MIB))	/* guard on */
+		return 2;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = read_bus;
+	sa.sa_flags = SA_RESTART;
+	if (sigaction(SIGALRM, &sa, NULL) != 0 ||
+	    setitimer(ITIMER_REAL, &every, NULL) != 0)
+		return 3;
+	sa.sa_handler = own_bus;
+	for (i = 0; i < 200000; i++)
+		sigaction(SIGBUS, &sa, NULL);
+	setitimer(ITIMER_REAL, &off, NULL);
+	printf("done=%ld\n", i);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, sigaction_of_sigbus_in_a_handler_does_not_hang,
+     .timeout = 60)
+{
+	static char out[8192];
+	int rc;
+
+	rc = shimtest_run_child(handler_reads_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d: %s", rc, out);
+	cr_assert_not_null(strstr(out, "done=200000\n"), "%s", out);
+}
+
+/* glibc runs a SIGEV_THREAD timer's function in a thread with every
+ * signal blocked, a mask the shim's wrappers never see: its first device
+ * look-up unblocks SIGBUS, so a truncation met there kills nothing. */
+struct timed {
+	CUcontext ctx;
+	volatile int after, more, bus_blocked;
+	volatile int done;
+};
+
+static void timed_alloc(union sigval v)
+{
+	struct timed *t = v.sival_ptr;
+	CUdeviceptr x, p[64];
+	CUresult last;
+	sigset_t now;
+
+	if (cuCtxSetCurrent(t->ctx) == CUDA_SUCCESS &&
+	    truncate(path, 0) == 0) {
+		t->after = (int)cuMemAlloc(&x, 4 * MIB);
+		t->more = fill(p, 64, &last);
+		for (int i = t->more; i--;)
+			cuMemFree(p[i]);
+		cuMemFree(x);
+	}
+	pthread_sigmask(SIG_BLOCK, NULL, &now);
+	t->bus_blocked = sigismember(&now, SIGBUS);
+	__atomic_store_n(&t->done, 1, __ATOMIC_RELEASE);
+}
+
+static int timer_job(void *arg)
+{
+	struct timed t = { .after = -1, .more = -1, .bus_blocked = -1 };
+	struct sigevent ev = { .sigev_notify = SIGEV_THREAD };
+	struct itimerspec once = { .it_value = { 0, 1000000 } };
+	struct timespec pause = { 0, 10000000 };
+	CUdeviceptr a;
+	timer_t tm;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&t.ctx, 0) ||
+	    cuCtxSetCurrent(t.ctx))
+		return 2;
+	if (cuMemAlloc(&a, 4 * MIB) || find_path())
+		return 3;
+	ev.sigev_notify_function = timed_alloc;
+	ev.sigev_value.sival_ptr = &t;
+	if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0 ||
+	    timer_settime(tm, 0, &once, NULL) != 0)
+		return 4;
+	for (int i = 0; i < 1000 && !__atomic_load_n(&t.done,
+						      __ATOMIC_ACQUIRE); i++)
+		nanosleep(&pause, NULL);
+	timer_delete(tm);
+	printf("after=%d more=%d bus_blocked=%d\n", t.after, t.more,
+	       t.bus_blocked);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, a_timer_threads_allocation_survives_a_truncation,
+     .timeout = 60)
+{
+	static char out[8192];
+	int rc;
+
+	rc = shimtest_run_child(timer_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d (135: killed by SIGBUS): %s", rc, out);
+	cr_assert_not_null(strstr(out, "after=0 more=8 bus_blocked=0\n"),
+			   "%s", out);
 }
 
 static int deleted_job(void *arg)

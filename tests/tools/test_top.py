@@ -849,6 +849,21 @@ def case_pidns(w):
               re.search(r"^  \?\s+%d\s+ns\s+alive" % cpid, text, re.M),
               "--once: the owner as PID %d, the other as NS PID %d" %
               (cpid, cpid))
+        # vgpu-top in a pid namespace of its own that still sees the
+        # host's /proc (unshare -p -f without --mount-proc): the pids it
+        # reads there are not its namespace's; none is confirmed.
+        if os.geteuid() == 0 and shutil.which("unshare"):
+            r = subprocess.run(["unshare", "-p", "-f", TOP, "--dir",
+                                w.ledger, "--json", "--interval", "0"],
+                               capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
+            if r.returncode == 0:
+                doc = json.loads(r.stdout)
+                ns = [p["pid_namespace"]
+                      for p in doc["gpus"][0]["processes"]]
+                check("same" not in ns,
+                      "in a new pid namespace with the host's /proc, no "
+                      "pid confirmed: %s" % ns)
     finally:
         put(apid, "pid", apid)
         put(apid, "host_pid", 0)
