@@ -94,7 +94,12 @@ void vgpu__lifetime_watch_thread(void)
 
 __attribute__((destructor)) static void at_exit(void)
 {
-	if (__atomic_load_n(&used_cuda, __ATOMIC_ACQUIRE) &&
-	    vgpu__control_exit())
+	if (!__atomic_load_n(&used_cuda, __ATOMIC_ACQUIRE))
+		return;
+	/* exit() may run in a signal handler whose mask held SIGBUS, or in a
+	 * thread that never looked a device up: the slots given back below
+	 * are in a ledger's mapping. */
+	vgpu__bus_open_slow();
+	if (vgpu__control_exit())
 		vgpu__dev_leave_all();
 }

@@ -6,8 +6,9 @@
  *
  *  - installing its own SIGBUS handler after the guard (Python's
  *    faulthandler.enable(), a crash reporter): that handler would get the
- *    fault and usually abort. sigaction(SIGBUS) and signal(SIGBUS) are
- *    caught here once the guard is on: the handler asked for becomes the
+ *    fault and usually abort. sigaction(SIGBUS) and signal(SIGBUS) (and
+ *    bsd_signal, ssignal, sysv_signal, __sysv_signal: what signal() is in
+ *    a strict ISO C program) are caught here once the guard is on: the handler asked for becomes the
  *    one the guard chains to every fault outside a ledger, and the program
  *    reads back what it set; the kernel's handler stays the guard's.
  *  - blocking SIGBUS in a thread (a server that blocks every signal before
@@ -20,11 +21,12 @@
  * A thread whose mask these never saw (glibc's SIGEV_THREAD timer
  * threads block every signal; pthread_attr_setsigmask_np) has SIGBUS
  * unblocked at its first device look-up (vgpu_guard_thread, ledger.h).
+ * A handler's sa_mask never holds SIGBUS (a SIGTERM handler with a full
+ * mask that calls exit() gives slots back in a ledger).
  * Other ways are not caught: the raw system calls, a context switched to
  * with its own mask (setcontext, swapcontext) after that first look-up,
- * sigsuspend's and pselect's masks while they wait, a handler's sa_mask
- * while it runs, sysv_signal, sigset. docs/ledger-abi.md says what is
- * kept and what not.
+ * sigsuspend's, ppoll's and pselect's masks while they wait, sigblock,
+ * sigsetmask, sighold, sigset. docs/ledger-abi.md says what is kept.
  *
  * The real functions are found with dlvsym(RTLD_NEXT) on first use. The
  * wrappers are uninstrumented and, until the guard is on, read memory
@@ -50,7 +52,7 @@ typedef void (*handler_fn)(int);
 typedef handler_fn (*signal_fn)(int, handler_fn);
 
 static sigaction_fn real_sigaction;
-static signal_fn real_signal;
+static signal_fn real_signal, real_bsd_signal, real_ssignal, real_sysv_signal;
 static mask_fn real_pthread_sigmask, real_sigprocmask;
 
 /* The C library's definitions, found once. */
@@ -70,6 +72,9 @@ VGPU_UNINSTRUMENTED static void find_real(void)
 	if (*(sigaction_fn volatile *)&real_sigaction)
 		return;
 	real_signal = (signal_fn)next("signal", "GLIBC_2.2.5");
+	real_bsd_signal = (signal_fn)next("bsd_signal", "GLIBC_2.2.5");
+	real_ssignal = (signal_fn)next("ssignal", "GLIBC_2.2.5");
+	real_sysv_signal = (signal_fn)next("__sysv_signal", "GLIBC_2.2.5");
 	real_sigprocmask = (mask_fn)next("sigprocmask", "GLIBC_2.2.5");
 	real_pthread_sigmask = (mask_fn)next("pthread_sigmask", "GLIBC_2.32");
 	sa = (sigaction_fn)next("sigaction", "GLIBC_2.2.5");
@@ -101,9 +106,27 @@ VGPU_UNINSTRUMENTED static int guard_on(void)
 	return *(volatile uint32_t *)&vgpu__guard_state == 2;
 }
 
+/* After a call that reached the kernel for SIGBUS: if the guard came on
+ * meanwhile (another thread installed it), the call may have replaced it
+ * or read it back as the old handler; the guard is put back and the
+ * program given its own handler, not the guard's. Only with the guard on,
+ * long after the sanitizers are up. */
+VGPU_UNINSTRUMENTED static void after_bus_call(bool set, struct sigaction *old)
+{
+	if (!guard_on())
+		return;
+	if (old && vgpu__guard_is(old))
+		vgpu__guard_swap(NULL, old);
+	if (set)
+		vgpu__guard_fixup();
+}
+
 VGPU_UNINSTRUMENTED EXPORT int sigaction(int sig, const struct sigaction *act,
 					 struct sigaction *old)
 {
+	struct sigaction copy;
+	int rc;
+
 	find_real();
 	if (sig == SIGBUS && guard_on()) {
 		vgpu__guard_swap(act, old);
@@ -113,33 +136,105 @@ VGPU_UNINSTRUMENTED EXPORT int sigaction(int sig, const struct sigaction *act,
 		errno = ENOSYS;
 		return -1;
 	}
-	return real_sigaction(sig, act, old);
+	/* No handler runs with SIGBUS blocked (a SIGTERM handler with a
+	 * full sa_mask that calls exit(), which gives ledger slots back). */
+	if (act && (BUS_WORD(&act->sa_mask) & BUS_BIT)) {
+		copy = *act;
+		BUS_WORD(&copy.sa_mask) &= ~BUS_BIT;
+		act = &copy;
+	}
+	rc = real_sigaction(sig, act, old);
+	if (sig == SIGBUS && rc == 0)
+		after_bus_call(act != NULL, old);
+	return rc;
 }
 
-/* glibc's signal(): BSD semantics (SA_RESTART, the signal blocked while
- * its handler runs). */
-VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
+/* signal(sig, h) for SIGBUS with the guard on, as glibc would set it:
+ * flags and whether SIGBUS is blocked while h runs. The old handler. */
+VGPU_UNINSTRUMENTED static handler_fn record_bus(handler_fn h, int flags,
+						 bool self)
 {
 	struct sigaction sa, old;
 
-	find_real();
-	if (sig == SIGBUS && guard_on()) {
-		if (h == SIG_ERR) {
-			errno = EINVAL;
-			return SIG_ERR;
-		}
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = h;
-		sa.sa_flags = SA_RESTART;
-		BUS_WORD(&sa.sa_mask) |= BUS_BIT;
-		vgpu__guard_swap(&sa, &old);
-		return old.sa_handler;
+	if (h == SIG_ERR) {
+		errno = EINVAL;
+		return SIG_ERR;
 	}
-	if (!real_signal) {
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = h;
+	sa.sa_flags = flags;
+	if (self)
+		BUS_WORD(&sa.sa_mask) |= BUS_BIT;
+	vgpu__guard_swap(&sa, &old);
+	return old.sa_handler;
+}
+
+/* A signal()-like call passed on: the guard's handler never handed back
+ * as the old one (after_bus_call). */
+VGPU_UNINSTRUMENTED static handler_fn pass_bus(signal_fn real, int sig,
+					       handler_fn h)
+{
+	handler_fn was;
+	struct sigaction old;
+
+	if (!real) {
 		errno = ENOSYS;
 		return SIG_ERR;
 	}
-	return real_signal(sig, h);
+	was = real(sig, h);
+	if (sig != SIGBUS || was == SIG_ERR || !guard_on())
+		return was;
+	memset(&old, 0, sizeof(old));
+	old.sa_handler = was;
+	old.sa_flags = SA_SIGINFO;	/* as the guard's is */
+	if (vgpu__guard_is(&old)) {
+		vgpu__guard_swap(NULL, &old);
+		was = old.sa_handler;
+	}
+	vgpu__guard_fixup();
+	return was;
+}
+
+/* glibc's signal(), bsd_signal() and ssignal(): BSD semantics
+ * (SA_RESTART, the signal blocked while its handler runs). */
+VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
+{
+	find_real();
+	if (sig == SIGBUS && guard_on())
+		return record_bus(h, SA_RESTART, true);
+	return pass_bus(real_signal, sig, h);
+}
+
+VGPU_UNINSTRUMENTED EXPORT handler_fn bsd_signal(int sig, handler_fn h)
+{
+	find_real();
+	if (sig == SIGBUS && guard_on())
+		return record_bus(h, SA_RESTART, true);
+	return pass_bus(real_bsd_signal, sig, h);
+}
+
+VGPU_UNINSTRUMENTED EXPORT handler_fn ssignal(int sig, handler_fn h)
+{
+	find_real();
+	if (sig == SIGBUS && guard_on())
+		return record_bus(h, SA_RESTART, true);
+	return pass_bus(real_ssignal, sig, h);
+}
+
+/* System V semantics: what signal() is in a program built for strict ISO
+ * or POSIX C (glibc's <signal.h> then redirects it to __sysv_signal): the
+ * handler runs once (SA_RESETHAND), unmasked (SA_NODEFER). */
+VGPU_UNINSTRUMENTED EXPORT handler_fn __sysv_signal(int sig, handler_fn h)
+{
+	find_real();
+	if (sig == SIGBUS && guard_on())
+		return record_bus(h, SA_RESETHAND | SA_NODEFER, false);
+	return pass_bus(real_sysv_signal, sig, h);
+}
+
+VGPU_UNINSTRUMENTED EXPORT handler_fn sysv_signal(int sig, handler_fn h)
+{
+	return __sysv_signal(sig, h);
 }
 
 VGPU_UNINSTRUMENTED static int thread_mask(int how, const sigset_t *set,
@@ -187,13 +282,13 @@ VGPU_UNINSTRUMENTED EXPORT int sigprocmask(int how, const sigset_t *set,
 
 /* At load: the real functions, and SIGBUS unblocked in the loading thread
  * (a mask inherited across exec: threads created from here inherit it). */
-__attribute__((constructor)) static void sigkeep_init(void)
+VGPU_UNINSTRUMENTED __attribute__((constructor)) static void sigkeep_init(void)
 {
 	sigset_t bus;
 
 	find_real();
-	sigemptyset(&bus);
-	sigaddset(&bus, SIGBUS);
+	memset(&bus, 0, sizeof(bus));
+	BUS_WORD(&bus) |= BUS_BIT;
 	if (real_pthread_sigmask)
 		real_pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
 }

@@ -304,9 +304,17 @@ int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes);
 /* Whether the guard's handler is installed (then a program's SIGBUS
  * handler is kept by vgpu__guard_swap, not given to the kernel). */
 bool vgpu__guard_on(void);
-/* The same as a word (0, 1: installing, 2: on), for code that runs before
- * the sanitizers are up and reads it with a plain load (sigkeep.c). */
+/* The same as a word (0, 1: installing, 2: on, 3: could not be
+ * installed), for code that runs before the sanitizers are up and reads
+ * it with a plain load (sigkeep.c). */
 extern uint32_t vgpu__guard_state;
+/* With the guard on: puts it back if the kernel holds another SIGBUS
+ * handler (set by a program's call that raced the install), taking that
+ * one as the handler to chain to. */
+void vgpu__guard_fixup(void);
+/* Whether sa is the guard's own disposition (a program that read it while
+ * it was installed is given its recorded handler instead). */
+bool vgpu__guard_is(const struct sigaction *sa);
 /* Records act (if not NULL) as the handler the guard chains to, and
  * returns the one it replaces in old (if not NULL): a program's
  * sigaction(SIGBUS) once the guard is on. Lock-free and async-signal-safe

@@ -30,6 +30,8 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 
 #define GUARDS 32
 
@@ -106,11 +108,28 @@ void vgpu__guard_swap(const struct sigaction *act, struct sigaction *old)
 
 /* What would have happened without the guard. */
 static void on_bus(int sig, siginfo_t *si, void *uc);
+static struct sigaction guard_sa;	/* the guard's own disposition */
+
+/* Blocks set in this thread for the rest of the handler (the kernel puts
+ * the interrupted mask back at its return): by the system call, since the
+ * shims' pthread_sigmask never blocks SIGBUS. */
+static void block_now(const sigset_t *set)
+{
+	syscall(SYS_rt_sigprocmask, SIG_BLOCK, set, NULL, _NSIG / 8);
+}
+
+/* A SIGBUS no instruction will raise again: sent (kill, sigqueue), or a
+ * memory error reported for action later (BUS_MCEERR_AO). */
+static bool not_again(const siginfo_t *si)
+{
+	return si->si_code <= 0 || si->si_code == BUS_MCEERR_AO;
+}
 
 static void chain(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction dfl, before =
 		befores[__atomic_load_n(&cur, __ATOMIC_ACQUIRE)];
+	sigset_t mask;
 
 	/* The guard itself, handed back by a program that read it while it
 	 * was being installed (install()) and restored it: no handler. */
@@ -125,6 +144,16 @@ static void chain(int sig, siginfo_t *si, void *uc)
 			dfl.sa_handler = SIG_DFL;
 			vgpu__guard_swap(&dfl, NULL);
 		}
+		/* The program's mask while its handler runs, as the kernel
+		 * would have set it: its sa_mask, and SIGBUS itself unless
+		 * SA_NODEFER; a fault's handler keeps SIGBUS open (a fault
+		 * on a blocked SIGBUS kills with no handler). */
+		mask = before.sa_mask;
+		if (!(before.sa_flags & SA_NODEFER))
+			sigaddset(&mask, SIGBUS);
+		if (!not_again(si))
+			sigdelset(&mask, SIGBUS);
+		block_now(&mask);
 		if (before.sa_flags & SA_SIGINFO)
 			before.sa_sigaction(sig, si, uc);
 		else
@@ -133,13 +162,17 @@ static void chain(int sig, siginfo_t *si, void *uc)
 	}
 	/* Ignoring a fault is not possible: the kernel kills for it as for
 	 * the default. A SIGBUS sent by kill() was ignored, and stays so. */
-	if (before.sa_handler == SIG_IGN && si->si_code <= 0)
+	if (before.sa_handler == SIG_IGN && not_again(si))
 		return;
 	memset(&dfl, 0, sizeof(dfl));
 	dfl.sa_handler = SIG_DFL;
 	real_sigaction(SIGBUS, &dfl, NULL);
-	if (si->si_code <= 0)
+	if (not_again(si)) {
 		raise(SIGBUS);
+		/* Still here: a process the signal cannot kill (a pid
+		 * namespace's init, from inside it). The guard goes back. */
+		real_sigaction(SIGBUS, &guard_sa, NULL);
+	}
 	/* A fault: returning runs the instruction again, now to its death. */
 }
 
@@ -209,39 +242,76 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
 	chain(sig, si, uc);
 }
 
-static void install(void)
+/* Puts the guard back where the kernel holds another SIGBUS handler (a
+ * program's, set in the instant the guard was installed), taking that
+ * one as the handler to chain to. */
+void vgpu__guard_fixup(void)
 {
-	struct sigaction sa;
-	uint32_t want = 0;
-
-	if (__atomic_load_n(&installed, __ATOMIC_ACQUIRE) == 2 ||
-	    !__atomic_compare_exchange_n(&installed, &want, 1, false,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		while (__atomic_load_n(&installed, __ATOMIC_ACQUIRE) != 2)
-			;
-		return;
-	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_bus;
-	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER;
-	sigemptyset(&sa.sa_mask);
-	if (real_sigaction(SIGBUS, &sa, &befores[0]) != 0)
-		memset(&befores[0], 0, sizeof(befores[0]));
-	__atomic_store_n(&installed, 2, __ATOMIC_RELEASE);
-	/* A program's sigaction(SIGBUS) between the two lines above went to
-	 * the kernel (the shims' wrapper saw the guard off): it replaced the
-	 * guard. Its handler becomes the one chained to, and the guard goes
-	 * back; later calls reach vgpu__guard_swap, so once is enough, but
-	 * the test is cheap. */
 	for (int i = 0; i < 4; i++) {
 		struct sigaction now;
 
 		if (real_sigaction(SIGBUS, NULL, &now) != 0 ||
 		    ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_bus))
-			break;
+			return;
 		vgpu__guard_swap(&now, NULL);
-		real_sigaction(SIGBUS, &sa, NULL);
+		real_sigaction(SIGBUS, &guard_sa, NULL);
 	}
+}
+
+bool vgpu__guard_is(const struct sigaction *sa)
+{
+	return sa && (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == on_bus;
+}
+
+static void forked_child(void)
+{
+	uint32_t installing = 1;
+
+	/* Forked while another thread installed: that thread is not here. */
+	__atomic_compare_exchange_n(&installed, &installing, 0, false,
+				    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, forked_child);
+}
+
+static void install(void)
+{
+	static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+	uint32_t want = 0, st;
+
+	st = __atomic_load_n(&installed, __ATOMIC_ACQUIRE);
+	if (st == 2 || st == 3)
+		return;
+	if (!__atomic_compare_exchange_n(&installed, &want, 1, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		while ((st = __atomic_load_n(&installed, __ATOMIC_ACQUIRE)) ==
+		       1)
+			;
+		return;
+	}
+	pthread_once(&atfork_once, register_atfork);
+	memset(&guard_sa, 0, sizeof(guard_sa));
+	guard_sa.sa_sigaction = on_bus;
+	guard_sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER;
+	sigemptyset(&guard_sa.sa_mask);
+	/* What was there, read first, so that a fault elsewhere that the
+	 * guard takes at once finds it; then the guard. */
+	if (real_sigaction(SIGBUS, NULL, &befores[0]) != 0 ||
+	    real_sigaction(SIGBUS, &guard_sa, NULL) != 0) {
+		/* Not installed (seccomp?): the wrappers pass every call on,
+		 * and a truncation kills, as without the library. */
+		__atomic_store_n(&installed, 3, __ATOMIC_SEQ_CST);
+		return;
+	}
+	__atomic_store_n(&installed, 2, __ATOMIC_SEQ_CST);
+	/* A program's sigaction(SIGBUS) from the read above on went to the
+	 * kernel (the wrapper saw the guard off) and may have replaced the
+	 * guard; the wrapper, finding the guard on after its call, does the
+	 * same (sigkeep.c). */
+	vgpu__guard_fixup();
 }
 
 int vgpu__guard_add(void *base, const uint32_t *held)

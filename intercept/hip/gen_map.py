@@ -42,7 +42,8 @@ with open(sys.argv[2], 'w') as out:
     # dlsym.S's dlsym@GLIBC_2.2.5 and dlsym@@GLIBC_2.34; sigkeep.c's
     # signal functions under the versions programs bind them with.
     out.write('GLIBC_2.2.5 {\n  global:\n    sigaction;\n    signal;\n'
-              '    sigprocmask;\n};\n')
+              '    sigprocmask;\n    bsd_signal;\n    ssignal;\n'
+              '    sysv_signal;\n    __sysv_signal;\n};\n')
     out.write('GLIBC_2.32 {\n  global:\n    pthread_sigmask;\n'
               '} GLIBC_2.2.5;\n')
     out.write('GLIBC_2.34 {\n  global:\n    dlsym;\n} GLIBC_2.32;\n')

@@ -131,6 +131,7 @@ __attribute__((destructor)) static void process_exit(void)
 {
 	if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE))
 		return;
+	vgpu__bus_open_slow();	/* as libvgpu.so's (lifetime.c) */
 	vgpu__hip_launch_process_exit();
 	vgpu__hip_dev_leave_all();
 }

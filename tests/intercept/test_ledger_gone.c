@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,9 +121,16 @@ static void *blocked_worker(void *arg)
 	struct blocked *b = arg;
 	CUdeviceptr x, p[64];
 	CUresult last;
-	sigset_t now;
+	sigset_t now, all;
 
-	if (cuCtxSetCurrent(b->ctx) || truncate(path, 0) != 0)
+	/* A device look-up first (it unblocks SIGBUS once per thread),
+	 * then every signal blocked: only the wrapper keeps SIGBUS open. */
+	if (cuCtxSetCurrent(b->ctx) || cuMemAlloc(&x, MIB))
+		return NULL;
+	cuMemFree(x);
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	if (truncate(path, 0) != 0)
 		return NULL;
 	b->after = (int)cuMemAlloc(&x, 4 * MIB);
 	b->more = fill(p, 64, &last);
@@ -144,6 +152,8 @@ static int blocked_job(void *arg)
 	(void)arg;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_sigmask(SIG_BLOCK, NULL, &all);
+	printf("main_bus_blocked=%d\n", sigismember(&all, SIGBUS));
 	if (cuInit(0) || cuDevicePrimaryCtxRetain(&b.ctx, 0) ||
 	    cuCtxSetCurrent(b.ctx))
 		return 2;
@@ -166,6 +176,7 @@ Test(ledger_gone, a_job_that_blocks_every_signal_survives_a_truncation)
 	rc = shimtest_run_child(blocked_job, NULL, out, sizeof(out));
 	cr_assert_eq(rc, 0, "status %d (135: killed by SIGBUS): %s", rc, out);
 	/* 16 MiB: 4 held, 4 after the truncation, 8 more. */
+	cr_assert_not_null(strstr(out, "main_bus_blocked=0\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "after=0 more=8 bus_blocked=0\n"),
 			   "%s", out);
 }
@@ -205,6 +216,26 @@ static int fault_own_file(void)
 	return got;
 }
 
+/* The kernel's SIGBUS handler, read with the system call (past every
+ * wrapper). */
+struct kernel_act {
+	void (*handler)(int);
+	unsigned long flags;
+	void (*restorer)(void);
+	unsigned long mask;
+};
+
+static void (*kernel_bus_handler(void))(int)
+{
+	struct kernel_act k;
+
+	if (syscall(SYS_rt_sigaction, SIGBUS, NULL, &k, 8) != 0)
+		return SIG_ERR;
+	return k.handler;
+}
+
+extern __sighandler_t __sysv_signal(int, __sighandler_t);
+
 /* A program that installs its own SIGBUS handler after the library's
  * guard (faulthandler.enable() after the first CUDA call): a truncated
  * ledger still kills nothing and does not reach the program's handler;
@@ -237,6 +268,12 @@ static int own_handler_job(void *arg)
 	printf("own_fault=%d ran=%d\n", got, (int)own_ran);
 	if (signal(SIGBUS, SIG_DFL) != own_bus)
 		return 6;
+	/* signal() in a strict ISO C program is __sysv_signal: recorded
+	 * too, and the kernel's handler is still the guard's. */
+	if (__sysv_signal(SIGBUS, own_bus) != SIG_DFL ||
+	    signal(SIGBUS, SIG_DFL) != own_bus)
+		return 7;
+	printf("kernel_is_own=%d\n", kernel_bus_handler() == own_bus);
 	cuMemFree(b);
 	cuMemFree(a);
 	return 0;
@@ -252,6 +289,7 @@ Test(ledger_gone, a_handler_installed_after_the_guard_does_not_replace_it)
 	cr_assert_not_null(strstr(out, "read_back=1\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "after=0 ran=0\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "own_fault=-1 ran=1\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "kernel_is_own=0\n"), "%s", out);
 }
 
 /* sigaction(SIGBUS) is async-signal-safe: a handler that reads the SIGBUS
@@ -372,6 +410,100 @@ Test(ledger_gone, a_timer_threads_allocation_survives_a_truncation,
 	cr_assert_eq(rc, 0, "status %d (135: killed by SIGBUS): %s", rc, out);
 	cr_assert_not_null(strstr(out, "after=0 more=8 bus_blocked=0\n"),
 			   "%s", out);
+}
+
+/* Threads that set their SIGBUS handler over and over while the main
+ * thread makes the first CUDA calls (which install the guard): however
+ * the calls interleave, the kernel ends with the guard's handler and the
+ * program's is the one recorded (a call between the guard's two steps
+ * once replaced it for good: 1 run in 40). */
+static volatile int racing;
+
+static void *race_signal(void *arg)
+{
+	(void)arg;
+	while (__atomic_load_n(&racing, __ATOMIC_ACQUIRE)) {
+		signal(SIGBUS, own_bus);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static int install_race_job(void *arg)
+{
+	struct sigaction back;
+	pthread_t t[2];
+	CUdeviceptr a;
+	CUcontext ctx;
+
+	(void)arg;
+	__atomic_store_n(&racing, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 2; i++)
+		if (pthread_create(&t[i], NULL, race_signal, NULL) != 0)
+			return 2;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, MIB))
+		return 3;
+	__atomic_store_n(&racing, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	sigaction(SIGBUS, NULL, &back);
+	printf("kernel_is_own=%d kernel_dfl=%d recorded_own=%d\n",
+	       kernel_bus_handler() == own_bus,
+	       kernel_bus_handler() == SIG_DFL, back.sa_handler == own_bus);
+	cuMemFree(a);
+	return 0;
+}
+
+Test(ledger_gone, a_handler_set_while_the_guard_installs_does_not_replace_it,
+     .timeout = 120)
+{
+	static char out[8192];
+
+	for (int run = 0; run < 20; run++) {
+		int rc = shimtest_run_child(install_race_job, NULL, out,
+					    sizeof(out));
+
+		cr_assert_eq(rc, 0, "run %d: status %d: %s", run, rc, out);
+		cr_assert_not_null(strstr(out, "kernel_is_own=0 kernel_dfl=0 "
+					  "recorded_own=1\n"),
+				   "run %d: %s", run, out);
+	}
+}
+
+/* exit() with SIGBUS blocked in the exiting thread (here by the system
+ * call, past the wrappers; a signal handler's mask, a thread that never
+ * looked a device up) after a truncation: the slots the exit gives back
+ * are in the broken mapping; the exit unblocks SIGBUS first. */
+static int exit_blocked_job(void *arg)
+{
+	unsigned long bus = 1ul << (SIGBUS - 1);
+	CUdeviceptr a;
+	CUcontext ctx;
+
+	(void)arg;
+	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+	    cuCtxSetCurrent(ctx))
+		return 2;
+	if (cuMemAlloc(&a, 4 * MIB) || find_path())
+		return 3;
+	if (truncate(path, 0) != 0)
+		return 4;
+	if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &bus, NULL, 8) != 0)
+		return 5;
+	printf("exiting\n");
+	fflush(stdout);
+	exit(0);
+}
+
+Test(ledger_gone, an_exit_with_sigbus_blocked_after_a_truncation_is_clean)
+{
+	static char out[8192];
+	int rc;
+
+	rc = shimtest_run_child(exit_blocked_job, NULL, out, sizeof(out));
+	cr_assert_eq(rc, 0, "status %d (135: killed by SIGBUS): %s", rc, out);
+	cr_assert_not_null(strstr(out, "exiting\n"), "%s", out);
 }
 
 static int deleted_job(void *arg)
