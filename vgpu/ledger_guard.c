@@ -41,6 +41,7 @@ struct guard {
 	uintptr_t base;			/* 0: free (atomic) */
 	const uint32_t *held;		/* tenant lock words held, by index */
 	uint32_t state;			/* INTACT, MAPPING, BROKEN (atomic) */
+	int32_t mapper;			/* the thread that maps (MAPPING) */
 };
 
 static struct guard guards[GUARDS];
@@ -187,13 +188,41 @@ static void chain(int sig, siginfo_t *si, void *uc)
  * move; handing the fault on would kill the job (the default action).
  * Returns false only when mmap failed (the fault then kills, as without a
  * guard). */
+static void *map_zeros(uintptr_t base)
+{
+	return mmap((void *)base, VGPU_LEDGER_FILE_SIZE,
+		    PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+}
+
+/* The tenant lock words this process holds, put back into the zeros. */
+static void put_held(const struct guard *g, uintptr_t base)
+{
+	struct vgpu_ledger_tenant *ten =
+		(void *)(base + VGPU_LEDGER_TENANTS_OFFSET);
+
+	for (int t = 0; g->held && t < VGPU_LEDGER_MAX_TENANTS; t++)
+		ten[t].lock = __atomic_load_n(&g->held[t], __ATOMIC_ACQUIRE);
+}
+
 static bool replace(struct guard *g, uintptr_t base)
 {
-	struct vgpu_ledger_tenant *ten;
+	int32_t me = (int32_t)syscall(SYS_gettid);
 	uint32_t st;
 
 	for (;;) {
 		st = __atomic_load_n(&g->state, __ATOMIC_ACQUIRE);
+		if (st == MAPPING &&
+		    __atomic_load_n(&g->mapper, __ATOMIC_ACQUIRE) == me) {
+			/* This thread faulted again inside its own
+			 * replacement (a move grafted a file over it,
+			 * truncated too): zeros again, and the outer frame
+			 * goes on; waiting would be waiting for itself. */
+			if (map_zeros(base) == MAP_FAILED)
+				return false;
+			put_held(g, base);
+			return true;
+		}
 		if (st == MAPPING) {
 			while (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) ==
 			       MAPPING)
@@ -205,17 +234,17 @@ static bool replace(struct guard *g, uintptr_t base)
 						__ATOMIC_ACQUIRE))
 			break;
 	}
-	if (mmap((void *)base, VGPU_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+	__atomic_store_n(&g->mapper, me, __ATOMIC_RELEASE);
+	if (map_zeros(base) == MAP_FAILED) {
+		__atomic_store_n(&g->mapper, 0, __ATOMIC_RELEASE);
 		__atomic_store_n(&g->state, st, __ATOMIC_RELEASE);
 		return false;
 	}
-	ten = (void *)(base + VGPU_LEDGER_TENANTS_OFFSET);
-	for (int t = 0; g->held && t < VGPU_LEDGER_MAX_TENANTS; t++)
-		ten[t].lock = __atomic_load_n(&g->held[t], __ATOMIC_ACQUIRE);
+	put_held(g, base);
 	/* Counted once per broken mapping: mended takes one back. */
 	if (st == INTACT)
 		__atomic_fetch_add(&vgpu__guard_faults, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g->mapper, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&g->state, BROKEN, __ATOMIC_RELEASE);
 	return true;
 }
