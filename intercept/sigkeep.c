@@ -100,7 +100,7 @@ VGPU_UNINSTRUMENTED static const sigset_t *keep_bus(int how,
 	return copy;
 }
 
-/* The guard is on: a plain load (vgpu__guard_on is instrumented). */
+/* The guard is on: a plain load (an atomic one may be instrumented). */
 VGPU_UNINSTRUMENTED static int guard_on(void)
 {
 	return *(volatile uint32_t *)&vgpu__guard_state == 2;
@@ -195,30 +195,34 @@ VGPU_UNINSTRUMENTED static handler_fn pass_bus(signal_fn real, int sig,
 	return was;
 }
 
+/* One of the signal() family: SIGBUS with the guard on recorded with the
+ * family's flags (and SIGBUS blocked in its handler when self), anything
+ * else passed to the C library's *real (read once found). */
+VGPU_UNINSTRUMENTED static handler_fn signal_like(signal_fn *real, int flags,
+						  bool self, int sig,
+						  handler_fn h)
+{
+	find_real();
+	if (sig == SIGBUS && guard_on())
+		return record_bus(h, flags, self);
+	return pass_bus(*real, sig, h);
+}
+
 /* glibc's signal(), bsd_signal() and ssignal(): BSD semantics
  * (SA_RESTART, the signal blocked while its handler runs). */
 VGPU_UNINSTRUMENTED EXPORT handler_fn signal(int sig, handler_fn h)
 {
-	find_real();
-	if (sig == SIGBUS && guard_on())
-		return record_bus(h, SA_RESTART, true);
-	return pass_bus(real_signal, sig, h);
+	return signal_like(&real_signal, SA_RESTART, true, sig, h);
 }
 
 VGPU_UNINSTRUMENTED EXPORT handler_fn bsd_signal(int sig, handler_fn h)
 {
-	find_real();
-	if (sig == SIGBUS && guard_on())
-		return record_bus(h, SA_RESTART, true);
-	return pass_bus(real_bsd_signal, sig, h);
+	return signal_like(&real_bsd_signal, SA_RESTART, true, sig, h);
 }
 
 VGPU_UNINSTRUMENTED EXPORT handler_fn ssignal(int sig, handler_fn h)
 {
-	find_real();
-	if (sig == SIGBUS && guard_on())
-		return record_bus(h, SA_RESTART, true);
-	return pass_bus(real_ssignal, sig, h);
+	return signal_like(&real_ssignal, SA_RESTART, true, sig, h);
 }
 
 /* System V semantics: what signal() is in a program built for strict ISO
@@ -226,10 +230,8 @@ VGPU_UNINSTRUMENTED EXPORT handler_fn ssignal(int sig, handler_fn h)
  * handler runs once (SA_RESETHAND), unmasked (SA_NODEFER). */
 VGPU_UNINSTRUMENTED EXPORT handler_fn __sysv_signal(int sig, handler_fn h)
 {
-	find_real();
-	if (sig == SIGBUS && guard_on())
-		return record_bus(h, SA_RESETHAND | SA_NODEFER, false);
-	return pass_bus(real_sysv_signal, sig, h);
+	return signal_like(&real_sysv_signal, SA_RESETHAND | SA_NODEFER, false,
+			   sig, h);
 }
 
 VGPU_UNINSTRUMENTED EXPORT handler_fn sysv_signal(int sig, handler_fn h)

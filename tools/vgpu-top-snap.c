@@ -300,29 +300,6 @@ static bool same_pid_inside(int32_t pid)
 	return ok;
 }
 
-/* Whether /proc/<pid>/maps maps the file (dev, ino). */
-static bool maps_file(int32_t pid, dev_t dev, ino_t ino)
-{
-	unsigned maj, min;
-	unsigned long long in;
-	char path[64], *line = NULL;
-	size_t cap = 0;
-	bool found = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%" PRId32 "/maps", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && getline(&line, &cap, f) > 0)
-		found = sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min,
-			       &in) == 3 && in == (unsigned long long)ino &&
-			maj == major(dev) && min == minor(dev);
-	free(line);
-	fclose(f);
-	return found;
-}
-
 /* Whether a file description of process pid holds the OFD lock on byte
  * `at` of the file (dev, ino), as /proc/<pid>/fdinfo lists its locks
  * ("lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:1234 397312 397312"). The
@@ -422,8 +399,7 @@ static bool pid_here(const struct top_proc *p, dev_t dev, ino_t ino)
 		return m->here;
 	*m = (struct pid_memo){ dev, ino, p->slot, p->generation, p->pid,
 				p->start_ns, false, true };
-	m->here = p->pid > 0 && maps_file(p->pid, dev, ino) &&
-		  same_pid_inside(p->pid) &&
+	m->here = p->pid > 0 && same_pid_inside(p->pid) &&
 		  holds_lock(p->pid, dev, ino,
 			     (off_t)VGPU_LEDGER_SLOTS_OFFSET +
 			     (off_t)p->slot * VGPU_LEDGER_SLOT_SIZE);

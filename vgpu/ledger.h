@@ -301,12 +301,10 @@ int vgpu_ledger_set_spill_limit(struct vgpu_slot *s, uint64_t bytes);
 /* ---- ledger_guard.c: the SIGBUS guard, as the shims keep it ----------------
  * (a truncated file kills nobody: docs/ledger-abi.md) */
 
-/* Whether the guard's handler is installed (then a program's SIGBUS
- * handler is kept by vgpu__guard_swap, not given to the kernel). */
-bool vgpu__guard_on(void);
-/* The same as a word (0, 1: installing, 2: on, 3: could not be
- * installed), for code that runs before the sanitizers are up and reads
- * it with a plain load (sigkeep.c). */
+/* The guard's state (0, 1: installing, 2: on, 3: could not be
+ * installed). On, a program's SIGBUS handler is kept by vgpu__guard_swap,
+ * not given to the kernel. Read with a plain load by code that runs
+ * before the sanitizers are up (sigkeep.c). */
 extern uint32_t vgpu__guard_state;
 /* With the guard on: puts it back if the kernel holds another SIGBUS
  * handler (set by a program's call that raced the install), taking that

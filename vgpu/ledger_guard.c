@@ -85,11 +85,6 @@ void vgpu__bus_open_slow(void)
 	vgpu__bus_open = true;
 }
 
-bool vgpu__guard_on(void)
-{
-	return __atomic_load_n(&installed, __ATOMIC_ACQUIRE) == 2;
-}
-
 void vgpu__guard_swap(const struct sigaction *act, struct sigaction *old)
 {
 	uint32_t mine, was;

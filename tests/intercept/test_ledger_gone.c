@@ -49,6 +49,13 @@ static int find_path(void)
 	return access(path, F_OK) == 0 ? 0 : 5;
 }
 
+/* The driver up and device 0's primary context current: 0, or not. */
+static int ctx_up(CUcontext *ctx)
+{
+	return cuInit(0) || cuDevicePrimaryCtxRetain(ctx, 0) ||
+	       cuCtxSetCurrent(*ctx);
+}
+
 /* 1 MiB allocations until refused: how many, kept in p[]. */
 static int fill(CUdeviceptr *p, int max, CUresult *last)
 {
@@ -68,8 +75,7 @@ static int truncated_job(void *arg)
 	int n;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx))
+	if (ctx_up(&ctx))
 		return 2;
 	base = shimtest_device_used();
 	if (cuMemAlloc(&a, 4 * MIB) || find_path())
@@ -154,8 +160,7 @@ static int blocked_job(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pthread_sigmask(SIG_BLOCK, NULL, &all);
 	printf("main_bus_blocked=%d\n", sigismember(&all, SIGBUS));
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&b.ctx, 0) ||
-	    cuCtxSetCurrent(b.ctx))
+	if (ctx_up(&b.ctx))
 		return 2;
 	if (cuMemAlloc(&a, 4 * MIB) || find_path())
 		return 3;
@@ -248,8 +253,7 @@ static int own_handler_job(void *arg)
 	int got;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx))
+	if (ctx_up(&ctx))
 		return 2;
 	if (cuMemAlloc(&a, 4 * MIB) || find_path())
 		return 3;
@@ -312,8 +316,7 @@ static int handler_reads_job(void *arg)
 	long i;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, MIB))	/* guard on */
+	if (ctx_up(&ctx) || cuMemAlloc(&a, MIB))	/* guard on */
 		return 2;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = read_bus;
@@ -380,8 +383,7 @@ static int timer_job(void *arg)
 	timer_t tm;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&t.ctx, 0) ||
-	    cuCtxSetCurrent(t.ctx))
+	if (ctx_up(&t.ctx))
 		return 2;
 	if (cuMemAlloc(&a, 4 * MIB) || find_path())
 		return 3;
@@ -441,8 +443,7 @@ static int install_race_job(void *arg)
 	for (int i = 0; i < 2; i++)
 		if (pthread_create(&t[i], NULL, race_signal, NULL) != 0)
 			return 2;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, MIB))
+	if (ctx_up(&ctx) || cuMemAlloc(&a, MIB))
 		return 3;
 	__atomic_store_n(&racing, 0, __ATOMIC_RELEASE);
 	for (int i = 0; i < 2; i++)
@@ -482,8 +483,7 @@ static int exit_blocked_job(void *arg)
 	CUcontext ctx;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx))
+	if (ctx_up(&ctx))
 		return 2;
 	if (cuMemAlloc(&a, 4 * MIB) || find_path())
 		return 3;
@@ -516,8 +516,7 @@ static int deleted_job(void *arg)
 	int n;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx))
+	if (ctx_up(&ctx))
 		return 2;
 	if (cuMemAlloc(&a, 8 * MIB) || find_path())
 		return 3;
@@ -569,8 +568,7 @@ static int holder(int wfd, int rfd, bool sync)
 	CUdeviceptr a;
 	char go;
 
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx) || cuMemAlloc(&a, 8 * MIB) || find_path())
+	if (ctx_up(&ctx) || cuMemAlloc(&a, 8 * MIB) || find_path())
 		return 2;
 	if (write(wfd, path, sizeof(path)) != (ssize_t)sizeof(path))
 		return 3;
@@ -665,8 +663,7 @@ static int newcomer(void *arg)
 	int n;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx))
+	if (ctx_up(&ctx))
 		return 2;
 	n = fill(p, 64, &last);
 	printf("got=%d last=%d device=%llu\n", n, (int)last,
@@ -805,8 +802,7 @@ static int main_exits_first(void *arg)
 	pthread_t t;
 
 	(void)arg;
-	if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
-	    cuCtxSetCurrent(ctx) || find_path())
+	if (ctx_up(&ctx) || find_path())
 		return 2;
 	if (pthread_create(&t, NULL, alloc_and_free, ctx) != 0)
 		return 3;
