@@ -1,9 +1,11 @@
 /* bench_shim.c - what the shim adds to a call, measured.
  *
- *   bench_shim calls LIB            median ns per cuLaunchKernel and per
+ *   bench_shim calls LIB [ONLY]     median ns per cuLaunchKernel and per
  *                                   cuMemAlloc_v2+cuMemFree_v2 pair, calling
  *                                   the entry points of LIB (the driver
- *                                   itself, or libvgpu.so in front of it)
+ *                                   itself, or libvgpu.so in front of it);
+ *                                   ONLY "launch" or "pair": that one alone
+ *                                   (for a profiler)
  *   bench_shim first-alloc LIB T0   prints the ns from T0 (CLOCK_REALTIME)
  *                                   to the end of the first allocation
  *   bench_shim hold LIB             allocates once, then waits for stdin
@@ -106,8 +108,13 @@ static double median_ns(int what)
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && strcmp(argv[1], "calls") == 0) {
+		const char *only = argc >= 4 ? argv[3] : "";
+
 		open_lib(argv[2]);
-		printf("launch %.2f\npair %.2f\n", median_ns(0), median_ns(1));
+		if (strcmp(only, "pair") != 0)
+			printf("launch %.2f\n", median_ns(0));
+		if (strcmp(only, "launch") != 0)
+			printf("pair %.2f\n", median_ns(1));
 		return 0;
 	}
 	if (argc >= 4 && strcmp(argv[1], "first-alloc") == 0) {
@@ -133,6 +140,7 @@ int main(int argc, char **argv)
 			;
 		return 0;
 	}
-	fprintf(stderr, "usage: bench_shim calls|first-alloc|hold LIB [T0]\n");
+	fprintf(stderr, "usage: bench_shim calls LIB [launch|pair] | "
+		"first-alloc LIB T0 | hold LIB\n");
 	return 2;
 }
