@@ -7,7 +7,10 @@
  * whole steps of 100 ns: refill_ns advances only by the wall time it
  * converted, so the remainder is carried and nothing drifts. Whoever moves
  * refill_ns forward (one compare-and-swap) adds the tokens for that
- * interval (one fetch-and-add), then clamps the bucket at the burst.
+ * interval (one fetch-and-add), then clamps the bucket at the burst; an
+ * admission refills only when the bucket holds too little for it (a
+ * bucket that holds enough would gain nothing the clamp keeps: what
+ * accrued in the meantime is added whole, clamped, at the next refill).
  * Launches are charged their estimate on admission (a compare-and-swap that
  * succeeds only if the bucket holds enough) and corrected at settle (one
  * fetch-and-add). No lock anywhere: a process killed between two steps
@@ -381,12 +384,21 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 		stamp(c, now_ns + wait);
 		return wait;
 	}
-	refill(c, share, now_ns);
+	/* The bucket is refilled only when it does not hold what the launch
+	 * needs: a full one would be clamped back at once (three atomic
+	 * steps a launch for nothing), and the tokens accrued meanwhile
+	 * reach it whole at the next refill. */
 	t = tokens_ld(c);
-	for (;;) {
+	for (bool refilled = false;;) {
 		if (t >= need) {
 			if (tokens_cas(c, &t, t - est))
 				break;
+			continue;
+		}
+		if (!refilled) {
+			refill(c, share, now_ns);
+			refilled = true;
+			t = tokens_ld(c);
 			continue;
 		}
 		if (vgpu__ld32(&c->policy) != VGPU_POLICY_ELASTIC ||

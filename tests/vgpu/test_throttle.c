@@ -133,12 +133,37 @@ Test(throttle, refill_is_exact_at_any_call_pattern)
 	vgpu_ledger_close(l);
 }
 
+/* A bucket that holds what a launch needs is not refilled (three atomic
+ * steps saved), and the accrual it skipped is added whole at the next
+ * refill: the same tokens as refilling at every admission. */
+Test(throttle, a_bucket_that_holds_enough_is_refilled_later_with_nothing_lost)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = capped(l, "t", 50, VGPU_POLICY_HARD);
+
+	cr_assert_eq(vgpu_throttle_admit(s, T0 + 10 * MS, 1 * MS), 0);
+	cr_expect_eq(tokens(s), 4 * (int64_t)MS);
+	cr_expect_eq(compute(s)->refill_ns, T0 + 10 * MS);
+	cr_assert_eq(vgpu_throttle_admit(s, T0 + 20 * MS, 1 * MS), 0);
+	cr_expect_eq(tokens(s), 3 * (int64_t)MS);
+	cr_expect_eq(compute(s)->refill_ns, T0 + 10 * MS, "not refilled");
+	cr_assert_eq(vgpu_throttle_admit(s, T0 + 30 * MS, 5 * MS), 0);
+	cr_expect_eq(tokens(s), 8 * (int64_t)MS, "%lld",
+		     (long long)tokens(s));
+	cr_expect_eq(compute(s)->refill_ns, T0 + 30 * MS);
+	vgpu_ledger_close(l);
+}
+
 Test(throttle, an_idle_bucket_fills_to_the_burst_only)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
 	struct vgpu_slot *s = capped(l, "t", 50, VGPU_POLICY_HARD);
 
-	cr_expect_eq(vgpu_throttle_admit(s, T0 + 3600 * SEC, 0), 0);
+	/* The first admission that needs tokens refills: an hour's accrual,
+	 * clamped at the burst. */
+	cr_expect_eq(vgpu_throttle_admit(s, T0 + 3600 * SEC, 1 * MS), 0);
+	cr_expect_eq(tokens(s), VGPU_THROTTLE_BURST_NS - (int64_t)MS);
+	vgpu_throttle_settle(s, 0, 1 * MS);
 	cr_expect_eq(tokens(s), VGPU_THROTTLE_BURST_NS);
 	/* A launch longer than the burst goes on a full bucket, into debt. */
 	cr_expect_eq(vgpu_throttle_admit(s, T0 + 3600 * SEC, 50 * MS), 0);
