@@ -580,7 +580,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
 	/* Memory this process holds already (imported before, or its own
 	 * export): one more handle of the same entry, nothing to record. */
 	if ((n = vmm_entry_of(dv->ordinal, key)) != 0) {
-		gen = vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, 0);
+		gen = vgpu__vmm_add(*handle, dv->ordinal, VGPU_USAGE_VMM, 0);
 		if (!gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes))
 			vgpu__share_gone(n);
 		return r;
@@ -595,7 +595,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
 		table_full();
 		if ((c = vgpu__charge(dv, VGPU_USAGE_VMM, size)) != CUDA_SUCCESS)
 			goto refused;
-		vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, size);
+		vgpu__vmm_add(*handle, dv->ordinal, VGPU_USAGE_VMM, size);
 		return r;
 	}
 	c = import_charge(dv, key, VGPU_USAGE_VMM, size, &rec, &own);
@@ -606,7 +606,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
 	entry_set(n, key, rec, own);
 	/* The handle's entry holds no charge of its own: the share entry
 	 * has it (own), whoever lets go first. */
-	gen = vgpu__vmm_add(*handle, dv, VGPU_USAGE_VMM, 0);
+	gen = vgpu__vmm_add(*handle, dv->ordinal, VGPU_USAGE_VMM, 0);
 	if (!gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes)) {
 		/* The handle is not tracked (its table is full, or another
 		 * thread released it meanwhile): let go of the record now. */

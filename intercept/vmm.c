@@ -27,13 +27,16 @@
  * finds it stale too.
  *
  * The tables are fixed open-addressing hashes under one mutex, held for a
- * few loads and stores, never across a driver call. Handles and mappings
+ * few loads and stores, never across a driver call. Nothing here knows the
+ * vendor: both front ends link it, and each gives a charge back through
+ * its own vgpu__vmm_gone (vmm.h). Handles and mappings
  * the shim did not charge (host memory, handles made before the shim
  * attached, overcommit's own ranges) are not in them and pass untouched.
  */
-#include "devices.h"
-#include "share.h"
 #include "vmm.h"
+#include "ledger.h"
+#include "log.h"
+#include "options.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -171,16 +174,7 @@ static struct vmm_map *map_new(uint64_t key)
 
 static void give_back(const struct vmm_handle *gone)
 {
-	/* Memory other processes may still hold: the ledger's share record
-	 * decides who pays from now on. */
-	if (gone->share) {
-		vgpu__share_gone(gone->share);
-		return;
-	}
-	for (int d = 0; d < 64; d++)
-		if (gone->devs & (UINT64_C(1) << d))
-			vgpu__uncharge(vgpu__dev_peek(d), gone->kind,
-				       gone->bytes);
+	vgpu__vmm_gone(gone->devs, gone->kind, gone->bytes, gone->share);
 }
 
 static void unref_locked(uint64_t key, uint64_t gen);
@@ -216,8 +210,7 @@ static void unref_locked(uint64_t key, uint64_t gen)
 		unbind_all(gone.key, gone.gen);
 }
 
-uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
-		       uint64_t bytes)
+uint64_t vgpu__vmm_add(uint64_t handle, int dev, int kind, uint64_t bytes)
 {
 	struct vmm_handle *h;
 	uint64_t gen = 0;
@@ -235,8 +228,8 @@ uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
 	}
 	if (h) {
 		h->bytes = bytes;
-		h->dev = dv ? dv->ordinal : -1;
-		h->devs = dv ? UINT64_C(1) << dv->ordinal : 0;
+		h->dev = dev >= 0 && dev < 64 ? dev : -1;
+		h->devs = h->dev >= 0 ? UINT64_C(1) << dev : 0;
 		h->kind = kind;
 		h->refs = 1;
 		h->share = 0;

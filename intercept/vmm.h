@@ -7,16 +7,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct vgpu_dev;
+/* The front end's side (intercept/objects.c for CUDA, intercept/hip/
+ * objects.c for HIP): a handle's last reference went, with vmm_lock held
+ * (so it may take the ledger's lock, never the other way round). Give
+ * back bytes of kind on each device of devs (bit d: device d), or, when
+ * share is not 0, let the ledger's share record decide who pays from now
+ * on (share.c; only the CUDA front end shares handles). */
+void vgpu__vmm_gone(uint64_t devs, int kind, uint64_t bytes, unsigned share);
 
-/* A handle charged bytes of kind on dv, with its one handle reference;
+/* A handle charged bytes of kind on device dev, with its one handle reference;
  * returns the entry's generation (0, with a warning, when the table is
  * full: the charge then stays until the process ends). A value still in
  * the table is stale (the driver freed it and handed it out again): its
  * charge is given back first. */
-uint64_t vgpu__vmm_add(uint64_t handle, struct vgpu_dev *dv, int kind,
-		       uint64_t bytes);
-/* (dv NULL: charged on no device yet, as a multicast object before its
+uint64_t vgpu__vmm_add(uint64_t handle, int dev, int kind, uint64_t bytes);
+/* (dev -1: charged on no device yet, as a multicast object before its
  * devices are added.) */
 /* A multicast object's (handle, gen) memory is now also on device dev,
  * whose charge of *bytes (the object's size) the caller has made: true
