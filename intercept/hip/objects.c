@@ -3,14 +3,17 @@
  *
  * An array is charged the core's estimate of a pitched image (rows padded
  * to 512 bytes, vgpu_array_bytes: the runtime does not say its layout's
- * size), its element as wide as the widest channel times the channels. A VMM handle is charged when its memory is on a device
- * (host locations are not device memory) and given back when it is
- * released: memory the runtime keeps while the handle is still mapped is
- * not followed (docs/hip.md).
+ * size), its element as wide as the widest channel times the channels.
+ * A VMM handle is charged when its memory is on a device (host locations
+ * are not device memory), for as long as the handle, a retained handle or
+ * a mapping of it lives: the runtime keeps the memory of a handle released
+ * while still mapped, and the charge stays with it (intercept/vmm.c, the
+ * CUDA front end's table, shared).
  */
 #include "hip.h"
 #include "pool.h"
 #include "track.h"
+#include "vmm.h"
 
 #include <stdint.h>
 
@@ -264,8 +267,25 @@ hipError_t hipFreeMipmappedArray(hipMipmappedArray_t m)
 	return mipmap_free(m, vgpu__hip.hipFreeMipmappedArray);
 }
 
-/* ---- VMM ------------------------------------------------------------------ */
+/* ---- VMM: charged while the handle or a mapping of it lives (vmm.c) ---- */
 
+/* vmm.c's last reference of a charged handle went. This front end shares
+ * no handle across processes (docs/hip.md), so share is never set. */
+void vgpu__vmm_gone(uint64_t devs, int kind, uint64_t bytes, unsigned share)
+{
+	(void)share;
+	for (int d = 0; d < 64; d++)
+		if (devs & (UINT64_C(1) << d))
+			vgpu__hip_uncharge(vgpu__hip_dev_peek(d), kind, bytes);
+}
+
+static uint64_t key_of(hipMemGenericAllocationHandle_t h)
+{
+	return (uint64_t)(uintptr_t)h;
+}
+
+/* A device location is device memory of that device; a host location is
+ * not. The handle holds the charge with its one reference. */
 hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t size,
 			const hipMemAllocationProp *prop,
 			unsigned long long flags)
@@ -289,20 +309,81 @@ hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t size,
 	if (r != hipSuccess)
 		vgpu__hip_uncharge(dv, VGPU_USAGE_VMM, n);
 	else if (dv->slot)
-		vgpu__track_charged(VGPU_TRACK_HANDLE, (uint64_t)(uintptr_t)*h,
-				    VGPU_USAGE_VMM, dv->ordinal, n, 0);
+		vgpu__vmm_add(key_of(*h), dv->ordinal, VGPU_USAGE_VMM, n);
 	return r;
 }
 
+/* The handle's reference goes; its memory (and charge) stays while a
+ * mapping of it, or a retained handle, lives. */
 hipError_t hipMemRelease(hipMemGenericAllocationHandle_t h)
 {
-	struct vgpu_tracked t;
-	bool had;
+	uint64_t gen;
+	hipError_t r;
 
 	vgpu__hip_start();
 	if (!vgpu__hip.hipMemRelease)
 		return hipErrorNotInitialized;
-	had = handle_take(h, &t);
-	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)h, had, &t,
-			       vgpu__hip.hipMemRelease(h));
+	gen = vgpu__vmm_gen(key_of(h));
+	r = vgpu__hip.hipMemRelease(h);
+	if (r == hipSuccess)
+		vgpu__vmm_unref(key_of(h), gen);
+	return r;
+}
+
+/* A retained handle is one more reference, released by hipMemRelease:
+ * counted before the runtime makes it, so that an unmap racing it cannot
+ * give the charge back meanwhile. */
+hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_t *h,
+					void *addr)
+{
+	uint64_t gen, pre = 0;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMemRetainAllocationHandle)
+		return hipErrorNotInitialized;
+	gen = vgpu__vmm_ref_mapped((uintptr_t)addr, &pre);
+	r = vgpu__hip.hipMemRetainAllocationHandle(h, addr);
+	if (r != hipSuccess || !h || key_of(*h) != pre) {
+		vgpu__vmm_unref(pre, gen);
+		if (r == hipSuccess && h)
+			vgpu__vmm_ref(key_of(*h));
+	}
+	return r;
+}
+
+/* A mapping is a reference: counted before the runtime makes it. */
+hipError_t hipMemMap(void *ptr, size_t size, size_t offset,
+		     hipMemGenericAllocationHandle_t h,
+		     unsigned long long flags)
+{
+	uint64_t gen;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMemMap)
+		return hipErrorNotInitialized;
+	gen = vgpu__vmm_ref(key_of(h));
+	r = vgpu__hip.hipMemMap(ptr, size, offset, h, flags);
+	if (r != hipSuccess)
+		vgpu__vmm_unref(key_of(h), gen);
+	else
+		vgpu__vmm_mapped((uintptr_t)ptr, size, key_of(h), gen);
+	return r;
+}
+
+/* The mappings in the range give up their references once the runtime
+ * has unmapped them (vmm.c's ticket keeps a racing map's apart). */
+hipError_t hipMemUnmap(void *ptr, size_t size)
+{
+	uint64_t ticket;
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipMemUnmap)
+		return hipErrorNotInitialized;
+	ticket = vgpu__vmm_unmap_begin((uintptr_t)ptr, size);
+	r = vgpu__hip.hipMemUnmap(ptr, size);
+	vgpu__vmm_unmap_end((uintptr_t)ptr, size, ticket, r == hipSuccess);
+	return r;
 }

@@ -12,6 +12,7 @@
  * launches are settled and every ledger is left.
  */
 #include "hip.h"
+#include "vmm.h"
 #include "pool.h"
 #include "track.h"
 #include "vgpu.h"
@@ -78,6 +79,7 @@ static void thread_exit(void *arg)
 static void child_after_fork(void)
 {
 	vgpu__track_forget();
+	vgpu__vmm_fork_child();
 	vgpu_pools_fork_child();
 	vgpu__hip_launch_fork_child();
 	vgpu__hip_dev_fork_child();

@@ -33,6 +33,21 @@
  *   pool destroy       hipMemPoolDestroy(the created pool).
  *   pool reserved [default]  "pool ERR bytes=B": the created (or the
  *                      device's current) pool's ReservedMemCurrent.
+ *   vmm create SIZE    hipMemCreate of SIZE bytes on device 0: "vmm ERR
+ *                      id=N" (N: the handle's number, -1 when refused).
+ *   vmm map N          reserves an address range of the handle's size and
+ *                      maps the handle there (hipMemAddressReserve,
+ *                      hipMemMap, hipMemSetAccess read-write): "vmm ERR".
+ *                      Mapping again maps it at a second range.
+ *   vmm unmap N        hipMemUnmap of the handle's newest mapping, then
+ *                      hipMemAddressFree of its range.
+ *   vmm release N      hipMemRelease of the handle (its mappings stay).
+ *   vmm retain N       hipMemRetainAllocationHandle at the handle's newest
+ *                      mapping: one more handle reference ("vmm ERR
+ *                      same=1" when the runtime gave the same handle).
+ *   vmm drop N         hipMemRelease of one retained reference.
+ *   vmm touch N [SEED] vgpu_touch over the newest mapping, checked as
+ *                      touch does: "vmm ERR bad=N".
  *   memgetinfo         "memgetinfo ERR free=F total=T" (hipMemGetInfo).
  *   totalmem           "totalmem ERR bytes=B" (hipDeviceTotalMem, device 0).
  *   copy ID            round trip: a pattern hipMemcpy'd host to device,
@@ -344,32 +359,43 @@ static void cmd_copy(const char *id)
 	printf("copy %d bad=%zu\n", (int)rc, bad);
 }
 
-static void cmd_touch(const char *id, const char *seed_s)
+/* vgpu_touch writes seed's pattern over n words at ptr; they are read
+ * back and checked on the host: *bad, the words that differ. */
+static hipError_t touch_check(void *ptr, unsigned long long n, unsigned seed,
+			      unsigned long long *bad)
 {
-	struct alloc *a = alloc_arg(id);
-	unsigned seed = seed_s ? (unsigned)strtoul(seed_s, NULL, 0) : 1;
-	unsigned long long n, bad = 0;
 	unsigned *host;
 	hipError_t rc;
 
-	if (!a || not_a_buffer(a->path)) {
-		printf("touch -1 no such buffer\n");
-		return;
-	}
-	n = a->size / sizeof(unsigned);
+	*bad = 0;
 	hipLaunchKernelGGL(vgpu_touch, dim3(64), dim3(256), 0, 0,
-			   (unsigned *)a->ptr, n, 0u, seed,
+			   (unsigned *)ptr, n, 0u, seed,
 			   (unsigned long long *)NULL);
 	rc = hipGetLastError();
 	if (rc == hipSuccess)
 		rc = hipDeviceSynchronize();
 	host = (unsigned *)calloc(n ? n : 1, sizeof(unsigned));
 	if (rc == hipSuccess)
-		rc = hipMemcpy(host, a->ptr, n * sizeof(unsigned),
+		rc = hipMemcpy(host, ptr, n * sizeof(unsigned),
 			       hipMemcpyDeviceToHost);
 	for (unsigned long long i = 0; rc == hipSuccess && i < n; i++)
-		bad += host[i] != vgpu_touch_pattern(seed, i);
+		*bad += host[i] != vgpu_touch_pattern(seed, i);
 	free(host);
+	return rc;
+}
+
+static void cmd_touch(const char *id, const char *seed_s)
+{
+	struct alloc *a = alloc_arg(id);
+	unsigned seed = seed_s ? (unsigned)strtoul(seed_s, NULL, 0) : 1;
+	unsigned long long bad;
+	hipError_t rc;
+
+	if (!a || not_a_buffer(a->path)) {
+		printf("touch -1 no such buffer\n");
+		return;
+	}
+	rc = touch_check(a->ptr, a->size / sizeof(unsigned), seed, &bad);
 	printf("touch %d bad=%llu\n", (int)rc, bad);
 }
 
@@ -589,6 +615,180 @@ static void cmd_device(void)
 	       p.name);
 }
 
+/* ---- vmm: virtual-memory handles and their mappings --------------------- */
+
+#define MAX_HANDLES 32
+#define MAX_MAPS 4
+
+struct vhandle {
+	bool used;
+	bool own;		/* hipMemCreate's reference not released */
+	hipMemGenericAllocationHandle_t h;	/* its value, kept after */
+	size_t size;
+	void *va[MAX_MAPS];	/* its mappings, newest last */
+	int maps;
+	int retained;		/* references from "retain" not dropped */
+};
+static struct vhandle vhandles[MAX_HANDLES];
+
+static struct vhandle *vhandle_arg(const char *s)
+{
+	long id = s ? strtol(s, NULL, 0) : -1;
+
+	if (id < 0 || id >= MAX_HANDLES || !vhandles[id].used)
+		return NULL;
+	return &vhandles[id];
+}
+
+static hipMemAllocationProp device_prop(void)
+{
+	hipMemAllocationProp p = {};
+
+	p.type = hipMemAllocationTypePinned;
+	p.location.type = hipMemLocationTypeDevice;
+	p.location.id = 0;
+	return p;
+}
+
+static void vmm_create(const char *size_s)
+{
+	hipMemAllocationProp p = device_prop();
+	struct vhandle v = {};
+	hipError_t rc;
+	int id;
+
+	for (id = 0; id < MAX_HANDLES && vhandles[id].used; id++)
+		;
+	if (id == MAX_HANDLES) {
+		printf("vmm -1 full\n");
+		return;
+	}
+	v.size = size_s ? parse_size(size_s) : 0;
+	rc = hipMemCreate(&v.h, v.size, &p, 0);
+	if (rc == hipSuccess) {
+		v.used = true;
+		v.own = true;
+		vhandles[id] = v;
+	}
+	printf("vmm %d id=%d\n", (int)rc, rc == hipSuccess ? id : -1);
+}
+
+static hipError_t vmm_map(struct vhandle *v)
+{
+	hipMemAccessDesc d = {};
+	void *va = NULL;
+	hipError_t rc;
+
+	if (v->maps == MAX_MAPS)
+		return hipErrorInvalidValue;
+	rc = hipMemAddressReserve(&va, v->size, 0, NULL, 0);
+	if (rc != hipSuccess)
+		return rc;
+	rc = hipMemMap(va, v->size, 0, v->h, 0);
+	if (rc == hipSuccess) {
+		d.location.type = hipMemLocationTypeDevice;
+		d.location.id = 0;
+		d.flags = hipMemAccessFlagsProtReadWrite;
+		rc = hipMemSetAccess(va, v->size, &d, 1);
+		if (rc != hipSuccess)
+			hipMemUnmap(va, v->size);
+	}
+	if (rc != hipSuccess) {
+		hipMemAddressFree(va, v->size);
+		return rc;
+	}
+	v->va[v->maps++] = va;
+	return hipSuccess;
+}
+
+static hipError_t vmm_unmap(struct vhandle *v)
+{
+	void *va;
+	hipError_t rc;
+
+	if (!v->maps)
+		return hipErrorInvalidValue;
+	va = v->va[v->maps - 1];
+	rc = hipMemUnmap(va, v->size);
+	if (rc != hipSuccess)
+		return rc;
+	v->maps--;
+	return hipMemAddressFree(va, v->size);
+}
+
+/* Forgets the handle once nothing of it is left to the job. */
+static void vmm_forget(struct vhandle *v)
+{
+	if (!v->own && !v->maps && !v->retained)
+		v->used = false;
+}
+
+static void vmm_touch(struct vhandle *v, const char *seed_s)
+{
+	unsigned seed = seed_s ? (unsigned)strtoul(seed_s, NULL, 0) : 1;
+	unsigned long long bad;
+	hipError_t rc;
+
+	if (!v->maps) {
+		printf("vmm -1 not mapped\n");
+		return;
+	}
+	rc = touch_check(v->va[v->maps - 1], v->size / sizeof(unsigned), seed,
+			 &bad);
+	printf("vmm %d bad=%llu\n", (int)rc, bad);
+}
+
+static void cmd_vmm(const char *op, const char *arg, const char *arg2)
+{
+	struct vhandle *v;
+	hipError_t rc = hipSuccess;
+
+	if (op && strcmp(op, "create") == 0) {
+		vmm_create(arg);
+		return;
+	}
+	if (!op || !(v = vhandle_arg(arg))) {
+		printf("vmm -1 no such handle\n");
+		return;
+	}
+	if (strcmp(op, "touch") == 0) {
+		vmm_touch(v, arg2);
+		return;
+	}
+	if (strcmp(op, "map") == 0) {
+		rc = vmm_map(v);
+	} else if (strcmp(op, "unmap") == 0) {
+		rc = vmm_unmap(v);
+	} else if (strcmp(op, "release") == 0) {
+		rc = v->own ? hipMemRelease(v->h) : hipErrorInvalidValue;
+		if (rc == hipSuccess)
+			v->own = false;
+	} else if (strcmp(op, "retain") == 0) {
+		hipMemGenericAllocationHandle_t r = NULL;
+
+		if (!v->maps) {
+			printf("vmm -1 not mapped\n");
+			return;
+		}
+		rc = hipMemRetainAllocationHandle(&r, v->va[v->maps - 1]);
+		if (rc == hipSuccess)
+			v->retained++;
+		printf("vmm %d same=%d\n", (int)rc,
+		       rc == hipSuccess && r == v->h);
+		return;
+	} else if (strcmp(op, "drop") == 0) {
+		/* A retained reference is released by the handle's value. */
+		rc = v->retained ? hipMemRelease(v->h) : hipErrorInvalidValue;
+		if (rc == hipSuccess)
+			v->retained--;
+	} else {
+		printf("vmm -1 unknown %s\n", op);
+		return;
+	}
+	vmm_forget(v);
+	printf("vmm %d\n", (int)rc);
+}
+
 /* Runs one command line; false: exit. */
 static bool run(char *line)
 {
@@ -604,6 +804,8 @@ static bool run(char *line)
 		cmd_alloc(args[0], args[1]);
 	else if (strcmp(cmd, "free") == 0)
 		cmd_free(args[0]);
+	else if (strcmp(cmd, "vmm") == 0)
+		cmd_vmm(args[0], args[1], args[2]);
 	else if (strcmp(cmd, "memgetinfo") == 0)
 		cmd_memgetinfo();
 	else if (strcmp(cmd, "totalmem") == 0)
