@@ -1,12 +1,13 @@
 /* share.c - memory shared between processes, charged once.
  *
- * CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle) and VMM handles
- * exported as POSIX file descriptors (cuMemExportToShareableHandle /
- * cuMemImportFromShareableHandle) let other processes hold memory one
- * process allocated; the device keeps it while any of them does. The
- * ledger keeps one record per such memory (vgpu/ledger_shares.c): the
- * exporter pays, importers hold it for free, and when the payer lets go
- * or dies while others hold it, one of them pays from then on.
+ * IPC handles (cuIpcGetMemHandle / cuIpcOpenMemHandle, hipIpc*) and VMM
+ * handles exported as POSIX file descriptors (cuMemExportToShareableHandle
+ * / cuMemImportFromShareableHandle, and HIP's) let other processes hold
+ * memory one process allocated; the device keeps it while any of them
+ * does. The ledger keeps one record per such memory
+ * (vgpu/ledger_shares.c): the exporter pays, importers hold it for free,
+ * and when the payer lets go or dies while others hold it, one of them
+ * pays from then on.
  *
  * The memory's identity across processes, the record's key, is a hash of
  * the 64-byte IPC handle (the same bytes in every process), or of the
@@ -21,16 +22,23 @@
  * context destroyed) lets go of the record through vgpu__share_gone. All
  * of it is rare: one mutex, held for a few stores, never across a driver
  * or ledger call.
+ *
+ * Nothing here knows the vendor: the hooks are each front end's
+ * (intercept/ipc.c for CUDA, intercept/hip/ipc.c for HIP), and a device is
+ * reached through the front end's vgpu__share_slot, _charge and _uncharge
+ * (share.h).
  */
-#include "devices.h"
-#include "overcommit.h"
 #include "share.h"
+#include "ledger.h"
+#include "log.h"
+#include "options.h"
 #include "track.h"
 #include "vmm.h"
 
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define SHARES 1024		/* fits the pointer table's aux (< 2048) */
 
@@ -42,7 +50,7 @@ struct share {
 	uint64_t key[2];
 	uint64_t own;		/* bytes charged to this process as its own */
 	uint64_t ptr;		/* an IPC pointer this process opened, or 0 */
-	unsigned opens;		/* its cuIpcOpenMemHandle calls not closed */
+	unsigned opens;		/* its IPC opens not closed */
 	unsigned handles;	/* VMM handles of it here (imported again) */
 };
 
@@ -60,10 +68,18 @@ static struct retry {
 } retries[RETRIES];
 static unsigned nretries;	/* under tab_lock */
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void timed_out(const char *what)
 {
 	static uint64_t last;
-	uint64_t now = vgpu__mono_ns();
+	uint64_t now = mono_ns();
 
 	if (now - __atomic_load_n(&last, __ATOMIC_RELAXED) < 10000000000ull)
 		return;
@@ -76,15 +92,15 @@ static void timed_out(const char *what)
 		 "process leaves)", what);
 }
 
-static void drop_or_retry(struct vgpu_dev *dv, int rec, const uint64_t key[2])
+static void drop_or_retry(int dev, struct vgpu_slot *slot, int rec,
+			  const uint64_t key[2])
 {
-	if (vgpu_ledger_share_drop(dv->slot, rec, key) !=
-	    VGPU_LEDGER_ETIMEDOUT)
+	if (vgpu_ledger_share_drop(slot, rec, key) != VGPU_LEDGER_ETIMEDOUT)
 		return;
 	timed_out("letting go of shared memory");
 	pthread_mutex_lock(&tab_lock);
 	if (nretries < RETRIES)
-		retries[nretries++] = (struct retry){ dv->ordinal, rec,
+		retries[nretries++] = (struct retry){ dev, rec,
 						      { key[0], key[1] } };
 	pthread_mutex_unlock(&tab_lock);
 }
@@ -102,10 +118,10 @@ static void retry_drops(void)
 	nretries = 0;
 	pthread_mutex_unlock(&tab_lock);
 	for (unsigned i = 0; i < n; i++) {
-		struct vgpu_dev *dv = vgpu__dev_peek(r[i].dev);
+		struct vgpu_slot *slot = vgpu__share_slot(r[i].dev);
 
-		if (dv && dv->slot)
-			drop_or_retry(dv, r[i].rec, r[i].key);
+		if (slot)
+			drop_or_retry(r[i].dev, slot, r[i].rec, r[i].key);
 	}
 }
 
@@ -135,10 +151,6 @@ static void hash_key(const void *p, size_t n, uint64_t tag, uint64_t key[2])
 	key[1] = b | 1;		/* never 0,0 */
 }
 
-static void ipc_key(const CUipcMemHandle *h, uint64_t key[2])
-{
-	hash_key(h->reserved, sizeof(h->reserved), 1, key);
-}
 
 /* The identity and size of the memory behind an exported descriptor;
  * false when it is not a regular file (nothing tells memories apart). */
@@ -195,7 +207,7 @@ static void entry_free(unsigned n)
 
 void vgpu__share_gone(unsigned share)
 {
-	struct vgpu_dev *dv;
+	struct vgpu_slot *slot;
 	struct share s;
 
 	if (share == 0 || share > SHARES)
@@ -209,13 +221,13 @@ void vgpu__share_gone(unsigned share)
 	s = tab[share - 1];
 	memset(&tab[share - 1], 0, sizeof(tab[0]));
 	pthread_mutex_unlock(&tab_lock);
-	dv = s.used ? vgpu__dev_peek(s.dev) : NULL;
-	if (!dv || !dv->slot)
+	slot = s.used ? vgpu__share_slot(s.dev) : NULL;
+	if (!slot)
 		return;
 	if (s.rec >= 0)
-		drop_or_retry(dv, s.rec, s.key);
+		drop_or_retry(s.dev, slot, s.rec, s.key);
 	if (s.own)
-		vgpu__uncharge(dv, s.kind, s.own);
+		vgpu__share_uncharge(s.dev, s.kind, s.own);
 }
 
 void vgpu__share_fork_child(void)
@@ -231,119 +243,59 @@ void vgpu__share_fork_child(void)
  * them under key (*rec), or keep them as its own (*own) when the ledger
  * has no room; a record another process pays for already takes them
  * back. */
-static void export_charged(struct vgpu_dev *dv, const uint64_t key[2],
-			   int kind, uint64_t bytes, int *rec, uint64_t *own)
+static void export_charged(int dev, struct vgpu_slot *slot,
+			   const uint64_t key[2], int kind, uint64_t bytes,
+			   int *rec, uint64_t *own)
 {
 	bool elsewhere = false;
-	int rc = vgpu_ledger_share_export(dv->slot, key, kind, bytes,
-					  &elsewhere);
+	int rc = vgpu_ledger_share_export(slot, key, kind, bytes, &elsewhere);
 
 	*rec = rc >= 0 ? rc : -1;
 	*own = rc >= 0 ? 0 : bytes;
 	if (rc >= 0 && elsewhere)
-		vgpu__uncharge(dv, kind, bytes);
+		vgpu__share_uncharge(dev, kind, bytes);
 	if (rc == VGPU_LEDGER_ETIMEDOUT)
 		timed_out("recording shared memory");
 }
 
 /* This process now holds memory another process made: held for free when
  * the ledger has it, else charged (and recorded, so that later importers
- * are not). CUDA_ERROR_OUT_OF_MEMORY (or _TIMEOUT) when that charge is
- * refused. */
-static CUresult import_charge(struct vgpu_dev *dv, const uint64_t key[2],
-			      int kind, uint64_t bytes, int *rec,
-			      uint64_t *own)
+ * are not). 0, or the front end's error when that charge is refused. */
+static int import_charge(int dev, struct vgpu_slot *slot,
+			 const uint64_t key[2], int kind, uint64_t bytes,
+			 int *rec, uint64_t *own)
 {
-	int rc = vgpu_ledger_share_hold(dv->slot, key);
-	CUresult r;
+	int rc = vgpu_ledger_share_hold(slot, key), r;
 
 	*rec = rc >= 0 ? rc : -1;
 	*own = 0;
 	if (rc >= 0)
-		return CUDA_SUCCESS;
+		return 0;
 	if (rc == VGPU_LEDGER_ETIMEDOUT)
 		timed_out("importing shared memory");
-	if ((r = vgpu__charge(dv, kind, bytes)) != CUDA_SUCCESS)
+	if ((r = vgpu__share_charge(dev, kind, bytes)) != 0)
 		return r;
 	if (rc == VGPU_LEDGER_ENOENT)
-		export_charged(dv, key, kind, bytes, rec, own);
+		export_charged(dev, slot, key, kind, bytes, rec, own);
 	else
 		*own = bytes;	/* no room for a holder: charged as its own */
-	return CUDA_SUCCESS;
+	return 0;
 }
 
-static void import_refused(const char *what, uint64_t bytes, CUresult r)
+static void import_refused(const char *what, uint64_t bytes)
 {
 	vgpu_log(VGPU_LOG_ERROR, "%s: the imported memory (%llu bytes) could "
 		 "not be held as another process's (not recorded in this "
 		 "GPU's ledger, or its record could not be reached in time), "
-		 "and charging it to this process was refused: %s", what,
-		 (unsigned long long)bytes,
-		 r == CUDA_ERROR_TIMEOUT ? "the tenant's lock timed out"
-					 : "it does not fit the tenant's slice "
-					   "(VGPU_MEMORY_LIMIT)");
+		 "and charging it to this process was refused (it does not "
+		 "fit the tenant's slice, VGPU_MEMORY_LIMIT, or the tenant's "
+		 "lock timed out, which is logged before this)", what,
+		 (unsigned long long)bytes);
 }
 
-/* ---- legacy IPC ---------------------------------------------------------------- */
+/* ---- what the hooks call ------------------------------------------------------ */
 
-/* Legacy IPC handles do not work on VMM memory (the driver's rule): a
- * spilled (or promoted) allocation is refused with a message. */
-CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-	struct vgpu_tracked t;
-	struct vgpu_dev *dv;
-	uint64_t key[2], own;
-	unsigned n;
-	int rec;
-	CUresult r;
-
-	if (vgpu__spilled_range(dptr)) {
-		vgpu_log(VGPU_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): the "
-			 "allocation was overcommitted (VGPU_OVERCOMMIT=host) "
-			 "and lives in a virtual-memory range, which legacy IPC "
-			 "handles cannot share; use cuMemExportToShareableHandle "
-			 "or VGPU_OVERCOMMIT=managed", (unsigned long long)dptr);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	if (!vgpu__real.cuIpcGetMemHandle)
-		return CUDA_ERROR_NOT_FOUND;
-	r = vgpu__real.cuIpcGetMemHandle(pHandle, dptr);
-	if (r != CUDA_SUCCESS || !pHandle)
-		return r;
-	retry_drops();
-	/* The handle is the whole allocation's, whatever pointer into it
-	 * was given. */
-	if (vgpu__real.cuMemGetAddressRange_v2) {
-		CUdeviceptr base;
-		size_t size;
-
-		if (vgpu__real.cuMemGetAddressRange_v2(&base, &size, dptr) ==
-		    CUDA_SUCCESS)
-			dptr = base;
-	}
-	if (!vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t))
-		return r;
-	/* Recorded once per allocation (asking again gives the same handle);
-	 * only cuMemAlloc memory the shim charged. */
-	dv = vgpu__dev_peek((int)t.dev);
-	if (t.kind == VGPU_USAGE_BUFFER && !t.aux && dv && dv->slot) {
-		ipc_key(pHandle, key);
-		n = entry_new(&(struct share){ .dev = (int)t.dev, .rec = -1,
-					       .kind = VGPU_USAGE_BUFFER,
-					       .key = { key[0], key[1] } });
-		if (n) {
-			export_charged(dv, key, VGPU_USAGE_BUFFER, t.bytes,
-				       &rec, &own);
-			entry_set(n, key, rec, own);
-			t.aux = n;
-			t.bytes = own;
-		}
-	}
-	vgpu__track_keep(VGPU_TRACK_PTR, dptr, &t);
-	return r;
-}
-
-/* The entry of IPC pointer p this process opened, counting one more open
+/* An entry of IPC pointer p this process opened, counting one more open
  * if found: its number, or 0. */
 static unsigned opened(uint64_t p)
 {
@@ -388,93 +340,84 @@ static void table_full(void)
 			 "imports from now on is charged to it as its own", SHARES);
 }
 
-static CUresult ipc_open(CUresult (*real)(CUdeviceptr *, CUipcMemHandle,
-					  unsigned int),
-			 CUdeviceptr *pdptr, CUipcMemHandle handle,
-			 unsigned int flags)
+void vgpu__share_ipc_exported(const void *handle, size_t len,
+			      struct vgpu_tracked *t)
 {
-	struct vgpu_dev *dv = vgpu__dev_current();
-	uint64_t key[2], own, bytes;
-	CUdeviceptr base;
-	size_t size;
+	struct vgpu_slot *slot;
+	uint64_t key[2], own;
 	unsigned n;
 	int rec;
-	CUresult r, c;
 
-	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
-	r = real(pdptr, handle, flags);
-	if (r != CUDA_SUCCESS || !pdptr || !dv || !dv->slot)
-		return r;
 	retry_drops();
-	/* Opened before by this process: the driver counts one more
+	/* Recorded once per allocation (asking again gives the same handle);
+	 * only plain buffers the shim charged. */
+	if (t->kind != VGPU_USAGE_BUFFER || t->aux ||
+	    !(slot = vgpu__share_slot((int)t->dev)))
+		return;
+	hash_key(handle, len, 1, key);
+	n = entry_new(&(struct share){ .dev = (int)t->dev, .rec = -1,
+				       .kind = VGPU_USAGE_BUFFER,
+				       .key = { key[0], key[1] } });
+	if (!n)
+		return;
+	export_charged((int)t->dev, slot, key, VGPU_USAGE_BUFFER, t->bytes,
+		       &rec, &own);
+	entry_set(n, key, rec, own);
+	t->aux = n;
+	t->bytes = own;
+}
+
+int vgpu__share_ipc_opened(int dev, uint64_t p, const void *handle,
+			   size_t len, uint64_t bytes, const char *what)
+{
+	struct vgpu_slot *slot = vgpu__share_slot(dev);
+	uint64_t key[2], own;
+	unsigned n;
+	int rec, c;
+
+	if (!slot)
+		return 0;
+	retry_drops();
+	/* Opened before by this process: the runtime counts one more
 	 * reference to the same pointer, and so does the entry. */
-	if (opened(*pdptr))
-		return r;
-	if (!vgpu__real.cuMemGetAddressRange_v2 ||
-	    vgpu__real.cuMemGetAddressRange_v2(&base, &size, *pdptr) !=
-		    CUDA_SUCCESS)
-		return r;
-	bytes = vgpu__alloc_size(size);
-	ipc_key(&handle, key);
-	c = import_charge(dv, key, VGPU_USAGE_BUFFER, bytes, &rec, &own);
-	if (c != CUDA_SUCCESS) {
-		import_refused("cuIpcOpenMemHandle", bytes, c);
-		if (vgpu__real.cuIpcCloseMemHandle)
-			vgpu__real.cuIpcCloseMemHandle(*pdptr);
+	if (opened(p))
+		return 0;
+	hash_key(handle, len, 1, key);
+	c = import_charge(dev, slot, key, VGPU_USAGE_BUFFER, bytes, &rec,
+			  &own);
+	if (c != 0) {
+		import_refused(what, bytes);
 		return c;
 	}
-	n = entry_new(&(struct share){ .dev = dv->ordinal, .rec = rec,
+	n = entry_new(&(struct share){ .dev = dev, .rec = rec,
 				       .kind = VGPU_USAGE_BUFFER,
 				       .key = { key[0], key[1] }, .own = own,
-				       .ptr = *pdptr, .opens = 1 });
+				       .ptr = p, .opens = 1 });
 	if (!n) {
 		table_full();
-		return r;	/* held (or charged) until the process ends */
+		return 0;	/* held (or charged) until the process ends */
 	}
-	vgpu__track_keep(VGPU_TRACK_PTR, *pdptr,
+	vgpu__track_keep(VGPU_TRACK_PTR, p,
 			 &(struct vgpu_tracked){ .bytes = own,
 						 .kind = VGPU_USAGE_BUFFER,
-						 .dev = (unsigned)dv->ordinal,
+						 .dev = (unsigned)dev,
 						 .aux = n });
-	return r;
+	return 0;
 }
 
-CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
-			    unsigned int Flags)
-{
-	return ipc_open(vgpu__real.cuIpcOpenMemHandle, pdptr, handle, Flags);
-}
-
-CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
-			       unsigned int Flags)
-{
-	return ipc_open(vgpu__real.cuIpcOpenMemHandle_v2, pdptr, handle, Flags);
-}
-
-CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+void vgpu__share_ipc_closed(uint64_t p)
 {
 	struct vgpu_tracked t;
-	unsigned n;
-	CUresult r;
+	unsigned n = closed(p);
 
-	if (!vgpu__real.cuIpcCloseMemHandle)
-		return CUDA_ERROR_NOT_FOUND;
-	r = vgpu__real.cuIpcCloseMemHandle(dptr);
-	if (r != CUDA_SUCCESS)
-		return r;
-	n = closed(dptr);
 	if (!n || n > SHARES)
-		return r;	/* not ours, or opened more often than closed */
+		return;	/* not ours, or opened more often than closed */
 	/* The pointer's tracked entry is this entry's, unless an open racing
 	 * this close has made its own already: that one stays. */
-	if (vgpu__track_remove(VGPU_TRACK_PTR, dptr, &t) && t.aux != n)
-		vgpu__track_insert(VGPU_TRACK_PTR, dptr, &t);
+	if (vgpu__track_remove(VGPU_TRACK_PTR, p, &t) && t.aux != n)
+		vgpu__track_insert(VGPU_TRACK_PTR, p, &t);
 	vgpu__share_gone(n);
-	return r;
 }
-
-/* ---- VMM handles exported as file descriptors ---------------------------------- */
 
 /* The entry of VMM memory key on device dev this process holds, counting
  * one more handle of it: its number, or 0. */
@@ -495,33 +438,22 @@ static unsigned vmm_entry_of(int dev, const uint64_t key[2])
 	return n;
 }
 
-CUresult cuMemExportToShareableHandle(void *shareableHandle,
-				      CUmemGenericAllocationHandle handle,
-				      CUmemAllocationHandleType handleType,
-				      unsigned long long flags)
+void vgpu__share_vmm_exported(uint64_t handle, int fd)
 {
-	struct vgpu_dev *dv;
+	struct vgpu_slot *slot;
 	uint64_t key[2], size, gen, bytes, own;
 	unsigned n;
 	int dev, rec;
-	CUresult r;
 
-	if (!vgpu__real.cuMemExportToShareableHandle)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuMemExportToShareableHandle(shareableHandle, handle,
-						    handleType, flags);
-	if (r == CUDA_SUCCESS)
-		retry_drops();
-	if (r != CUDA_SUCCESS || !shareableHandle ||
-	    handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
-	    !fd_key(*(int *)shareableHandle, key, &size))
-		return r;
+	retry_drops();
+	if (!fd_key(fd, key, &size))
+		return;
 	vgpu__vmm_bytes(handle, &gen);
 	/* A handle the shim charged, recorded once (exports after the
 	 * first give descriptors of the same memory). */
 	if (!gen || !vgpu__vmm_share(handle, gen, 0, &dev, &bytes) ||
-	    !(dv = vgpu__dev_peek(dev)) || !dv->slot)
-		return r;
+	    !(slot = vgpu__share_slot(dev)))
+		return;
 	/* The handle's charge is this process's own until the record
 	 * takes it: a release racing this gives it back as its own. */
 	n = entry_new(&(struct share){ .dev = dev, .rec = -1,
@@ -529,63 +461,44 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle,
 				       .key = { key[0], key[1] }, .own = bytes,
 				       .handles = 1 });
 	if (!n)
-		return r;
+		return;
 	if (!vgpu__vmm_share(handle, gen, n, &dev, &bytes)) {
 		entry_free(n);
-		return r;
+		return;
 	}
-	export_charged(dv, key, VGPU_USAGE_VMM, bytes, &rec, &own);
+	export_charged(dev, slot, key, VGPU_USAGE_VMM, bytes, &rec, &own);
 	entry_set(n, key, rec, own);
-	return r;
 }
 
-CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
-					void *osHandle,
-					CUmemAllocationHandleType shHandleType)
+int vgpu__share_vmm_imported(int dev, uint64_t handle, int fd,
+			     const char *what)
 {
 	static bool warned;
-	CUmemAllocationProp prop;
-	struct vgpu_dev *dv;
+	struct vgpu_slot *slot = vgpu__share_slot(dev);
 	uint64_t key[2], size = 0, gen, own, bytes;
 	unsigned n;
-	int rec, dev;
-	CUresult r, c;
+	int rec, other, c;
 
-	if (!vgpu__real.cuMemImportFromShareableHandle)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = vgpu__real.cuMemImportFromShareableHandle(handle, osHandle,
-						      shHandleType);
-	if (r != CUDA_SUCCESS || !handle ||
-	    shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-		return r;
-	memset(&prop, 0, sizeof(prop));
-	if (!vgpu__real.cuMemGetAllocationPropertiesFromHandle ||
-	    vgpu__real.cuMemGetAllocationPropertiesFromHandle(&prop, *handle)
-		    != CUDA_SUCCESS ||
-	    prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-		return r;	/* host memory: no device's */
-	dv = vgpu__dev_attach(prop.location.id);
-	if (!dv || !dv->slot)
-		return r;
-	if (!fd_key((int)(intptr_t)osHandle, key, &size) || size == 0) {
+	if (!slot)
+		return 0;
+	if (!fd_key(fd, key, &size) || size == 0) {
 		if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
-			vgpu_log(VGPU_LOG_WARN, "cuMemImportFromShareableHandle: "
-				 "the descriptor does not tell which memory it "
-				 "is (not a regular file), so imported memory "
-				 "is charged to its exporter only "
-				 "(docs/memory.md)");
-		return r;
+			vgpu_log(VGPU_LOG_WARN, "%s: the descriptor does not "
+				 "tell which memory it is (not a regular "
+				 "file), so imported memory is charged to its "
+				 "exporter only (docs/memory.md)", what);
+		return 0;
 	}
 	retry_drops();
 	/* Memory this process holds already (imported before, or its own
 	 * export): one more handle of the same entry, nothing to record. */
-	if ((n = vmm_entry_of(dv->ordinal, key)) != 0) {
-		gen = vgpu__vmm_add(*handle, dv->ordinal, VGPU_USAGE_VMM, 0);
-		if (!gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes))
+	if ((n = vmm_entry_of(dev, key)) != 0) {
+		gen = vgpu__vmm_add(handle, dev, VGPU_USAGE_VMM, 0);
+		if (!gen || !vgpu__vmm_share(handle, gen, n, &other, &bytes))
 			vgpu__share_gone(n);
-		return r;
+		return 0;
 	}
-	n = entry_new(&(struct share){ .dev = dv->ordinal, .rec = -1,
+	n = entry_new(&(struct share){ .dev = dev, .rec = -1,
 				       .kind = VGPU_USAGE_VMM,
 				       .key = { key[0], key[1] },
 				       .handles = 1 });
@@ -593,29 +506,27 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
 		/* No entry to let go of a hold with: charged as its own,
 		 * given back with the handle (counted twice, never lost). */
 		table_full();
-		if ((c = vgpu__charge(dv, VGPU_USAGE_VMM, size)) != CUDA_SUCCESS)
+		if ((c = vgpu__share_charge(dev, VGPU_USAGE_VMM, size)) != 0)
 			goto refused;
-		vgpu__vmm_add(*handle, dv->ordinal, VGPU_USAGE_VMM, size);
-		return r;
+		vgpu__vmm_add(handle, dev, VGPU_USAGE_VMM, size);
+		return 0;
 	}
-	c = import_charge(dv, key, VGPU_USAGE_VMM, size, &rec, &own);
-	if (c != CUDA_SUCCESS) {
+	c = import_charge(dev, slot, key, VGPU_USAGE_VMM, size, &rec, &own);
+	if (c != 0) {
 		entry_free(n);
 		goto refused;
 	}
 	entry_set(n, key, rec, own);
 	/* The handle's entry holds no charge of its own: the share entry
 	 * has it (own), whoever lets go first. */
-	gen = vgpu__vmm_add(*handle, dv->ordinal, VGPU_USAGE_VMM, 0);
-	if (!gen || !vgpu__vmm_share(*handle, gen, n, &dev, &bytes)) {
+	gen = vgpu__vmm_add(handle, dev, VGPU_USAGE_VMM, 0);
+	if (!gen || !vgpu__vmm_share(handle, gen, n, &other, &bytes)) {
 		/* The handle is not tracked (its table is full, or another
 		 * thread released it meanwhile): let go of the record now. */
 		vgpu__share_gone(n);
 	}
-	return r;
+	return 0;
 refused:
-	import_refused("cuMemImportFromShareableHandle", size, c);
-	if (vgpu__real.cuMemRelease)
-		vgpu__real.cuMemRelease(*handle);
+	import_refused(what, size);
 	return c;
 }
