@@ -12,6 +12,7 @@
  */
 #include "hip.h"
 #include "pool.h"
+#include "share.h"
 #include "track.h"
 #include "vmm.h"
 
@@ -164,6 +165,8 @@ hipError_t vgpu__hip_freed(int table, uint64_t key, bool had,
 		vgpu__track_keep(table, key, t);	/* still there */
 	else if (t->kind == VGPU_USAGE_POOL)	/* its pool's, pools.c */
 		vgpu_pool_freed((int)t->aux);
+	else if (t->kind == VGPU_USAGE_BUFFER && t->aux)  /* shared, ipc.c */
+		vgpu__share_gone(t->aux);
 	else
 		vgpu__hip_uncharge(vgpu__hip_dev_peek((int)t->dev),
 				   (int)t->kind, t->bytes);
@@ -269,11 +272,16 @@ hipError_t hipFreeMipmappedArray(hipMipmappedArray_t m)
 
 /* ---- VMM: charged while the handle or a mapping of it lives (vmm.c) ---- */
 
-/* vmm.c's last reference of a charged handle went. This front end shares
- * no handle across processes (docs/hip.md), so share is never set. */
+/* vmm.c's last reference of a charged handle went: memory other processes
+ * may still hold (share) is left to the ledger's share record, which
+ * decides who pays from now on (share.c); else each device's charge is
+ * given back. */
 void vgpu__vmm_gone(uint64_t devs, int kind, uint64_t bytes, unsigned share)
 {
-	(void)share;
+	if (share) {
+		vgpu__share_gone(share);
+		return;
+	}
 	for (int d = 0; d < 64; d++)
 		if (devs & (UINT64_C(1) << d))
 			vgpu__hip_uncharge(vgpu__hip_dev_peek(d), kind, bytes);

@@ -12,6 +12,7 @@
  * launches are settled and every ledger is left.
  */
 #include "hip.h"
+#include "share.h"
 #include "vmm.h"
 #include "pool.h"
 #include "track.h"
@@ -80,6 +81,7 @@ static void child_after_fork(void)
 {
 	vgpu__track_forget();
 	vgpu__vmm_fork_child();
+	vgpu__share_fork_child();
 	vgpu_pools_fork_child();
 	vgpu__hip_launch_fork_child();
 	vgpu__hip_dev_fork_child();

@@ -91,6 +91,27 @@ VHIP_EXPORT hipError_t hipMallocManaged(void **ptr, size_t size,
 	return e;
 }
 
+/* The allocation that holds p: its base and size (the driver's). */
+VHIP_EXPORT hipError_t hipMemGetAddressRange(hipDeviceptr_t *pbase,
+					     size_t *psize,
+					     hipDeviceptr_t p)
+{
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	hipError_t e = vhip_enter();
+
+	if (e != hipSuccess)
+		return e;
+	if (!pbase && !psize)
+		return vhip_error(hipErrorInvalidValue);
+	e = vhip_result(cuMemGetAddressRange(&base, &size, dptr(p)));
+	if (e == hipSuccess && pbase)
+		*pbase = (hipDeviceptr_t)(uintptr_t)base;
+	if (e == hipSuccess && psize)
+		*psize = size;
+	return e;
+}
+
 VHIP_EXPORT hipError_t hipFree(void *ptr)
 {
 	hipError_t e = vhip_enter();
