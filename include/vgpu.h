@@ -177,7 +177,12 @@ struct vgpu_ledger_tenant {
 	/* An opportunistic tenant's queued work ends here (CLOCK_MONOTONIC,
 	 * ns; the throttle's model of it, all its processes together). */
 	uint64_t opp_queue_ns;
-	uint64_t reserved[18];
+	/* A launch with no estimate in any process of the tenant (a
+	 * process's first, the probe) went at this time and is not read yet
+	 * (CLOCK_MONOTONIC, ns; 0: none): the tenant's other first launches
+	 * wait for it, up to a second. Changed by compare-and-swap only. */
+	uint64_t probe_ns;
+	uint64_t reserved[17];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -336,7 +341,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_fields, 348, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, suspended, 352, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 356, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, opp_queue_ns, 360, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 368, 144);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_ns, 368, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 376, 136);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

@@ -148,21 +148,46 @@ static uint64_t estimate(const struct vgpu_measure_ctx *c,
 	return e;
 }
 
-/* A launch with no estimate anywhere in the process goes alone: the host
- * time it went (0: none), per device; other threads wait until its length
- * is read (or PROBE_MAX_NS, if its thread never reads it), so that eight
- * threads starting at once do not all go unmeasured. */
+/* A launch with no estimate anywhere in the process goes alone, and so,
+ * across the tenant's processes, does each process's first: other threads
+ * and processes wait until its length is read and charged (or
+ * PROBE_MAX_NS, if it is never read), so that eight threads or eight
+ * processes starting at once do not all go unmeasured. The tenant's probe
+ * is its ledger record's (vgpu_throttle_probe_begin); a GPU measured with
+ * no slot has the process's own: the host time it went (0: none), per
+ * device. */
 static uint64_t probing[VGPU_MAX_DEVICES];
 
-static void probe_end(const struct vgpu_measure_gpu *g)
+/* Whether a probe may go at now (it is then in flight). */
+static bool probe_take(const struct vgpu_measure_gpu *g, uint64_t now)
 {
-	__atomic_store_n(&probing[g->ordinal], 0, __ATOMIC_RELEASE);
+	uint64_t *pr = &probing[g->ordinal];
+	uint64_t went;
+
+	if (g->slot)
+		return vgpu_throttle_probe_begin(g->slot, now,
+						 VGPU_MEASURE_PROBE_MAX_NS);
+	went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
+	return (!went || now - went > VGPU_MEASURE_PROBE_MAX_NS) &&
+	       __atomic_compare_exchange_n(pr, &went, now ? now : 1, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* The probe that went at `at` was read: the next may go. */
+static void probe_end(const struct vgpu_measure_gpu *g, uint64_t at)
+{
+	if (g->slot)
+		vgpu_throttle_probe_end(g->slot, at);
+	else
+		__atomic_compare_exchange_n(&probing[g->ordinal], &at, 0, false,
+					    __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED);
 }
 
 static void probe_done(const struct vgpu_measure_pending *p)
 {
-	if (p->probe)
-		probe_end(p->gpu);
+	if (p->probe_at)
+		probe_end(p->gpu, p->probe_at);
 }
 
 /* ---- placing events on the host's clock ------------------------------------- */
@@ -660,42 +685,24 @@ static bool room(const struct vgpu_measure_ctx *c,
 	return c->count < VGPU_MEASURE_DEPTH || lent_room(c, g, est, now);
 }
 
-/* With no estimate anywhere, the launch goes alone: after this thread's
- * earlier ones (read, blocking), and while no other thread's probe is in
- * flight (polling, up to PROBE_MAX_NS). Sets *est, *probe (it is the
- * probe) and *now (the time it goes). */
-static void estimate_or_probe(struct vgpu_measure_ctx *c,
-			      const struct vgpu_measure_gpu *g, int kind,
-			      uint64_t key, uint64_t *est, bool *probe,
-			      uint64_t *now)
+/* The launch's estimate, once this thread's earlier launches leave it
+ * room (read, blocking); with none anywhere, after them all. */
+static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
+				   const struct vgpu_measure_gpu *g, int kind,
+				   uint64_t key, uint64_t now)
 {
-	uint64_t *pr = &probing[g->ordinal];
-
 	/* Reading a launch may change the estimate: asked again after. */
-	*est = estimate(c, g, kind, key);
-	while (!*est && c->count) {
-		settle_oldest(c, true);
-		*est = estimate(c, g, kind, key);
-	}
-	while (!room(c, g, *est, *now)) {
-		settle_oldest(c, true);
-		*est = estimate(c, g, kind, key);
-	}
-	*probe = false;
-	while (!*est) {
-		uint64_t went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
+	uint64_t est = estimate(c, g, kind, key);
 
-		*now = P.now();	/* rare: only before a process's first */
-		if ((!went || *now - went > VGPU_MEASURE_PROBE_MAX_NS) &&
-		    __atomic_compare_exchange_n(pr, &went, *now, false,
-						__ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE)) {
-			*probe = true;
-			return;
-		}
-		wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
-		*est = estimate(c, g, kind, key);
+	while (!est && c->count) {
+		settle_oldest(c, true);
+		est = estimate(c, g, kind, key);
 	}
+	while (!room(c, g, est, now)) {
+		settle_oldest(c, true);
+		est = estimate(c, g, kind, key);
+	}
+	return est;
 }
 
 /* Waits, holding nothing, until the bucket admits est at *now (updated),
@@ -725,15 +732,29 @@ static int measured(struct vgpu_measure_ctx *c,
 {
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
-	uint64_t est, now = P.now();
-	bool probe;
+	uint64_t est, probe_at, now = P.now();
 	int r;
 
 	if (cal_due(c, now))
 		calibrate(c);
 	collect(c, now);
-	estimate_or_probe(c, g, call->kind, call->key, &est, &probe, &now);
-	admit(c, g, est, &now);
+	est = estimate_with_room(c, g, call->kind, call->key, now);
+	for (probe_at = 0;;) {
+		admit(c, g, est, &now);
+		if (est)
+			break;
+		/* No estimate anywhere: it goes as the tenant's probe, alone,
+		 * once admitted (a probe waiting for its admission holds no
+		 * one: several admitted at once on an estimate of 0 would
+		 * all go), or waits for the one in flight to be read. */
+		if (probe_take(g, now)) {
+			probe_at = now ? now : 1;
+			break;
+		}
+		wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
+		now = P.now();	/* rare: only before a process's first */
+		est = estimate(c, g, call->kind, call->key);
+	}
 	if (call->enter)
 		call->enter();
 	if (!take_events(c, &a, &b)) {
@@ -741,8 +762,8 @@ static int measured(struct vgpu_measure_ctx *c,
 		if (call->leave)
 			call->leave();
 		vgpu_throttle_settle(g->slot, est, est);
-		if (probe)
-			probe_end(g);
+		if (probe_at)
+			probe_end(g, probe_at);
 		return r;
 	}
 	P.event_record(a, call->stream, call->per_thread);
@@ -753,8 +774,8 @@ static int measured(struct vgpu_measure_ctx *c,
 		vgpu_throttle_settle(g->slot, 0, est);
 		c->free_ev[c->nfree++] = a;
 		c->free_ev[c->nfree++] = b;
-		if (probe)
-			probe_end(g);
+		if (probe_at)
+			probe_end(g, probe_at);
 		return r;
 	}
 	P.event_record(b, call->stream, call->per_thread);
@@ -765,7 +786,7 @@ static int measured(struct vgpu_measure_ctx *c,
 	p->end = b;
 	p->estimate = est;
 	p->key = call->key;
-	p->probe = probe;
+	p->probe_at = probe_at;
 	p->gpu = g;
 	p->kind = call->kind;
 	p->ref = c->ref;

@@ -127,7 +127,7 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	struct vgpu_prim_event *start, *end;
 	uint64_t estimate;		/* what the bucket was charged */
 	uint64_t key;
-	bool probe;			/* went with no estimate */
+	uint64_t probe_at;		/* went with no estimate then; 0: not */
 	const struct vgpu_measure_gpu *gpu;
 	int kind;
 	int ref;			/* the reference it is placed against */

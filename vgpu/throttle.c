@@ -416,6 +416,30 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	return 0;
 }
 
+bool vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
+			       uint64_t max_ns)
+{
+	uint64_t *p = &s->ten->probe_ns;
+	uint64_t went = vgpu__ld(p);
+
+	/* In flight: went lately (or a moment ahead, another process's
+	 * clock read after ours), and not a time of another boot. */
+	if (went && (went > now_ns ? went - now_ns <= VGPU_THROTTLE_CLOCK_SKEW_NS
+				   : now_ns - went <= max_ns))
+		return false;
+	return __atomic_compare_exchange_n(p, &went, now_ns ? now_ns : 1,
+					   false, __ATOMIC_ACQ_REL,
+					   __ATOMIC_RELAXED);
+}
+
+void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t went_ns)
+{
+	uint64_t went = went_ns ? went_ns : 1;
+
+	__atomic_compare_exchange_n(&s->ten->probe_ns, &went, 0, false,
+				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
 bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns)
 {
 	struct vgpu_ledger_compute *c = &s->ten->compute;

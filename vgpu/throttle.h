@@ -135,6 +135,21 @@ void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
 void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
 			   uint64_t now_ns);
 
+/* The tenant's probe: a launch with no estimate anywhere (a process's
+ * first) is admitted on any bucket not in debt, so the tenant's first
+ * launches go one at a time, across its processes, each charged its
+ * measured length before the next goes (eight processes starting at once
+ * otherwise ran eight kernels side by side under a 30% cap). True when
+ * s's process may make one at now_ns: none is in flight, or the one in
+ * flight went more than max_ns ago (its process died, stopped or never
+ * reads it) and is taken over; then vgpu_throttle_probe_end(s, now_ns)
+ * once it has been read. One load, and a compare-and-swap to take it. */
+bool vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
+			       uint64_t max_ns);
+/* The probe that went at went_ns was read: the next may go (nothing if
+ * another process took it over meanwhile). */
+void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t went_ns);
+
 /* Whether s's tenant is elastic and no other tenant of the GPU has been
  * active lately: its launches are lent the GPU rather than admitted
  * against its share. Reads the other tenants' records (at most

@@ -7,7 +7,7 @@
  * prints, for the time from --from (default: the first interval's start)
  * to --to (default: the last interval's end):
  *
- *   record INTERVALS lost LOST whole-from NS sms SM_TOTAL
+ *   record INTERVALS lost LOST whole-from NS sms SM_TOTAL span NS
  *   pid PID busy NS kernels K share PCT      (SM-weighted, over the span)
  *   window START_MS PID PCT                  (each whole window, each pid)
  *
@@ -141,9 +141,11 @@ int main(int argc, char **argv)
 		if (!to_given && iv[i].end_ns > all.to)
 			all.to = iv[i].end_ns;
 	}
-	printf("record %ld lost %llu whole-from %llu sms %u\n", n,
+	printf("record %ld lost %llu whole-from %llu sms %u span %llu\n", n,
 	       (unsigned long long)info.lost,
-	       (unsigned long long)info.lost_end_ns, info.sm_total);
+	       (unsigned long long)info.lost_end_ns, info.sm_total,
+	       (unsigned long long)(all.to > all.from ? all.to - all.from
+						      : 0));
 	np = pids_of(iv, n, pids);
 	for (int j = 0; n && j < np && all.to > all.from; j++) {
 		uint64_t b = busy(iv, n, info.sm_total, pids[j], all);

@@ -14,6 +14,11 @@ elastic: a 30% elastic tenant alone gets more than 90%; 1.5 s in, a 70%
          burst's 20 points, their mean within 3 points of 30%, or over it
          only while the two together leave 5 points or more idle: time
          the hard tenant did not queue).
+probes:  five processes of one 30% tenant start at once, each with one
+         200 ms kernel (its first, no estimate anywhere): by the device's
+         record, at most 30% of the span plus the last kernel and the
+         burst (each goes as the tenant's probe, after the last was
+         charged; side by side they held the device).
 inherit: a tenant started at 30% (hard) by one process, joined by a second
          that asks for no share: the two together within 26..32% (the
          tenant's share binds the second; once it ran uncapped, 82%).
@@ -58,7 +63,7 @@ import time
 
 
 def start(share, d, tenant, cap, seconds, policy="hard", windows=False,
-          us=1000, extra=None):
+          us=1000, extra=None, style="async"):
     env = dict(os.environ, VGPU_SIM_STATE_DIR=d,
                VGPU_LEDGER_DIR=os.path.join(d, "ledger"), VGPU_TENANT=tenant,
                VGPU_COMPUTE_LIMIT=str(cap), VGPU_COMPUTE_POLICY=policy,
@@ -66,7 +71,7 @@ def start(share, d, tenant, cap, seconds, policy="hard", windows=False,
     if cap is None:		# no share of its own: the tenant's applies
         del env["VGPU_COMPUTE_LIMIT"], env["VGPU_COMPUTE_POLICY"]
     args = [share, "--kernel-us", str(us), "--seconds", str(seconds),
-            "--style", "async"]
+            "--style", style]
     if windows:
         args += ["--window-ms", "100"]
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
@@ -217,6 +222,36 @@ def main():
                    "the device's record" if by_device else "throughput",
                    "on a green context of %d SMs" % sms if green
                    else "no green context"))
+    elif mode == "probes":
+        # Five processes of one tenant start at once, each with one
+        # 200 ms kernel, its first: no process has an estimate, so each
+        # goes as the tenant's probe, one at a time, the next only once
+        # the last was charged and the bucket repaid. Over the span of
+        # the record (first start to last end) the tenant gets its 30%
+        # plus the last kernel (its debt falls after the span) and the
+        # burst; side by side (each process its own probe) it got ~100%.
+        procs = [start(share, d, "p", 30, 0.05, us=200000, style="sync")
+                 for _ in range(5)]
+        for i, p in enumerate(procs):
+            names[p.pid] = "p%d" % i
+            p.communicate(timeout=60)
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        rec = subprocess.run([opts["--record"], d], env=env,
+                             stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True,
+                             timeout=60).stdout
+        busy = sum(int(m.group(1)) for m in
+                   re.finditer(r"^pid \S+ busy ([0-9]+) kernels", rec, re.M))
+        m = re.search(r"^record .* span ([0-9]+)", rec, re.M)
+        span = int(m.group(1)) if m else 0
+        bound = 0.30 * span + 200e6 + 20e6 + 0.02 * span
+        ok = span > 0 and busy <= bound and busy >= 5 * 190e6
+        failed |= not ok
+        print("%s five first launches of one tenant at 30%%: %.0f ms busy "
+              "in a span of %.0f ms (%.2f%%), at most %.0f ms asked "
+              "(30%% of it, the last kernel, the burst)" %
+              ("PASS" if ok else "FAIL", busy / 1e6, span / 1e6,
+               100.0 * busy / span if span else 0, bound / 1e6))
     elif mode == "inherit":
         # a starts the tenant at 30% (hard); b joins it asking for no
         # share: the tenant's binds b too, so the two together get 30%.

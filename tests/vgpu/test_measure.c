@@ -458,7 +458,7 @@ Test(measure, a_first_launch_goes_alone_and_others_wait_for_its_length)
 	struct fthread *b = thread_in(&fake.ctx[0]);
 
 	cr_assert_eq(launch(a, F1, 1 * MS), 0);
-	cr_expect(newest(a, &fake.ctx[0])->probe);
+	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0);
 	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 0);
 
 	reader = a;		/* a reads its launch once it has ended */
@@ -470,7 +470,7 @@ Test(measure, a_first_launch_goes_alone_and_others_wait_for_its_length)
 		      (unsigned long long)(fake.launched_at - T0));
 	cr_expect_null(reader, "b went before a read its launch");
 	cr_expect_eq(a->watched, 1, "the thread's exit armed");
-	cr_expect_not(newest(b, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(b, &fake.ctx[0])->probe_at, 0);
 	cr_expect_eq(newest(b, &fake.ctx[0])->estimate, 1 * MS,
 		     "b goes with a's length");
 }
@@ -486,7 +486,7 @@ Test(measure, a_probe_s_own_thread_waits_for_its_end)
 	cr_expect_eq(fake.launched_at, T0 + 3 * MS);
 	cr_expect_eq(fake.syncs, 1, "blocked for the probe");
 	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 3 * MS);
-	cr_expect_not(newest(a, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0);
 }
 
 /* A probe whose thread never reads it holds the others one second at
@@ -502,12 +502,13 @@ Test(measure, a_probe_never_read_holds_the_others_a_second)
 	/* Polled every 200 us: the first poll past a second. */
 	cr_expect_eq(fake.launched_at,
 		     T0 + VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS);
-	cr_expect(newest(b, &fake.ctx[0])->probe);
+	cr_expect_neq(newest(b, &fake.ctx[0])->probe_at, 0);
 }
 
-/* A forked child never reads its parent's probe: its first launch goes at
- * once (it was held a second: the soak's forked children). */
-Test(measure, a_forked_child_does_not_wait_for_the_parent_s_probe)
+/* A forked child's first launch waits for the parent's probe only until
+ * the parent reads it (it was once held a full second by a copy of the
+ * parent's probe no one would ever clear: the soak's forked children). */
+Test(measure, a_forked_child_waits_for_the_parent_s_probe_until_it_is_read)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
@@ -515,11 +516,78 @@ Test(measure, a_forked_child_does_not_wait_for_the_parent_s_probe)
 
 	launch(a, F1, 1 * MS);		/* the parent's probe, in flight */
 	vgpu_measure_fork_child(&b->m);	/* b: the child's thread */
+	reader = a;
+	read_after = T0 + 1 * MS;
+	fake.on_sleep = let_reader_read;
 	launch(b, F2, 1 * MS);
-	cr_expect_lt(fake.launched_at, T0 + VGPU_MEASURE_PROBE_POLL_NS,
+	cr_expect_null(reader, "the child went before the parent read");
+	cr_expect_lt(fake.launched_at, T0 + 1 * MS +
+				       2 * VGPU_MEASURE_PROBE_POLL_NS,
 		     "the child's launch went at +%llu ns",
 		     (unsigned long long)(fake.launched_at - T0));
-	cr_expect(newest(b, &fake.ctx[0])->probe);
+}
+
+/* Another process of the tenant (another slot) has its probe in flight:
+ * this process's first launch waits until that one is read, then goes as
+ * a probe of its own (its process knows no length yet). Eight processes
+ * starting at once went side by side, each unmeasured, far past a 30%
+ * cap. */
+static struct vgpu_slot *other;
+static uint64_t other_went, other_reads_at;
+
+static void other_reads(void)
+{
+	if (other_went && fake.now >= other_reads_at) {
+		vgpu_throttle_probe_end(other, other_went);
+		other_went = 0;
+	}
+}
+
+Test(measure, another_process_s_probe_holds_the_first_launch_until_read)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	cr_assert(vgpu_throttle_probe_begin(other, T0,
+					    VGPU_MEASURE_PROBE_MAX_NS));
+	cr_assert_not(vgpu_throttle_probe_begin(slot, T0 + 1,
+						VGPU_MEASURE_PROBE_MAX_NS),
+		      "one probe of the tenant at a time");
+	other_went = T0;
+	other_reads_at = T0 + 5 * MS;
+	fake.on_sleep = other_reads;
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(other_went, 0, "went before the other probe was read");
+	cr_expect_geq(fake.launched_at, T0 + 5 * MS);
+	cr_expect_lt(fake.launched_at, T0 + 5 * MS +
+				       2 * VGPU_MEASURE_PROBE_POLL_NS);
+	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0,
+		      "the process's own first is a probe too");
+	cr_expect_not(vgpu_throttle_probe_begin(other, fake.now,
+						VGPU_MEASURE_PROBE_MAX_NS),
+		      "this process's probe holds the other's next");
+}
+
+/* The other process's probe is never read (it died or stopped): this one
+ * waits a second at most, then takes it over. */
+Test(measure, a_dead_process_s_probe_holds_the_tenant_a_second)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	cr_assert(vgpu_throttle_probe_begin(other, T0,
+					    VGPU_MEASURE_PROBE_MAX_NS));
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.launched_at,
+		     T0 + VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS);
+	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0);
+	/* The dead one's end, if it ever came, lets go of nothing. */
+	vgpu_throttle_probe_end(other, T0);
+	cr_expect_not(vgpu_throttle_probe_begin(other, fake.now,
+						VGPU_MEASURE_PROBE_MAX_NS),
+		      "the taken-over probe still held");
 }
 
 /* ---- estimates ------------------------------------------------------------------ */
@@ -573,13 +641,13 @@ Test(measure, an_estimate_once_measured_is_never_0)
 	run_and_read(a, F1, 0);
 	launch(a, F1, 0);		/* its function's */
 	cr_expect_geq(newest(a, &fake.ctx[0])->estimate, 1);
-	cr_expect_not(newest(a, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0);
 	launch(a, F2, 0);		/* the thread's */
 	cr_expect_geq(newest(a, &fake.ctx[0])->estimate, 1);
-	cr_expect_not(newest(a, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0);
 	launch(b, F3, 0);		/* the process's */
 	cr_expect_geq(newest(b, &fake.ctx[0])->estimate, 1);
-	cr_expect_not(newest(b, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(b, &fake.ctx[0])->probe_at, 0);
 	/* Charged: the averages refined by 0-length launches stay >= 1. */
 	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
 	sync_as(a);
@@ -587,7 +655,7 @@ Test(measure, an_estimate_once_measured_is_never_0)
 	c = thread_in(&fake.ctx[0]);
 	launch(c, 0, 0);
 	cr_expect_geq(newest(c, &fake.ctx[0])->estimate, 1);
-	cr_expect_not(newest(c, &fake.ctx[0])->probe);
+	cr_expect_eq(newest(c, &fake.ctx[0])->probe_at, 0);
 }
 
 /* ---- exits ------------------------------------------------------------------------ */
@@ -703,7 +771,7 @@ Test(measure, a_context_teardown_forgets_only_that_context_s_state)
 	launch(a, F1, 1 * MS);
 	cr_expect_eq(fake.streams_made, streams + 1, "x's state made afresh");
 	cr_expect_eq(newest(a, x)->estimate, 1 * MS, "F1's estimate kept");
-	cr_expect_not(newest(a, x)->probe);
+	cr_expect_eq(newest(a, x)->probe_at, 0);
 	cr_expect_eq(fake.gone_used, 0);
 }
 
