@@ -122,26 +122,49 @@ static hipError_t pitched(struct vgpu_hip_dev *dv, hipError_t r, void *p,
 		    VGPU_USAGE_BUFFER, charged);
 }
 
-hipError_t hipMallocPitch(void **p, size_t *pitch, size_t w, size_t h)
+/* hipMallocPitch's and hipMemAllocPitch's (elem: its element size; 0
+ * for hipMallocPitch): w x h charged, then the pitch the runtime chose. */
+static hipError_t pitch_alloc(void **p, size_t *pitch, size_t w, size_t h,
+			      unsigned elem, bool mem)
 {
 	struct vgpu_hip_dev *dv;
 	uint64_t n;
 	hipError_t r;
 
 	vgpu__hip_start();
-	if (!vgpu__hip.hipMallocPitch || !vgpu__hip.hipFree)
+	if (!(mem ? (void *)vgpu__hip.hipMemAllocPitch
+		  : (void *)vgpu__hip.hipMallocPitch) || !vgpu__hip.hipFree)
 		return hipErrorNotInitialized;
 	dv = vgpu__hip_dev_current();
-	if (!dv || !p || !pitch || !w || !h ||
-	    w > VGPU_TRACK_MAX_BYTES / h)
-		return vgpu__hip.hipMallocPitch(p, pitch, w, h);
-	n = vgpu__alloc_size((uint64_t)w * h);
-	r = vgpu__hip_charge(dv, VGPU_USAGE_BUFFER, n);
-	if (r != hipSuccess)
+	if (dv && p && pitch && w && h && w <= VGPU_TRACK_MAX_BYTES / h) {
+		n = vgpu__alloc_size((uint64_t)w * h);
+		r = vgpu__hip_charge(dv, VGPU_USAGE_BUFFER, n);
+		if (r != hipSuccess)
+			return r;
+	} else {
+		dv = NULL;	/* the runtime's answer, not accounted */
+		n = 0;
+	}
+	r = mem ? vgpu__hip.hipMemAllocPitch((hipDeviceptr_t *)p, pitch, w, h,
+					     elem)
+		: vgpu__hip.hipMallocPitch(p, pitch, w, h);
+	if (!dv)
 		return r;
-	r = vgpu__hip.hipMallocPitch(p, pitch, w, h);
 	return pitched(dv, r, r == hipSuccess ? *p : NULL, n,
 		       r == hipSuccess ? (uint64_t)*pitch * h : 0);
+}
+
+hipError_t hipMallocPitch(void **p, size_t *pitch, size_t w, size_t h)
+{
+	return pitch_alloc(p, pitch, w, h, 0, false);
+}
+
+/* The driver-style name of the same (elem: 4, 8 or 16, the runtime's
+ * check). */
+hipError_t hipMemAllocPitch(hipDeviceptr_t *p, size_t *pitch, size_t w,
+			    size_t h, unsigned int elem)
+{
+	return pitch_alloc((void **)p, pitch, w, h, elem, true);
 }
 
 hipError_t hipMalloc3D(hipPitchedPtr *pp, hipExtent e)

@@ -193,6 +193,20 @@ hipError_t hipFreeArray(hipArray *a)
 			       vgpu__hip.hipFreeArray(a));
 }
 
+/* The driver-style name of hipFreeArray. */
+hipError_t hipArrayDestroy(hipArray *a)
+{
+	struct vgpu_tracked t;
+	bool had;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipArrayDestroy)
+		return hipErrorNotInitialized;
+	had = handle_take(a, &t);
+	return vgpu__hip_freed(VGPU_TRACK_HANDLE, (uintptr_t)a, had, &t,
+			       vgpu__hip.hipArrayDestroy(a));
+}
+
 /* ---- mipmapped arrays: the sum of their levels (vgpu_mipmap_bytes) ----- */
 
 /* A mipmapped array made (r) or refused: tracked by handle, or its

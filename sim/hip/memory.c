@@ -57,6 +57,23 @@ VHIP_EXPORT hipError_t hipMallocPitch(void **ptr, size_t *pitch, size_t width,
 	return e;
 }
 
+/* The driver's own pitched allocation, its element size checked by it. */
+VHIP_EXPORT hipError_t hipMemAllocPitch(hipDeviceptr_t *ptr, size_t *pitch,
+					size_t width, size_t height,
+					unsigned int elem)
+{
+	CUdeviceptr d = 0;
+	hipError_t e = vhip_enter();
+
+	if (e != hipSuccess)
+		return e;
+	if (!ptr || !pitch)
+		return vhip_error(hipErrorInvalidValue);
+	e = vhip_result(cuMemAllocPitch(&d, pitch, width, height, elem));
+	*ptr = e == hipSuccess ? (hipDeviceptr_t)(uintptr_t)d : NULL;
+	return e;
+}
+
 VHIP_EXPORT hipError_t hipMalloc3D(hipPitchedPtr *pp, hipExtent extent)
 {
 	size_t pitch = 0;

@@ -22,7 +22,10 @@
  *                      even number of rows),
  *                      mipmapdrv (the same by hipMipmappedArrayCreate),
  *                      pool (hipMallocFromPoolAsync from the pool made by
- *                      "pool create", then a synchronize).
+ *                      "pool create", then a synchronize), mempitch
+ *                      (hipMemAllocPitch, SIZE wide, one row, 4-byte
+ *                      elements), arraydestroy (as array, freed by
+ *                      hipArrayDestroy).
  *                      Prints "alloc ERR id=N".
  *   free ID            free allocation ID with its path's free function
  *                      (async, pool: hipFreeAsync, then a synchronize).
@@ -103,11 +106,13 @@ extern "C" __global__ void vgpu_saxpy(unsigned long long n, float a,
 				      const float *x, float *y);
 
 enum path { P_MALLOC, P_PITCH, P_3D, P_MANAGED, P_EXT, P_ASYNC, P_ARRAY,
-	    P_HOST, P_NARROW, P_ODD, P_MIPMAP, P_MIPMAP_DRV, P_POOL };
+	    P_HOST, P_NARROW, P_ODD, P_MIPMAP, P_MIPMAP_DRV, P_POOL,
+	    P_MEMPITCH, P_ARRAY_DESTROY };
 static const char *const path_names[] = { "malloc", "pitch", "3d", "managed",
 					   "ext", "async", "array", "host",
 					   "narrow", "odd", "mipmap",
-					   "mipmapdrv", "pool" };
+					   "mipmapdrv", "pool", "mempitch",
+					   "arraydestroy" };
 static hipMemPool_t pool;	/* "pool create"'s */
 
 struct alloc {
@@ -144,6 +149,12 @@ static hipError_t alloc_by(struct alloc *a)
 
 		return hipMallocPitch(&a->ptr, &pitch, a->size, 1);
 	}
+	case P_MEMPITCH: {
+		size_t pitch;
+
+		return hipMemAllocPitch((hipDeviceptr_t *)&a->ptr, &pitch,
+					a->size, 1, 4);
+	}
 	case P_3D: {
 		hipPitchedPtr pp;
 
@@ -159,7 +170,8 @@ static hipError_t alloc_by(struct alloc *a)
 	case P_ASYNC:
 		rc = hipMallocAsync(&a->ptr, a->size, 0);
 		return rc == hipSuccess ? hipStreamSynchronize(0) : rc;
-	case P_ARRAY: {
+	case P_ARRAY:
+	case P_ARRAY_DESTROY: {
 		hipChannelFormatDesc d = hipCreateChannelDesc(
 			32, 0, 0, 0, hipChannelFormatKindFloat);
 
@@ -219,6 +231,8 @@ static hipError_t free_by(struct alloc *a)
 	case P_NARROW:
 	case P_ODD:
 		return hipFreeArray(a->array);
+	case P_ARRAY_DESTROY:
+		return hipArrayDestroy(a->array);
 	case P_MIPMAP:
 		return hipFreeMipmappedArray(a->mipmap);
 	case P_MIPMAP_DRV:
@@ -240,7 +254,7 @@ static hipError_t free_by(struct alloc *a)
 static bool not_a_buffer(enum path p)
 {
 	return p == P_ARRAY || p == P_NARROW || p == P_ODD || p == P_MIPMAP ||
-	       p == P_MIPMAP_DRV;
+	       p == P_MIPMAP_DRV || p == P_ARRAY_DESTROY;
 }
 
 static struct alloc *alloc_arg(const char *s)

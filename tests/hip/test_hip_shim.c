@@ -43,7 +43,8 @@ static unsigned long long round_up(unsigned long long n, unsigned long long u)
  * other path whole pages. */
 static unsigned long long unit_of(const char *path)
 {
-	return !strcmp(path, "array") ? ARRAY_ROW
+	return !strcmp(path, "array") || !strcmp(path, "arraydestroy")
+		       ? ARRAY_ROW
 	       : !strcmp(path, "async") ? POOL_CHUNK : UNIT;
 }
 
@@ -102,7 +103,7 @@ static void edge(const char *path)
 	unsigned long long u = unit_of(path), parts[8];
 	int k = split(LIMIT / u, parts, 8, &seed), ids[8], order[8];
 	uint64_t base = hs_device_used(), held = 0;
-	bool buffer = strcmp(path, "array") != 0;
+	bool buffer = unit_of(path) != ARRAY_ROW;
 	char cmd[64], want[64];
 	struct hjob j;
 
@@ -169,6 +170,8 @@ Test(hip_shim, edge_managed) { edge("managed"); }
 Test(hip_shim, edge_ext) { edge("ext"); }
 Test(hip_shim, edge_async) { edge("async"); }
 Test(hip_shim, edge_array) { edge("array"); }
+Test(hip_shim, edge_mempitch) { edge("mempitch"); }
+Test(hip_shim, edge_arraydestroy) { edge("arraydestroy"); }
 
 /* Three allocations of three paths, freed in each of the six orders:
  * every free gives back its own charge. */
