@@ -280,21 +280,6 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 
 /* ---- virtual memory and multicast --------------------------------------- */
 
-/* vmm.c's last reference of a charged handle went: memory other processes
- * may still hold (share) is left to the ledger's share record, which
- * decides who pays from now on (share.c); else each device's charge is
- * given back. */
-void vgpu__vmm_gone(uint64_t devs, int kind, uint64_t bytes, unsigned share)
-{
-	if (share) {
-		vgpu__share_gone(share);
-		return;
-	}
-	for (int d = 0; d < 64; d++)
-		if (devs & (UINT64_C(1) << d))
-			vgpu__uncharge(vgpu__dev_peek(d), kind, bytes);
-}
-
 /* Device locations are device memory of that device; host locations are
  * not (overcommit counts them as spilled). The charge lasts while the
  * handle or any mapping of it lives (vmm.c). */

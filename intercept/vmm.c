@@ -28,13 +28,14 @@
  *
  * The tables are fixed open-addressing hashes under one mutex, held for a
  * few loads and stores, never across a driver call. Nothing here knows the
- * vendor: both front ends link it, and each gives a charge back through
- * its own vgpu__vmm_gone (vmm.h). Handles and mappings
+ * vendor: both front ends link it, and a charge is given back through the
+ * front end's vgpu__share_uncharge (share.h). Handles and mappings
  * the shim did not charge (host memory, handles made before the shim
  * attached, overcommit's own ranges) are not in them and pass untouched.
  */
 #include "vmm.h"
 #include "ledger.h"
+#include "share.h"
 #include "log.h"
 #include "options.h"
 
@@ -172,9 +173,19 @@ static struct vmm_map *map_new(uint64_t key)
 	return i < 0 ? NULL : &maps[i];
 }
 
+/* A handle's last reference went (vmm_lock held: the ledger's lock is
+ * taken inside it, never the other way round): memory other processes may
+ * still hold is left to the ledger's share record, which decides who pays
+ * from now on (share.c); else each device's charge is given back. */
 static void give_back(const struct vmm_handle *gone)
 {
-	vgpu__vmm_gone(gone->devs, gone->kind, gone->bytes, gone->share);
+	if (gone->share) {
+		vgpu__share_gone(gone->share);
+		return;
+	}
+	for (int d = 0; d < 64; d++)
+		if (gone->devs & (UINT64_C(1) << d))
+			vgpu__share_uncharge(d, gone->kind, gone->bytes);
 }
 
 static void unref_locked(uint64_t key, uint64_t gen);

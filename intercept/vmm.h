@@ -7,13 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The front end's side (intercept/objects.c for CUDA, intercept/hip/
- * objects.c for HIP): a handle's last reference went, with vmm_lock held
- * (so it may take the ledger's lock, never the other way round). Give
- * back bytes of kind on each device of devs (bit d: device d), or, when
- * share is not 0, let the ledger's share record decide who pays from now
- * on (share.c; only the CUDA front end shares handles). */
-void vgpu__vmm_gone(uint64_t devs, int kind, uint64_t bytes, unsigned share);
+/* Vendor-neutral: a handle's last reference gives its charge back through
+ * the front end's vgpu__share_uncharge, or to the share record (share.h). */
 
 /* A handle charged bytes of kind on device dev, with its one handle reference;
  * returns the entry's generation (0, with a warning, when the table is

@@ -286,21 +286,6 @@ hipError_t hipFreeMipmappedArray(hipMipmappedArray_t m)
 
 /* ---- VMM: charged while the handle or a mapping of it lives (vmm.c) ---- */
 
-/* vmm.c's last reference of a charged handle went: memory other processes
- * may still hold (share) is left to the ledger's share record, which
- * decides who pays from now on (share.c); else each device's charge is
- * given back. */
-void vgpu__vmm_gone(uint64_t devs, int kind, uint64_t bytes, unsigned share)
-{
-	if (share) {
-		vgpu__share_gone(share);
-		return;
-	}
-	for (int d = 0; d < 64; d++)
-		if (devs & (UINT64_C(1) << d))
-			vgpu__hip_uncharge(vgpu__hip_dev_peek(d), kind, bytes);
-}
-
 static uint64_t key_of(hipMemGenericAllocationHandle_t h)
 {
 	return (uint64_t)(uintptr_t)h;
