@@ -42,21 +42,6 @@ VHIP_EXPORT hipError_t hipExtMallocWithFlags(void **ptr, size_t size,
 	return hipMalloc(ptr, size);
 }
 
-VHIP_EXPORT hipError_t hipMallocPitch(void **ptr, size_t *pitch, size_t width,
-				      size_t height)
-{
-	CUdeviceptr d = 0;
-	hipError_t e = vhip_enter();
-
-	if (e != hipSuccess)
-		return e;
-	if (!ptr || !pitch)
-		return vhip_error(hipErrorInvalidValue);
-	e = vhip_result(cuMemAllocPitch(&d, pitch, width, height, 16));
-	*ptr = e == hipSuccess ? (void *)(uintptr_t)d : NULL;
-	return e;
-}
-
 /* The driver's own pitched allocation, its element size checked by it. */
 VHIP_EXPORT hipError_t hipMemAllocPitch(hipDeviceptr_t *ptr, size_t *pitch,
 					size_t width, size_t height,
@@ -72,6 +57,14 @@ VHIP_EXPORT hipError_t hipMemAllocPitch(hipDeviceptr_t *ptr, size_t *pitch,
 	e = vhip_result(cuMemAllocPitch(&d, pitch, width, height, elem));
 	*ptr = e == hipSuccess ? (hipDeviceptr_t)(uintptr_t)d : NULL;
 	return e;
+}
+
+/* Rows aligned for the widest element the driver knows (16 bytes). */
+VHIP_EXPORT hipError_t hipMallocPitch(void **ptr, size_t *pitch, size_t width,
+				      size_t height)
+{
+	return hipMemAllocPitch((hipDeviceptr_t *)ptr, pitch, width, height,
+				16);
 }
 
 VHIP_EXPORT hipError_t hipMalloc3D(hipPitchedPtr *pp, hipExtent extent)

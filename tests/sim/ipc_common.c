@@ -81,6 +81,24 @@ int peer_start(struct peer *p)
 }
 #endif
 
+int ipc_serve(int sock, int (*run)(struct peer_msg *m, int fd, int *out_fd))
+{
+	struct peer_msg m;
+	int fd, out_fd;
+
+	while (ipc_recv(sock, &m, &fd) == 0 && m.op != PEER_EXIT) {
+		out_fd = -1;
+		m.rc = run(&m, fd, &out_fd);
+		if (fd >= 0)
+			close(fd);
+		if (ipc_send(sock, &m, out_fd) != 0)
+			return 1;
+		if (out_fd >= 0)
+			close(out_fd);
+	}
+	return 0;
+}
+
 CUresult peer_do(struct peer *p, struct peer_msg *m, int fd, int *fd_out)
 {
 	int got;

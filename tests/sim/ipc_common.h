@@ -52,6 +52,10 @@ int ipc_send(int sock, const struct peer_msg *m, int fd);
 /* Receives a message, and the fd that came with it in *fd (-1: none);
  * 0, or -1 when the other end is gone. */
 int ipc_recv(int sock, struct peer_msg *m, int *fd);
+/* The peer's side: answers each command with run(m, fd, &out_fd) (its
+ * result in m->rc, an fd to send back in out_fd) until PEER_EXIT or the
+ * test's end is gone; 0, or 1 when an answer could not be sent. */
+int ipc_serve(int sock, int (*run)(struct peer_msg *m, int fd, int *out_fd));
 
 struct peer {
 	pid_t pid;

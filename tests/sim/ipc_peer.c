@@ -94,11 +94,16 @@ static CUresult run(struct peer_msg *m, int fd, int *out_fd)
 	}
 }
 
+static int serve(struct peer_msg *m, int fd, int *out_fd)
+{
+	return (int)run(m, fd, out_fd);
+}
+
 int main(int argc, char **argv)
 {
 	struct peer_msg m = { 0 };
 	CUcontext ctx;
-	int sock, fd, out_fd;
+	int sock;
 
 	if (argc != 2)
 		return 2;
@@ -110,15 +115,5 @@ int main(int argc, char **argv)
 		m.rc = cuCtxSetCurrent(ctx);
 	if (ipc_send(sock, &m, -1) != 0 || m.rc != CUDA_SUCCESS)
 		return 1;
-	while (ipc_recv(sock, &m, &fd) == 0 && m.op != PEER_EXIT) {
-		out_fd = -1;
-		m.rc = run(&m, fd, &out_fd);
-		if (fd >= 0)
-			close(fd);
-		if (ipc_send(sock, &m, out_fd) != 0)
-			return 1;
-		if (out_fd >= 0)
-			close(out_fd);
-	}
-	return 0;
+	return ipc_serve(sock, serve);
 }
