@@ -109,6 +109,23 @@ struct vgpu_hip_dev *vgpu__hip_dev_current(void)
 	return vgpu__hip_dev_attach(d);
 }
 
+/* A device made current joins its ledger at once, as a CUDA context's
+ * device does when the context is made: its tenant's compute terms apply
+ * from the first launch (a process that asked for no share, of a capped
+ * tenant, is capped too), even if it never allocates. */
+hipError_t hipSetDevice(int dev)
+{
+	hipError_t r;
+
+	vgpu__hip_start();
+	if (!vgpu__hip.hipSetDevice)
+		return hipErrorNotInitialized;
+	r = vgpu__hip.hipSetDevice(dev);
+	if (r == hipSuccess)
+		vgpu__hip_dev_attach(dev);
+	return r;
+}
+
 struct vgpu_hip_dev *vgpu__hip_dev_peek(int d)
 {
 	vgpu_guard_thread();

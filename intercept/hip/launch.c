@@ -91,6 +91,17 @@ static int call_real(const void *arg)
 	}
 }
 
+/* The process's first launch joins its current device's ledger, if
+ * nothing did yet (no allocation, no hipSetDevice): the tenant's compute
+ * terms then apply to this launch already. */
+static bool launched;
+
+static void first_launch(void)
+{
+	vgpu__hip_dev_current();
+	__atomic_store_n(&launched, true, __ATOMIC_RELAXED);
+}
+
 /* One launch: to the runtime at once when no device has a share, else
  * through the core. A per-thread entry's null stream is the thread's
  * stream (hipStreamPerThread), where its events are recorded. */
@@ -106,6 +117,8 @@ static hipError_t launch(const struct call *c, uint64_t key, int kind)
 		.launch = call_real, .arg = c,
 	};
 
+	if (__builtin_expect(!__atomic_load_n(&launched, __ATOMIC_RELAXED), 0))
+		first_launch();
 	if (!__atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE))
 		return (hipError_t)call_real(c);
 	return (hipError_t)vgpu_measure_launch(&tls_meter, &m);
@@ -339,6 +352,7 @@ void vgpu__hip_launch_process_exit(void)
 void vgpu__hip_launch_fork_child(void)
 {
 	vgpu_measure_fork_child(&tls_meter);
+	launched = false;
 }
 
 /* ---- the primitives (vgpu/prim.h) over the runtime ---------------------- */

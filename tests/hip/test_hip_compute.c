@@ -106,3 +106,29 @@ ParameterizedTest(struct entry *e, hip_compute, each_launch_entry_at_30pct,
 {
 	judge(1000, 600, 2, e->how);
 }
+
+/* A process of a capped tenant that asks for no share itself (no
+ * VGPU_COMPUTE_LIMIT) is capped by the tenant's share from its first
+ * launch, though it never allocates or sets a device: its launches join
+ * the device's ledger. It ran uncapped (71% of a 30% tenant beside a
+ * capped process) when only an allocation joined it. */
+Test(hip_compute, an_uncapped_process_of_a_capped_tenant_is_capped,
+     .timeout = 60)
+{
+	static const char *const capped_env[] = { "VGPU_COMPUTE_LIMIT=30",
+						  NULL };
+	struct hjob holder;
+	double got;
+
+	/* The tenant's first process sets its 30% share (its allocation
+	 * joins it), then waits. */
+	unsetenv("VGPU_COMPUTE_LIMIT");
+	hjob_start(&holder, capped_env);
+	cr_assert_eq(hjob_alloc(&holder, 1 << 20, "malloc", NULL), 0);
+	got = share(1000, 1000, "ggl");
+	hjob_end(&holder);
+	printf("hip share: an uncapped process of a 30%% tenant: %.2f%%\n",
+	       got);
+	cr_assert(got >= 28.0 && got <= 32.0, "%.2f%% of the device, want 30 "
+		  "+2 -2 (the tenant's share)", got);
+}
