@@ -182,7 +182,13 @@ struct vgpu_ledger_tenant {
 	 * (CLOCK_MONOTONIC, ns; 0: none): the tenant's other first launches
 	 * wait for it, up to a second. Changed by compare-and-swap only. */
 	uint64_t probe_ns;
-	uint64_t reserved[17];
+	/* The last probe retired unread (not read within a second: its
+	 * process died, stopped, or its kernel runs longer): the low 32 bits
+	 * of its probe_ns in the high 32, and in the low 32 what its retirer
+	 * charged the tenant for it, in us (the time since it went). Its own
+	 * process, if it reads it after all, charges only the rest. */
+	uint64_t probe_charged;
+	uint64_t reserved[16];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -342,7 +348,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, suspended, 352, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 356, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, opp_queue_ns, 360, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_ns, 368, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 376, 136);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_charged, 376, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 384, 128);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

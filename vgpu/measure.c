@@ -158,8 +158,9 @@ static uint64_t estimate(const struct vgpu_measure_ctx *c,
  * device. */
 static uint64_t probing[VGPU_MAX_DEVICES];
 
-/* Whether a probe may go at now (it is then in flight). */
-static bool probe_take(const struct vgpu_measure_gpu *g, uint64_t now)
+/* Whether a probe may go at now: VGPU_THROTTLE_PROBE_TAKEN (it is then in
+ * flight), _BUSY, or _RETIRED (a stale one was retired: admit again). */
+static int probe_take(const struct vgpu_measure_gpu *g, uint64_t now)
 {
 	uint64_t *pr = &probing[g->ordinal];
 	uint64_t went;
@@ -170,7 +171,8 @@ static bool probe_take(const struct vgpu_measure_gpu *g, uint64_t now)
 	went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
 	return (!went || now - went > VGPU_MEASURE_PROBE_MAX_NS) &&
 	       __atomic_compare_exchange_n(pr, &went, now ? now : 1, false,
-					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+		       ? VGPU_THROTTLE_PROBE_TAKEN : VGPU_THROTTLE_PROBE_BUSY;
 }
 
 /* The probe that went at `at` was read: the next may go. */
@@ -188,6 +190,22 @@ static void probe_done(const struct vgpu_measure_pending *p)
 {
 	if (p->probe_at)
 		probe_end(p->gpu, p->probe_at);
+}
+
+/* A probe another process retired unread has been charged by it for the
+ * time it had run then: that counts as charged here, so that reading it
+ * charges only the rest (or refunds). Asked until found, once. */
+static void probe_fold(struct vgpu_measure_pending *p)
+{
+	uint64_t r;
+
+	if (!p->probe_at || p->probe_folded || !p->gpu->slot)
+		return;
+	r = vgpu_throttle_probe_charged(p->gpu->slot, p->probe_at);
+	if (r) {
+		p->estimate += r;
+		p->probe_folded = true;
+	}
 }
 
 /* ---- placing events on the host's clock ------------------------------------- */
@@ -393,6 +411,7 @@ static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
 			return false;
 		q = P.event_sync(p->end) ? VGPU_PRIM_DONE : VGPU_PRIM_ERROR;
 	}
+	probe_fold(p);
 	place(c, p, q == VGPU_PRIM_DONE, &start, &len);
 	if (c->done_count == 2 * RING)
 		charge_done(c, 0, true);
@@ -457,6 +476,8 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 	struct vgpu_measure_pending *p = &c->ring[c->head];
 	uint64_t ns, start, ran;
 
+	if (c->count)
+		probe_fold(p);
 	if (!c->count || p->ref < 0 || now - p->issued <= p->estimate ||
 	    P.event_query(p->start) != VGPU_PRIM_DONE ||
 	    !P.event_elapsed(c->ref_ev[p->ref], p->start, &ns))
@@ -501,7 +522,10 @@ static void settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
 
 	for (unsigned i = 0; i < c->count; i++) {
 		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
-		uint64_t t = p->estimate > share ? p->estimate : share;
+		uint64_t t;
+
+		probe_fold(p);
+		t = p->estimate > share ? p->estimate : share;
 
 		if (p->gpu->slot)
 			vgpu_throttle_settle(p->gpu->slot, t, p->estimate);
@@ -747,11 +771,14 @@ static int measured(struct vgpu_measure_ctx *c,
 		 * once admitted (a probe waiting for its admission holds no
 		 * one: several admitted at once on an estimate of 0 would
 		 * all go), or waits for the one in flight to be read. */
-		if (probe_take(g, now)) {
+		r = probe_take(g, now);
+		if (r == VGPU_THROTTLE_PROBE_TAKEN) {
 			probe_at = now ? now : 1;
 			break;
 		}
-		wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
+		/* One retired was charged what it ran: admitted again. */
+		if (r == VGPU_THROTTLE_PROBE_BUSY)
+			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
 		now = P.now();	/* rare: only before a process's first */
 		est = estimate(c, g, call->kind, call->key);
 	}
@@ -787,6 +814,7 @@ static int measured(struct vgpu_measure_ctx *c,
 	p->estimate = est;
 	p->key = call->key;
 	p->probe_at = probe_at;
+	p->probe_folded = false;
 	p->gpu = g;
 	p->kind = call->kind;
 	p->ref = c->ref;

@@ -128,6 +128,7 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	uint64_t estimate;		/* what the bucket was charged */
 	uint64_t key;
 	uint64_t probe_at;		/* went with no estimate then; 0: not */
+	bool probe_folded;		/* a retirer's charge is in estimate */
 	const struct vgpu_measure_gpu *gpu;
 	int kind;
 	int ref;			/* the reference it is placed against */

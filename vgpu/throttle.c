@@ -416,25 +416,52 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	return 0;
 }
 
-bool vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
-			       uint64_t max_ns)
+/* A probe's mark: its time, never 0. */
+static uint64_t probe_mark(uint64_t ns)
+{
+	return ns ? ns : 1;
+}
+
+int vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
+			      uint64_t max_ns)
 {
 	uint64_t *p = &s->ten->probe_ns;
-	uint64_t went = vgpu__ld(p);
+	uint64_t went = vgpu__ld(p), ran, us;
 
+	if (!went)
+		return __atomic_compare_exchange_n(p, &went,
+				probe_mark(now_ns), false, __ATOMIC_ACQ_REL,
+				__ATOMIC_RELAXED)
+			       ? VGPU_THROTTLE_PROBE_TAKEN
+			       : VGPU_THROTTLE_PROBE_BUSY;
 	/* In flight: went lately (or a moment ahead, another process's
-	 * clock read after ours), and not a time of another boot. */
-	if (went && (went > now_ns ? went - now_ns <= VGPU_THROTTLE_CLOCK_SKEW_NS
-				   : now_ns - went <= max_ns))
-		return false;
-	return __atomic_compare_exchange_n(p, &went, now_ns ? now_ns : 1,
-					   false, __ATOMIC_ACQ_REL,
-					   __ATOMIC_RELAXED);
+	 * clock read after ours); a time of another boot is retired. */
+	if (went > now_ns ? went - now_ns <= VGPU_THROTTLE_CLOCK_SKEW_NS
+			  : now_ns - went <= max_ns)
+		return VGPU_THROTTLE_PROBE_BUSY;
+	if (!__atomic_compare_exchange_n(p, &went, 0, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_RELAXED))
+		return VGPU_THROTTLE_PROBE_BUSY;	/* read or retired */
+	ran = now_ns > went && now_ns - went <= VGPU_THROTTLE_MAX_CHARGE_NS
+		      ? now_ns - went : 0;
+	us = ran / 1000 < UINT32_MAX ? ran / 1000 : UINT32_MAX;
+	vgpu_throttle_correct(s, 0, us * 1000);
+	vgpu__st(&s->ten->probe_charged, (went & UINT32_MAX) << 32 | us);
+	return VGPU_THROTTLE_PROBE_RETIRED;
+}
+
+uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t went_ns)
+{
+	uint64_t w = vgpu__ld(&s->ten->probe_charged);
+
+	if (!w || w >> 32 != (probe_mark(went_ns) & UINT32_MAX))
+		return 0;
+	return (w & UINT32_MAX) * 1000;
 }
 
 void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t went_ns)
 {
-	uint64_t went = went_ns ? went_ns : 1;
+	uint64_t went = probe_mark(went_ns);
 
 	__atomic_compare_exchange_n(&s->ten->probe_ns, &went, 0, false,
 				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);

@@ -139,15 +139,29 @@ void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
  * first) is admitted on any bucket not in debt, so the tenant's first
  * launches go one at a time, across its processes, each charged its
  * measured length before the next goes (eight processes starting at once
- * otherwise ran eight kernels side by side under a 30% cap). True when
- * s's process may make one at now_ns: none is in flight, or the one in
- * flight went more than max_ns ago (its process died, stopped or never
- * reads it) and is taken over; then vgpu_throttle_probe_end(s, now_ns)
- * once it has been read. One load, and a compare-and-swap to take it. */
-bool vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
-			       uint64_t max_ns);
-/* The probe that went at went_ns was read: the next may go (nothing if
- * another process took it over meanwhile). */
+ * otherwise ran eight kernels side by side under a 30% cap). At now_ns,
+ * after its admission, s's process asks for it:
+ *   TAKEN:   none is in flight; it is s's now, until
+ *            vgpu_throttle_probe_end(s, now_ns) once read;
+ *   BUSY:    another is in flight; ask again later;
+ *   RETIRED: the one in flight went more than max_ns ago and is not read
+ *            (its process died or stopped, or its kernel runs longer):
+ *            it is retired, and the tenant charged the time since it went
+ *            (as if it ran all along); ask again after a new admission.
+ * One load, and a compare-and-swap to take or retire it. */
+enum {
+	VGPU_THROTTLE_PROBE_BUSY,
+	VGPU_THROTTLE_PROBE_TAKEN,
+	VGPU_THROTTLE_PROBE_RETIRED,
+};
+int vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
+			      uint64_t max_ns);
+/* What a retirer charged for the probe that went at went_ns, in ns (0:
+ * not retired, or another retirement since): its own process counts it as
+ * charged already, when it reads it. */
+uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t went_ns);
+/* The probe that went at went_ns was read: the next may go (nothing if it
+ * was retired meanwhile). */
 void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t went_ns);
 
 /* Whether s's tenant is elastic and no other tenant of the GPU has been

@@ -583,6 +583,9 @@ Test(measure, a_dead_process_s_probe_holds_the_tenant_a_second)
 	cr_expect_eq(fake.launched_at,
 		     T0 + VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS);
 	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0);
+	cr_expect_eq(vgpu_throttle_probe_charged(other, T0),
+		     VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS,
+		     "the retired probe charged the time since it went");
 	/* The dead one's end, if it ever came, lets go of nothing. */
 	vgpu_throttle_probe_end(other, T0);
 	cr_expect_not(vgpu_throttle_probe_begin(other, fake.now,
@@ -1233,4 +1236,31 @@ Test(measure, the_gate_is_passed_after_admission_around_the_events)
 	cr_expect_eq(vgpu_measure_launch(&a->m, &call), 700);
 	cr_expect_eq(gate.enters, 1);
 	cr_expect_eq(gate.leaves, 1);
+}
+
+/* This process's probe, a kernel longer than the bound, is retired by
+ * another process while it runs (charged the time so far); when it is
+ * read, only the rest is charged: the tenant pays its length once. */
+Test(measure, a_probe_retired_while_it_runs_is_charged_once)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct vgpu_slot *b;
+	uint64_t was;
+
+	cr_assert_eq(launch(a, F1, 3 * SEC), 0);
+	cr_assert_neq(newest(a, &fake.ctx[0])->probe_at, 0);
+	was = charged();
+	b = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	fake.now = T0 + 2 * SEC;
+	cr_assert_eq(vgpu_throttle_probe_begin(b, fake.now,
+					       VGPU_MEASURE_PROBE_MAX_NS),
+		     VGPU_THROTTLE_PROBE_RETIRED);
+	int64_t after_retire = tokens();
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	cr_expect_eq(tokens(), after_retire - (int64_t)(1 * SEC),
+		     "the read charged %lld ns more, want the 1 s left",
+		     (long long)(after_retire - tokens()));
+	(void)was;
 }

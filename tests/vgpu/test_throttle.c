@@ -154,6 +154,42 @@ Test(throttle, a_bucket_that_holds_enough_is_refilled_later_with_nothing_lost)
 	vgpu_ledger_close(l);
 }
 
+/* The tenant's probe: one at a time; one not read within its bound is
+ * retired by the next asker, the tenant charged the time since it went
+ * (its kernel may still run), and its own process, reading it after
+ * all, finds what was charged for it. */
+Test(throttle, a_probe_unread_past_its_bound_is_retired_and_charged)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = capped(l, "t", 30, VGPU_POLICY_HARD);
+	struct vgpu_slot *b = ledger_join_ok(l, vgpu_ledger_tenant_record(a)->name,
+					     VGPU_LEDGER_UNLIMITED);
+	int64_t before;
+
+	cr_assert_eq(vgpu_throttle_probe_begin(a, T0, SEC),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + SEC, SEC),
+		     VGPU_THROTTLE_PROBE_BUSY, "a second is not past it");
+	before = tokens(a);
+	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + 3 * SEC / 2, SEC),
+		     VGPU_THROTTLE_PROBE_RETIRED);
+	cr_expect_eq(tokens(a), before - 3 * (int64_t)SEC / 2,
+		     "charged the 1.5 s it may have run");
+	cr_expect_eq(vgpu_throttle_probe_charged(a, T0), 3 * SEC / 2);
+	cr_expect_eq(vgpu_throttle_probe_charged(a, T0 + 1), 0,
+		     "another probe's");
+	/* The retired one's end lets go of nothing: b's probe holds. */
+	cr_assert_eq(vgpu_throttle_probe_begin(b, T0 + 3 * SEC / 2, SEC),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	vgpu_throttle_probe_end(a, T0);
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 3 * SEC / 2 + 1, SEC),
+		     VGPU_THROTTLE_PROBE_BUSY);
+	vgpu_throttle_probe_end(b, T0 + 3 * SEC / 2);
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 2 * SEC, SEC),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	vgpu_ledger_close(l);
+}
+
 Test(throttle, an_idle_bucket_fills_to_the_burst_only)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
