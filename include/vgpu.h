@@ -178,15 +178,17 @@ struct vgpu_ledger_tenant {
 	 * ns; the throttle's model of it, all its processes together). */
 	uint64_t opp_queue_ns;
 	/* A launch with no estimate in any process of the tenant (a
-	 * process's first, the probe) went at this time and is not read yet
-	 * (CLOCK_MONOTONIC, ns; 0: none): the tenant's other first launches
-	 * wait for it, up to a second. Changed by compare-and-swap only. */
-	uint64_t probe_ns;
-	/* The last probe retired unread (not read within a second: its
-	 * process died, stopped, or its kernel runs longer): the low 32 bits
-	 * of its probe_ns in the high 32, and in the low 32 what its retirer
-	 * charged the tenant for it, in us (the time since it went). Its own
-	 * process, if it reads it after all, charges only the rest. */
+	 * process's first, the probe) is in flight, not read yet (0: none):
+	 * its holder slot's owner word in the high 32 bits (as in `lock`),
+	 * the CLOCK_MONOTONIC milliseconds it went in the low 32. The
+	 * tenant's other first launches wait for it while its holder lives,
+	 * up to 5 s. Changed by compare-and-swap only. */
+	uint64_t probe;
+	/* The last probe retired unread (its holder died, or 5 s passed):
+	 * 32 bits identifying its `probe` word in the high 32, and in the low
+	 * 32 what its retirer charged the tenant for it, in us (the time
+	 * since it went). Its own process, if it reads it after all, charges
+	 * only the rest. */
 	uint64_t probe_charged;
 	uint64_t reserved[16];
 };
@@ -347,7 +349,7 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, ctl_fields, 348, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, suspended, 352, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 356, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, opp_queue_ns, 360, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_ns, 368, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe, 368, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_charged, 376, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 384, 128);
 

@@ -159,23 +159,25 @@ static uint64_t estimate(const struct vgpu_measure_ctx *c,
 static uint64_t probing[VGPU_MAX_DEVICES];
 
 /* Whether a probe may go at now: VGPU_THROTTLE_PROBE_TAKEN (it is then in
- * flight), _BUSY, or _RETIRED (a stale one was retired: admit again). */
-static int probe_take(const struct vgpu_measure_gpu *g, uint64_t now)
+ * flight, *at its mark), _BUSY, or _RETIRED (a stale one was retired:
+ * admit again). */
+static int probe_take(const struct vgpu_measure_gpu *g, uint64_t now,
+		      uint64_t *at)
 {
 	uint64_t *pr = &probing[g->ordinal];
 	uint64_t went;
 
 	if (g->slot)
-		return vgpu_throttle_probe_begin(g->slot, now,
-						 VGPU_MEASURE_PROBE_MAX_NS);
+		return vgpu_throttle_probe_begin(g->slot, now, at);
 	went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
+	*at = now ? now : 1;
 	return (!went || now - went > VGPU_MEASURE_PROBE_MAX_NS) &&
-	       __atomic_compare_exchange_n(pr, &went, now ? now : 1, false,
+	       __atomic_compare_exchange_n(pr, &went, *at, false,
 					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 		       ? VGPU_THROTTLE_PROBE_TAKEN : VGPU_THROTTLE_PROBE_BUSY;
 }
 
-/* The probe that went at `at` was read: the next may go. */
+/* The probe marked `at` was read: the next may go. */
 static void probe_end(const struct vgpu_measure_gpu *g, uint64_t at)
 {
 	if (g->slot)
@@ -525,7 +527,16 @@ static void settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
 		uint64_t t;
 
 		probe_fold(p);
-		t = p->estimate > share ? p->estimate : share;
+		t = share;
+		/* A probe's length is not known at all: charged as if it ran
+		 * at most as long as the tenant waits for an unread one
+		 * (PROBE_HOLD_NS). A probe launched and left unread for
+		 * seconds (a process that sleeps, then exits) charged its
+		 * tenant all that time and starved it for a minute. */
+		if (p->probe_at && t > VGPU_THROTTLE_PROBE_HOLD_NS)
+			t = VGPU_THROTTLE_PROBE_HOLD_NS;
+		if (p->estimate > t)
+			t = p->estimate;
 
 		if (p->gpu->slot)
 			vgpu_throttle_settle(p->gpu->slot, t, p->estimate);
@@ -771,11 +782,10 @@ static int measured(struct vgpu_measure_ctx *c,
 		 * once admitted (a probe waiting for its admission holds no
 		 * one: several admitted at once on an estimate of 0 would
 		 * all go), or waits for the one in flight to be read. */
-		r = probe_take(g, now);
-		if (r == VGPU_THROTTLE_PROBE_TAKEN) {
-			probe_at = now ? now : 1;
+		r = probe_take(g, now, &probe_at);
+		if (r == VGPU_THROTTLE_PROBE_TAKEN)
 			break;
-		}
+		probe_at = 0;
 		/* One retired was charged what it ran: admitted again. */
 		if (r == VGPU_THROTTLE_PROBE_BUSY)
 			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);

@@ -127,7 +127,7 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	struct vgpu_prim_event *start, *end;
 	uint64_t estimate;		/* what the bucket was charged */
 	uint64_t key;
-	uint64_t probe_at;		/* went with no estimate then; 0: not */
+	uint64_t probe_at;		/* went as the probe, its mark; 0: not */
 	bool probe_folded;		/* a retirer's charge is in estimate */
 	const struct vgpu_measure_gpu *gpu;
 	int kind;

@@ -416,54 +416,62 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 	return 0;
 }
 
-/* A probe's mark: its time, never 0. */
-static uint64_t probe_mark(uint64_t ns)
+/* The probe word: the holder slot's owner word (index + 1 and generation,
+ * never 0) in the high 32 bits, the CLOCK_MONOTONIC milliseconds it went
+ * (truncated) in the low 32. */
+static uint64_t probe_word(const struct vgpu_slot *s, uint64_t now_ns)
 {
-	return ns ? ns : 1;
+	return (uint64_t)s->owner << 32 | (now_ns / 1000000 & UINT32_MAX);
+}
+
+/* What identifies a probe in probe_charged: 32 bits of its word. */
+static uint64_t probe_id(uint64_t word)
+{
+	return (word * 0x9e3779b97f4a7c15ull) >> 32;
 }
 
 int vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
-			      uint64_t max_ns)
+			      uint64_t *probe)
 {
-	uint64_t *p = &s->ten->probe_ns;
-	uint64_t went = vgpu__ld(p), ran, us;
+	uint64_t *p = &s->ten->probe;
+	uint64_t w = vgpu__ld(p), want = probe_word(s, now_ns), ms, us;
 
-	if (!went)
-		return __atomic_compare_exchange_n(p, &went,
-				probe_mark(now_ns), false, __ATOMIC_ACQ_REL,
-				__ATOMIC_RELAXED)
-			       ? VGPU_THROTTLE_PROBE_TAKEN
-			       : VGPU_THROTTLE_PROBE_BUSY;
-	/* In flight: went lately (or a moment ahead, another process's
-	 * clock read after ours); a time of another boot is retired. */
-	if (went > now_ns ? went - now_ns <= VGPU_THROTTLE_CLOCK_SKEW_NS
-			  : now_ns - went <= max_ns)
+	if (!w) {
+		if (!__atomic_compare_exchange_n(p, &w, want, false,
+						 __ATOMIC_ACQ_REL,
+						 __ATOMIC_RELAXED))
+			return VGPU_THROTTLE_PROBE_BUSY;
+		*probe = want;
+		return VGPU_THROTTLE_PROBE_TAKEN;
+	}
+	/* Its age (ms, wrapping); a holder alive holds it up to HOLD_NS,
+	 * one that died is retired as soon as that can be seen. */
+	ms = (uint32_t)((now_ns / 1000000) - (w & UINT32_MAX));
+	if (ms * 1000000 < VGPU_THROTTLE_PROBE_DEAD_NS ||
+	    (ms * 1000000 <= VGPU_THROTTLE_PROBE_HOLD_NS &&
+	     !vgpu__owner_dead(s->l, (uint32_t)(w >> 32))))
 		return VGPU_THROTTLE_PROBE_BUSY;
-	if (!__atomic_compare_exchange_n(p, &went, 0, false, __ATOMIC_ACQ_REL,
+	if (!__atomic_compare_exchange_n(p, &w, 0, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_RELAXED))
 		return VGPU_THROTTLE_PROBE_BUSY;	/* read or retired */
-	ran = now_ns > went && now_ns - went <= VGPU_THROTTLE_MAX_CHARGE_NS
-		      ? now_ns - went : 0;
-	us = ran / 1000 < UINT32_MAX ? ran / 1000 : UINT32_MAX;
+	us = ms * 1000 < UINT32_MAX ? ms * 1000 : UINT32_MAX;
 	vgpu_throttle_correct(s, 0, us * 1000);
-	vgpu__st(&s->ten->probe_charged, (went & UINT32_MAX) << 32 | us);
+	vgpu__st(&s->ten->probe_charged, probe_id(w) << 32 | us);
 	return VGPU_THROTTLE_PROBE_RETIRED;
 }
 
-uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t went_ns)
+uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t probe)
 {
 	uint64_t w = vgpu__ld(&s->ten->probe_charged);
 
-	if (!w || w >> 32 != (probe_mark(went_ns) & UINT32_MAX))
+	if (!w || w >> 32 != probe_id(probe))
 		return 0;
 	return (w & UINT32_MAX) * 1000;
 }
 
-void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t went_ns)
+void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe)
 {
-	uint64_t went = probe_mark(went_ns);
-
-	__atomic_compare_exchange_n(&s->ten->probe_ns, &went, 0, false,
+	__atomic_compare_exchange_n(&s->ten->probe, &probe, 0, false,
 				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 

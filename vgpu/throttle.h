@@ -72,6 +72,13 @@ struct vgpu_slot;
  * again while a hard-capped neighbour runs. */
 #define VGPU_THROTTLE_OPP_QUEUE_NS	4000000ull	/* 4 ms */
 #define VGPU_THROTTLE_OPP_POLL_NS	500000ull	/* 0.5 ms */
+/* A probe (vgpu_throttle_probe_begin) whose holder lives is retired after
+ * this long unread (its kernel may run as long, or its holder stopped or
+ * computes without reading it): charged this much, a kernel longer than
+ * it escapes by the rest until read. Its holder's death is looked for
+ * from PROBE_DEAD_NS on. */
+#define VGPU_THROTTLE_PROBE_HOLD_NS	2000000000ull	/* 2 s */
+#define VGPU_THROTTLE_PROBE_DEAD_NS	50000000ull	/* 50 ms */
 /* A single charge or measurement larger than this is taken as this. */
 #define VGPU_THROTTLE_MAX_CHARGE_NS	(1ull << 42)	/* ~73 minutes */
 
@@ -141,28 +148,30 @@ void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
  * measured length before the next goes (eight processes starting at once
  * otherwise ran eight kernels side by side under a 30% cap). At now_ns,
  * after its admission, s's process asks for it:
- *   TAKEN:   none is in flight; it is s's now, until
- *            vgpu_throttle_probe_end(s, now_ns) once read;
+ *   TAKEN:   none is in flight; it is s's now, *probe its word, until
+ *            vgpu_throttle_probe_end(s, *probe) once read;
  *   BUSY:    another is in flight; ask again later;
- *   RETIRED: the one in flight went more than max_ns ago and is not read
- *            (its process died or stopped, or its kernel runs longer):
- *            it is retired, and the tenant charged the time since it went
- *            (as if it ran all along); ask again after a new admission.
- * One load, and a compare-and-swap to take or retire it. */
+ *   RETIRED: the one in flight was not read while its holder lived and
+ *            PROBE_HOLD_NS passed, or its holder died (seen from
+ *            PROBE_DEAD_NS on): it is retired, and the tenant charged the
+ *            time since it went (as if it ran all along); ask again after
+ *            a new admission.
+ * One load, a compare-and-swap to take or retire it, and past
+ * PROBE_DEAD_NS a test of the holder's slot lock (a system call). */
 enum {
 	VGPU_THROTTLE_PROBE_BUSY,
 	VGPU_THROTTLE_PROBE_TAKEN,
 	VGPU_THROTTLE_PROBE_RETIRED,
 };
 int vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
-			      uint64_t max_ns);
-/* What a retirer charged for the probe that went at went_ns, in ns (0:
- * not retired, or another retirement since): its own process counts it as
- * charged already, when it reads it. */
-uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t went_ns);
-/* The probe that went at went_ns was read: the next may go (nothing if it
- * was retired meanwhile). */
-void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t went_ns);
+			      uint64_t *probe);
+/* What a retirer charged for probe (its word), in ns (0: not retired, or
+ * another retirement since): its own process counts it as charged
+ * already, when it reads it. */
+uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t probe);
+/* The probe was read: the next may go (nothing if it was retired
+ * meanwhile). */
+void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe);
 
 /* Whether s's tenant is elastic and no other tenant of the GPU has been
  * active lately: its launches are lent the GPU rather than admitted

@@ -113,7 +113,7 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, suspended, 352, 4);
 	PIN(vgpu_ledger_tenant, reserved0, 356, 4);
 	PIN(vgpu_ledger_tenant, opp_queue_ns, 360, 8);
-	PIN(vgpu_ledger_tenant, probe_ns, 368, 8);
+	PIN(vgpu_ledger_tenant, probe, 368, 8);
 	PIN(vgpu_ledger_tenant, probe_charged, 376, 8);
 	PIN(vgpu_ledger_tenant, reserved, 384, 128);
 }

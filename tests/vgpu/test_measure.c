@@ -489,9 +489,10 @@ Test(measure, a_probe_s_own_thread_waits_for_its_end)
 	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0);
 }
 
-/* A probe whose thread never reads it holds the others one second at
- * most: then the next one goes as the probe. */
-Test(measure, a_probe_never_read_holds_the_others_a_second)
+/* A probe whose thread never reads it holds the others up to the
+ * tenant's bound (its process lives): then it is retired, and the next
+ * one goes as the probe. */
+Test(measure, a_probe_never_read_holds_the_others_to_the_bound)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
@@ -499,9 +500,10 @@ Test(measure, a_probe_never_read_holds_the_others_a_second)
 
 	launch(a, F1, 1 * MS);
 	launch(b, F2, 1 * MS);
-	/* Polled every 200 us: the first poll past a second. */
-	cr_expect_eq(fake.launched_at,
-		     T0 + VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS);
+	/* Polled every 200 us: the first poll past the bound (in ms). */
+	cr_expect_gt(fake.launched_at, T0 + VGPU_THROTTLE_PROBE_HOLD_NS);
+	cr_expect_leq(fake.launched_at,
+		      T0 + VGPU_THROTTLE_PROBE_HOLD_NS + 2 * MS);
 	cr_expect_neq(newest(b, &fake.ctx[0])->probe_at, 0);
 }
 
@@ -533,13 +535,13 @@ Test(measure, a_forked_child_waits_for_the_parent_s_probe_until_it_is_read)
  * starting at once went side by side, each unmeasured, far past a 30%
  * cap. */
 static struct vgpu_slot *other;
-static uint64_t other_went, other_reads_at;
+static uint64_t other_probe, other_reads_at;
 
 static void other_reads(void)
 {
-	if (other_went && fake.now >= other_reads_at) {
-		vgpu_throttle_probe_end(other, other_went);
-		other_went = 0;
+	if (other_probe && fake.now >= other_reads_at) {
+		vgpu_throttle_probe_end(other, other_probe);
+		other_probe = 0;
 	}
 }
 
@@ -547,50 +549,52 @@ Test(measure, another_process_s_probe_holds_the_first_launch_until_read)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t mine = 0, next = 0;
 
 	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
-	cr_assert(vgpu_throttle_probe_begin(other, T0,
-					    VGPU_MEASURE_PROBE_MAX_NS));
-	cr_assert_not(vgpu_throttle_probe_begin(slot, T0 + 1,
-						VGPU_MEASURE_PROBE_MAX_NS),
-		      "one probe of the tenant at a time");
-	other_went = T0;
+	cr_assert_eq(vgpu_throttle_probe_begin(other, T0, &other_probe),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	cr_assert_eq(vgpu_throttle_probe_begin(slot, T0 + 1, &mine),
+		     VGPU_THROTTLE_PROBE_BUSY,
+		     "one probe of the tenant at a time");
 	other_reads_at = T0 + 5 * MS;
 	fake.on_sleep = other_reads;
 	launch(a, F1, 1 * MS);
-	cr_expect_eq(other_went, 0, "went before the other probe was read");
+	cr_expect_eq(other_probe, 0, "went before the other probe was read");
 	cr_expect_geq(fake.launched_at, T0 + 5 * MS);
 	cr_expect_lt(fake.launched_at, T0 + 5 * MS +
 				       2 * VGPU_MEASURE_PROBE_POLL_NS);
 	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0,
 		      "the process's own first is a probe too");
-	cr_expect_not(vgpu_throttle_probe_begin(other, fake.now,
-						VGPU_MEASURE_PROBE_MAX_NS),
-		      "this process's probe holds the other's next");
+	cr_expect_eq(vgpu_throttle_probe_begin(other, fake.now, &next),
+		     VGPU_THROTTLE_PROBE_BUSY,
+		     "this process's probe holds the other's next");
 }
 
-/* The other process's probe is never read (it died or stopped): this one
- * waits a second at most, then takes it over. */
-Test(measure, a_dead_process_s_probe_holds_the_tenant_a_second)
+/* The other process's probe is never read while it lives (it stopped, or
+ * computes without reading it): this one waits for it up to its bound,
+ * then retires it, charging the tenant the time since it went, and goes
+ * once admitted against that debt (here a share of 100: at once). */
+Test(measure, a_live_process_s_unread_probe_holds_the_tenant_to_its_bound)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t op = 0, next = 0;
+	uint64_t hold = VGPU_THROTTLE_PROBE_HOLD_NS;
 
 	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
-	cr_assert(vgpu_throttle_probe_begin(other, T0,
-					    VGPU_MEASURE_PROBE_MAX_NS));
+	cr_assert_eq(vgpu_throttle_probe_begin(other, T0, &op),
+		     VGPU_THROTTLE_PROBE_TAKEN);
 	launch(a, F1, 1 * MS);
-	cr_expect_eq(fake.launched_at,
-		     T0 + VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS);
+	cr_expect_gt(fake.launched_at, T0 + hold);
+	cr_expect_leq(fake.launched_at, T0 + hold + 2 * MS);
 	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0);
-	cr_expect_eq(vgpu_throttle_probe_charged(other, T0),
-		     VGPU_MEASURE_PROBE_MAX_NS + VGPU_MEASURE_PROBE_POLL_NS,
-		     "the retired probe charged the time since it went");
-	/* The dead one's end, if it ever came, lets go of nothing. */
-	vgpu_throttle_probe_end(other, T0);
-	cr_expect_not(vgpu_throttle_probe_begin(other, fake.now,
-						VGPU_MEASURE_PROBE_MAX_NS),
-		      "the taken-over probe still held");
+	cr_expect_geq(vgpu_throttle_probe_charged(other, op), hold,
+		      "the retired probe charged the time since it went");
+	/* The retired one's end, if it ever came, lets go of nothing. */
+	vgpu_throttle_probe_end(other, op);
+	cr_expect_eq(vgpu_throttle_probe_begin(other, fake.now, &next),
+		     VGPU_THROTTLE_PROBE_BUSY, "this process's probe held");
 }
 
 /* ---- estimates ------------------------------------------------------------------ */
@@ -1248,19 +1252,41 @@ Test(measure, a_probe_retired_while_it_runs_is_charged_once)
 	struct vgpu_slot *b;
 	uint64_t was;
 
-	cr_assert_eq(launch(a, F1, 3 * SEC), 0);
+	cr_assert_eq(launch(a, F1, VGPU_THROTTLE_PROBE_HOLD_NS + 3 * SEC), 0);
 	cr_assert_neq(newest(a, &fake.ctx[0])->probe_at, 0);
 	was = charged();
 	b = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
-	fake.now = T0 + 2 * SEC;
-	cr_assert_eq(vgpu_throttle_probe_begin(b, fake.now,
-					       VGPU_MEASURE_PROBE_MAX_NS),
+	fake.now = T0 + VGPU_THROTTLE_PROBE_HOLD_NS + 1 * SEC;
+	uint64_t bp = 0;
+
+	cr_assert_eq(vgpu_throttle_probe_begin(b, fake.now, &bp),
 		     VGPU_THROTTLE_PROBE_RETIRED);
 	int64_t after_retire = tokens();
 	fake.now = fake.kernel_end;
 	sync_as(a);
-	cr_expect_eq(tokens(), after_retire - (int64_t)(1 * SEC),
-		     "the read charged %lld ns more, want the 1 s left",
+	cr_expect_eq(tokens(), after_retire - (int64_t)(2 * SEC),
+		     "the read charged %lld ns more, want the 2 s left",
 		     (long long)(after_retire - tokens()));
 	(void)was;
+}
+
+/* A probe left unread until its process exits (a process that launches,
+ * sleeps 15 s and exits) is charged at most the tenant's hold bound, not
+ * the whole time since it went: that charge starved the tenant's other
+ * processes for a minute. */
+Test(measure, an_unread_probe_at_exit_is_charged_at_most_the_hold_bound)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t was;
+
+	cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	cr_assert_neq(newest(a, &fake.ctx[0])->probe_at, 0);
+	was = charged();
+	fake.now = T0 + 15 * SEC;
+	as(a);
+	vgpu_measure_process_exit(&a->m);
+	cr_expect_eq(charged() - was, VGPU_THROTTLE_PROBE_HOLD_NS,
+		     "charged %llu ns at exit",
+		     (unsigned long long)(charged() - was));
 }

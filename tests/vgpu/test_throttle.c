@@ -154,38 +154,67 @@ Test(throttle, a_bucket_that_holds_enough_is_refilled_later_with_nothing_lost)
 	vgpu_ledger_close(l);
 }
 
-/* The tenant's probe: one at a time; one not read within its bound is
- * retired by the next asker, the tenant charged the time since it went
- * (its kernel may still run), and its own process, reading it after
- * all, finds what was charged for it. */
-Test(throttle, a_probe_unread_past_its_bound_is_retired_and_charged)
+/* The tenant's probe: one at a time; one whose holder lives is held up
+ * to its bound, then retired by the next asker, the tenant charged the
+ * time since it went (its kernel may still run); its own process,
+ * reading it after all, finds what was charged for it. */
+Test(throttle, a_live_holder_s_probe_is_held_then_retired_and_charged)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
 	struct vgpu_slot *a = capped(l, "t", 30, VGPU_POLICY_HARD);
 	struct vgpu_slot *b = ledger_join_ok(l, vgpu_ledger_tenant_record(a)->name,
 					     VGPU_LEDGER_UNLIMITED);
+	uint64_t pa = 0, pb = 0, hold = VGPU_THROTTLE_PROBE_HOLD_NS;
 	int64_t before;
 
-	cr_assert_eq(vgpu_throttle_probe_begin(a, T0, SEC),
+	cr_assert_eq(vgpu_throttle_probe_begin(a, T0, &pa),
 		     VGPU_THROTTLE_PROBE_TAKEN);
-	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + SEC, SEC),
-		     VGPU_THROTTLE_PROBE_BUSY, "a second is not past it");
+	cr_assert_neq(pa, 0);
+	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + SEC, &pb),
+		     VGPU_THROTTLE_PROBE_BUSY, "its holder lives");
+	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + hold, &pb),
+		     VGPU_THROTTLE_PROBE_BUSY, "not past its bound");
 	before = tokens(a);
-	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + 3 * SEC / 2, SEC),
+	cr_expect_eq(vgpu_throttle_probe_begin(b, T0 + hold + SEC, &pb),
 		     VGPU_THROTTLE_PROBE_RETIRED);
-	cr_expect_eq(tokens(a), before - 3 * (int64_t)SEC / 2,
-		     "charged the 1.5 s it may have run");
-	cr_expect_eq(vgpu_throttle_probe_charged(a, T0), 3 * SEC / 2);
-	cr_expect_eq(vgpu_throttle_probe_charged(a, T0 + 1), 0,
+	cr_expect_eq(tokens(a), before - (int64_t)(hold + SEC),
+		     "charged the time it may have run");
+	cr_expect_eq(vgpu_throttle_probe_charged(a, pa), hold + SEC);
+	cr_expect_eq(vgpu_throttle_probe_charged(a, pa + 1), 0,
 		     "another probe's");
 	/* The retired one's end lets go of nothing: b's probe holds. */
-	cr_assert_eq(vgpu_throttle_probe_begin(b, T0 + 3 * SEC / 2, SEC),
+	cr_assert_eq(vgpu_throttle_probe_begin(b, T0 + hold + SEC, &pb),
 		     VGPU_THROTTLE_PROBE_TAKEN);
-	vgpu_throttle_probe_end(a, T0);
-	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 3 * SEC / 2 + 1, SEC),
+	vgpu_throttle_probe_end(a, pa);
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + hold + SEC + 1, &pa),
 		     VGPU_THROTTLE_PROBE_BUSY);
-	vgpu_throttle_probe_end(b, T0 + 3 * SEC / 2);
-	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 2 * SEC, SEC),
+	vgpu_throttle_probe_end(b, pb);
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + hold + 2 * SEC, &pa),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	vgpu_ledger_close(l);
+}
+
+/* A probe whose holder died (a slot no process holds) is retired as soon
+ * as that can be seen, charged only the time since it went. */
+Test(throttle, a_dead_holder_s_probe_is_retired_at_once)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = capped(l, "t", 30, VGPU_POLICY_HARD);
+	struct vgpu_ledger_tenant *ten =
+		(struct vgpu_ledger_tenant *)vgpu_ledger_tenant_record(a);
+	/* Slot 900 of generation 3: nobody's. */
+	uint64_t dead = (uint64_t)(901u | 3u << 11) << 32 |
+			(T0 / MS & UINT32_MAX);
+	uint64_t p = 0;
+	int64_t before = tokens(a);
+
+	__atomic_store_n(&ten->probe, dead, __ATOMIC_RELEASE);
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 10 * MS, &p),
+		     VGPU_THROTTLE_PROBE_BUSY, "too young to look");
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 60 * MS, &p),
+		     VGPU_THROTTLE_PROBE_RETIRED);
+	cr_expect_eq(tokens(a), before - 60 * (int64_t)MS);
+	cr_expect_eq(vgpu_throttle_probe_begin(a, T0 + 60 * MS, &p),
 		     VGPU_THROTTLE_PROBE_TAKEN);
 	vgpu_ledger_close(l);
 }
