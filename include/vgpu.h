@@ -182,9 +182,9 @@ struct vgpu_ledger_tenant {
 	 * its holder slot's owner word in the high 32 bits (as in `lock`),
 	 * the CLOCK_MONOTONIC milliseconds it went in the low 32. The
 	 * tenant's other first launches wait for it while its holder lives,
-	 * up to 5 s. Changed by compare-and-swap only. */
+	 * up to 2 s. Changed by compare-and-swap only. */
 	uint64_t probe;
-	/* The last probe retired unread (its holder died, or 5 s passed):
+	/* The last probe retired unread (its holder died, or 2 s passed):
 	 * 32 bits identifying its `probe` word in the high 32, and in the low
 	 * 32 what its retirer charged the tenant for it, in us (the time
 	 * since it went). Its own process, if it reads it after all, charges
