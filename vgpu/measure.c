@@ -740,14 +740,32 @@ static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
 	return est;
 }
 
+/* This thread's tag in the tenant's turns (vgpu_throttle_admit_waiting):
+ * threads of one process take turns among themselves too; 0 until
+ * first asked. */
+static __thread uint32_t thread_tag;
+static uint32_t next_tag;
+
+static uint32_t my_tag(void)
+{
+	if (!thread_tag)
+		do
+			thread_tag = __atomic_add_fetch(&next_tag, 1,
+							__ATOMIC_RELAXED) &
+				     0x1fffffu;
+		while (!thread_tag);
+	return thread_tag;
+}
+
 /* Waits, holding nothing, until the bucket admits est at *now (updated),
  * reading c's launches that complete meanwhile. */
 static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		  uint64_t est, uint64_t *now)
 {
 	uint64_t wait, t0 = 0;
+	uint32_t me = my_tag();
 
-	while ((wait = vgpu_throttle_admit_waiting(g->slot, *now, est,
+	while ((wait = vgpu_throttle_admit_waiting(g->slot, me, *now, est,
 						   t0 ? *now - t0 : 0)) != 0) {
 		if (!t0)
 			t0 = P.now();

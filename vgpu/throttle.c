@@ -290,9 +290,10 @@ static void admitted(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
 	stamp(c, now);
 }
 
-/* Turns among a tenant's processes: whoever asks when tokens are there
- * gets them, so a process that asks less often (a new one, a child) can
- * starve behind one that launches back to back. A process that has waited
+/* Turns among a tenant's processes and their threads (turn_of): whoever
+ * asks when tokens are there gets them, so a process or thread that asks
+ * less often (a new one, a child) can starve behind one that launches back
+ * to back. A process that has waited
  * VGPU_THROTTLE_STARVE_NS claims the turn; while a fresh turn names another
  * slot, everyone else waits. Of the starved, the one waiting longest holds
  * it: a claim takes the turn from a holder that began waiting later
@@ -309,11 +310,19 @@ static bool turn_fresh(struct vgpu_ledger_compute *c, uint64_t now)
 	       at < now + VGPU_THROTTLE_CLOCK_SKEW_NS;
 }
 
-/* 0: s may try now; else the wait while another process has the turn. */
-static uint64_t take_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
-			  uint64_t now, uint64_t waiting_ns)
+/* Who asks, as the turn names it: the slot's index + 1 in the low 11 bits
+ * (slots < 1024), the thread's tag above them: threads of one process
+ * take turns among themselves too. */
+static uint32_t turn_of(const struct vgpu_slot *s, uint32_t thread)
 {
-	uint32_t me = s->index + 1;
+	return (s->index + 1) | (thread & 0x1fffffu) << 11;
+}
+
+/* 0: s may try now; else the wait while another process or thread has
+ * the turn. */
+static uint64_t take_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
+			  uint32_t me, uint64_t now, uint64_t waiting_ns)
+{
 	uint32_t turn = vgpu__ld32(&c->turn);
 	bool fresh = turn && turn_fresh(c, now);
 	uint64_t since = now - waiting_ns;
@@ -336,10 +345,8 @@ static uint64_t take_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c,
 	return 0;
 }
 
-static void give_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c)
+static void give_turn(struct vgpu_ledger_compute *c, uint32_t me)
 {
-	uint32_t me = s->index + 1;
-
 	if (vgpu__ld32(&c->turn) == me)
 		__atomic_compare_exchange_n(&c->turn, &me, 0, false,
 					    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
@@ -348,10 +355,11 @@ static void give_turn(struct vgpu_slot *s, struct vgpu_ledger_compute *c)
 uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
 			     uint64_t estimate_ns)
 {
-	return vgpu_throttle_admit_waiting(s, now_ns, estimate_ns, 0);
+	return vgpu_throttle_admit_waiting(s, 0, now_ns, estimate_ns, 0);
 }
 
-uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
+uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint32_t thread,
+				     uint64_t now_ns,
 				     uint64_t estimate_ns, uint64_t waiting_ns)
 {
 	struct vgpu_ledger_compute *c = &s->ten->compute;
@@ -380,7 +388,8 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 		admitted(s, c, now_ns);
 		return 0;
 	}
-	if ((wait = take_turn(s, c, now_ns, waiting_ns)) != 0) {
+	if ((wait = take_turn(s, c, turn_of(s, thread), now_ns,
+			      waiting_ns)) != 0) {
 		stamp(c, now_ns + wait);
 		return wait;
 	}
@@ -411,7 +420,7 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
 		if (tokens_cas(c, &t, 0))
 			break;
 	}
-	give_turn(s, c);
+	give_turn(c, turn_of(s, thread));
 	admitted(s, c, now_ns);
 	return 0;
 }

@@ -121,12 +121,14 @@ int vgpu_throttle_configure(struct vgpu_slot *s, unsigned share_pct,
 uint64_t vgpu_throttle_admit(struct vgpu_slot *s, uint64_t now_ns,
 			     uint64_t estimate_ns);
 
-/* As vgpu_throttle_admit, for a caller that has been waiting waiting_ns
+/* As vgpu_throttle_admit, for a caller, thread `thread` of its process (a
+ * tag of 21 bits, 0 for all the same), that has been waiting waiting_ns
  * for this launch already: past VGPU_THROTTLE_STARVE_NS it takes the
- * tenant's turn, and the tenant's other processes wait until it is
- * admitted (so a process launching back to back cannot starve another of
- * its tenant). */
-uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint64_t now_ns,
+ * tenant's turn, and the tenant's other processes and threads wait until
+ * it is admitted (so a thread launching back to back cannot starve
+ * another, of its process or another of its tenant). */
+uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint32_t thread,
+				     uint64_t now_ns,
 				     uint64_t estimate_ns, uint64_t waiting_ns);
 
 /* Settles an admitted launch: measured_ns is the GPU time it really took

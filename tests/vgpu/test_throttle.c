@@ -935,7 +935,7 @@ static uint64_t starved_for(bool use_waiting)
 			vgpu_throttle_settle(a, 1 * MS, 1 * MS);
 		if (t >= b_next) {
 			uint64_t w = use_waiting
-				? vgpu_throttle_admit_waiting(b, t, 1 * MS,
+				? vgpu_throttle_admit_waiting(b, 0, t, 1 * MS,
 							      t - b_start)
 				: vgpu_throttle_admit(b, t, 1 * MS);
 			if (w == 0) {
@@ -958,6 +958,52 @@ Test(throttle, a_process_waiting_long_gets_its_turn)
 	cr_assert_leq(with, VGPU_THROTTLE_STARVE_NS + 20 * MS,
 		      "with turns: in after %llu ms",
 		      (unsigned long long)(with / MS));
+}
+
+/* Two threads of one process: one launches back to back (asks every
+ * 100 us), the other asks every 2 ms. With one turn for the whole process
+ * (thread tag 0 for both) the second never finds the tokens: the first
+ * takes them, its turn being the second's too (a review saw two threads
+ * split 4/117 launches); tagged apart, the second is admitted within the
+ * starvation threshold plus a refill. */
+static uint64_t thread_starved_for(uint32_t fast, uint32_t slow)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = capped(l, "threads", 10, VGPU_POLICY_HARD);
+	uint64_t b_start = T0 + 20 * MS, b_next = b_start, admitted = NEVER;
+	uint64_t a_since = T0;
+
+	for (uint64_t t = T0; t < T0 + 2 * SEC && admitted == NEVER;
+	     t += 100 * US) {
+		if (vgpu_throttle_admit_waiting(a, fast, t, 1 * MS,
+						t - a_since) == 0) {
+			vgpu_throttle_settle(a, 1 * MS, 1 * MS);
+			a_since = t;
+		}
+		if (t >= b_next) {
+			if (vgpu_throttle_admit_waiting(a, slow, t, 1 * MS,
+							t - b_start) == 0) {
+				vgpu_throttle_settle(a, 1 * MS, 1 * MS);
+				admitted = t;
+			}
+			b_next = t + 2 * MS;
+		}
+	}
+	ledger_done(l);
+	return admitted == NEVER ? NEVER : admitted - b_start;
+}
+
+Test(throttle, a_thread_waiting_long_gets_its_turn_over_its_process)
+{
+	uint64_t same = thread_starved_for(0, 0);
+	uint64_t apart = thread_starved_for(1, 2);
+
+	cr_expect_eq(same, NEVER, "one turn for both threads: starved for "
+		     "2 s (got in after %llu ms)",
+		     (unsigned long long)(same / MS));
+	cr_assert_leq(apart, VGPU_THROTTLE_STARVE_NS + 20 * MS,
+		      "a turn each: in after %llu ms",
+		      (unsigned long long)(apart / MS));
 }
 
 /* Four processes of one tenant at 10%, each launching 5 ms kernels again
@@ -984,7 +1030,7 @@ static uint64_t slow_askers_longest_wait(void)
 			if (t < next[i])
 				continue;
 			next[i] = t + (i == 3 ? 2 * MS : 100 * US);
-			if (vgpu_throttle_admit_waiting(p[i], t, 5 * MS,
+			if (vgpu_throttle_admit_waiting(p[i], 0, t, 5 * MS,
 							t - since[i]) != 0)
 				continue;
 			vgpu_throttle_settle(p[i], 5 * MS, 5 * MS);
