@@ -150,48 +150,14 @@ static uint64_t estimate(const struct vgpu_measure_ctx *c,
 
 /* A launch with no estimate anywhere in the process goes alone, and so,
  * across the tenant's processes, does each process's first: other threads
- * and processes wait until its length is read and charged (or
- * PROBE_MAX_NS, if it is never read), so that eight threads or eight
- * processes starting at once do not all go unmeasured. The tenant's probe
- * is its ledger record's (vgpu_throttle_probe_begin); a GPU measured with
- * no slot has the process's own: the host time it went (0: none), per
- * device. */
-static uint64_t probing[VGPU_MAX_DEVICES];
-
-/* Whether a probe may go at now: VGPU_THROTTLE_PROBE_TAKEN (it is then in
- * flight, *at its mark), _BUSY, or _RETIRED (a stale one was retired:
- * admit again). */
-static int probe_take(const struct vgpu_measure_gpu *g, uint64_t now,
-		      uint64_t *at)
-{
-	uint64_t *pr = &probing[g->ordinal];
-	uint64_t went;
-
-	if (g->slot)
-		return vgpu_throttle_probe_begin(g->slot, now, at);
-	went = __atomic_load_n(pr, __ATOMIC_ACQUIRE);
-	*at = now ? now : 1;
-	return (!went || now - went > VGPU_MEASURE_PROBE_MAX_NS) &&
-	       __atomic_compare_exchange_n(pr, &went, *at, false,
-					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
-		       ? VGPU_THROTTLE_PROBE_TAKEN : VGPU_THROTTLE_PROBE_BUSY;
-}
-
-/* The probe marked `at` was read: the next may go. */
-static void probe_end(const struct vgpu_measure_gpu *g, uint64_t at)
-{
-	if (g->slot)
-		vgpu_throttle_probe_end(g->slot, at);
-	else
-		__atomic_compare_exchange_n(&probing[g->ordinal], &at, 0, false,
-					    __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED);
-}
-
+ * and processes wait until its length is read and charged (or it is
+ * retired), so that eight threads or eight processes starting at once do
+ * not all go unmeasured. The probe is the tenant record's
+ * (vgpu_throttle_probe_begin): a measured GPU always has a slot. */
 static void probe_done(const struct vgpu_measure_pending *p)
 {
 	if (p->probe_at)
-		probe_end(p->gpu, p->probe_at);
+		vgpu_throttle_probe_end(p->gpu->slot, p->probe_at);
 }
 
 /* A probe another process retired unread has been charged by it for the
@@ -201,7 +167,7 @@ static void probe_fold(struct vgpu_measure_pending *p)
 {
 	uint64_t r;
 
-	if (!p->probe_at || p->probe_folded || !p->gpu->slot)
+	if (!p->probe_at || p->probe_folded)
 		return;
 	r = vgpu_throttle_probe_charged(p->gpu->slot, p->probe_at);
 	if (r) {
@@ -478,9 +444,10 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 	struct vgpu_measure_pending *p = &c->ring[c->head];
 	uint64_t ns, start, ran;
 
-	if (c->count)
-		probe_fold(p);
-	if (!c->count || p->ref < 0 || now - p->issued <= p->estimate ||
+	if (!c->count)
+		return;
+	probe_fold(p);
+	if (p->ref < 0 || now - p->issued <= p->estimate ||
 	    P.event_query(p->start) != VGPU_PRIM_DONE ||
 	    !P.event_elapsed(c->ref_ev[p->ref], p->start, &ns))
 		return;
@@ -800,7 +767,7 @@ static int measured(struct vgpu_measure_ctx *c,
 		 * once admitted (a probe waiting for its admission holds no
 		 * one: several admitted at once on an estimate of 0 would
 		 * all go), or waits for the one in flight to be read. */
-		r = probe_take(g, now, &probe_at);
+		r = vgpu_throttle_probe_begin(g->slot, now, &probe_at);
 		if (r == VGPU_THROTTLE_PROBE_TAKEN)
 			break;
 		probe_at = 0;
@@ -818,7 +785,7 @@ static int measured(struct vgpu_measure_ctx *c,
 			call->leave();
 		vgpu_throttle_settle(g->slot, est, est);
 		if (probe_at)
-			probe_end(g, probe_at);
+			vgpu_throttle_probe_end(g->slot, probe_at);
 		return r;
 	}
 	P.event_record(a, call->stream, call->per_thread);
@@ -830,7 +797,7 @@ static int measured(struct vgpu_measure_ctx *c,
 		c->free_ev[c->nfree++] = a;
 		c->free_ev[c->nfree++] = b;
 		if (probe_at)
-			probe_end(g, probe_at);
+			vgpu_throttle_probe_end(g->slot, probe_at);
 		return r;
 	}
 	P.event_record(b, call->stream, call->per_thread);
@@ -952,10 +919,7 @@ void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
 void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 {
 	memset(t, 0, sizeof(*t));
-	/* A probe the parent had in flight is never read here: left set,
-	 * it held the child's first launch for PROBE_MAX_NS (the soak's
-	 * forked children took 1.0-1.17 s in cuLaunchKernel). The
-	 * estimates (proc_avg) are the parent's and stay: they are good. */
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-		__atomic_store_n(&probing[i], 0, __ATOMIC_RELAXED);
+	/* A probe the parent had in flight is the tenant's, the parent's to
+	 * read (vgpu_throttle_probe_begin). The estimates (proc_avg) are the
+	 * parent's and stay: they are good. */
 }

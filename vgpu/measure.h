@@ -81,9 +81,8 @@ struct vgpu_slot;
 #define VGPU_MEASURE_CAL_RETRY_NS	20000000ull	/* 20 ms */
 /* The longest sleep of a launch told to wait (it then asks again). */
 #define VGPU_MEASURE_MAX_SLEEP_NS	2000000ull
-/* Other threads wait at most this long for the probe's length to be
- * read, polling this often. */
-#define VGPU_MEASURE_PROBE_MAX_NS	1000000000ull
+/* A launch waiting for the tenant's probe to be read asks this often
+ * (how long it waits: VGPU_THROTTLE_PROBE_HOLD_NS, throttle.h). */
 #define VGPU_MEASURE_PROBE_POLL_NS	200000ull
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull

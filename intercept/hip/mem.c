@@ -132,8 +132,8 @@ static hipError_t pitch_alloc(void **p, size_t *pitch, size_t w, size_t h,
 	hipError_t r;
 
 	vgpu__hip_start();
-	if (!(mem ? (void *)vgpu__hip.hipMemAllocPitch
-		  : (void *)vgpu__hip.hipMallocPitch) || !vgpu__hip.hipFree)
+	if ((mem ? !vgpu__hip.hipMemAllocPitch : !vgpu__hip.hipMallocPitch) ||
+	    !vgpu__hip.hipFree)
 		return hipErrorNotInitialized;
 	dv = vgpu__hip_dev_current();
 	if (dv && p && pitch && w && h && w <= VGPU_TRACK_MAX_BYTES / h) {

@@ -64,6 +64,22 @@ static void counts(uint64_t base, uint64_t want, uint64_t ta, uint64_t tb,
 		     (unsigned long long)tb);
 }
 
+/* a allocates bytes (*p its pointer) and exports them by IPC; b opens
+ * them: b's pointer. */
+static uint64_t export_open(struct peer *a, struct peer *b, uint64_t bytes,
+			    uint64_t *p)
+{
+	struct peer_msg m = { .op = PEER_IPC_GET };
+
+	cr_assert_eq(run(a, PEER_ALLOC, bytes, 0, 0, p), 0);
+	m.a = *p;
+	cr_assert_eq(peer_do(a, &m, -1, NULL), 0);
+	m.op = PEER_IPC_OPEN;
+	m.b = 0;
+	cr_assert_eq(peer_do(b, &m, -1, NULL), 0);
+	return m.a;
+}
+
 /* Tenant a's process exports 48 MiB by IPC, tenant b's opens it: a pays.
  * a frees first: the memory stays on the device and b pays from then on,
  * so a's slice has room again only for what the device really freed. */
@@ -71,18 +87,11 @@ Test(hip_share, ipc_importer_pays_after_the_exporter_frees)
 {
 	uint64_t base = hs_device_used(), p, q, r;
 	struct peer a, b;
-	struct peer_msg m = { .op = PEER_IPC_GET };
 
 	start(&a, "a");
 	start(&b, "b");
-	cr_assert_eq(run(&a, PEER_ALLOC, 48 * MIB, 0, 0, &p), 0);
+	q = export_open(&a, &b, 48 * MIB, &p);
 	cr_assert_eq(run(&a, PEER_FILL, p, 48 * MIB, 0x5a, NULL), 0);
-	m.a = p;
-	cr_assert_eq(peer_do(&a, &m, -1, NULL), 0);
-	m.op = PEER_IPC_OPEN;
-	m.b = 0;
-	cr_assert_eq(peer_do(&b, &m, -1, NULL), 0);
-	q = m.a;
 	counts(base, 48 * MIB, 48 * MIB, 0, "exported, opened");
 	cr_assert_eq(run(&b, PEER_CHECK, q, 48 * MIB, 0x5a, NULL), 0);
 
@@ -111,17 +120,10 @@ Test(hip_share, ipc_within_one_tenant_counts_once)
 {
 	uint64_t base = hs_device_used(), p, q;
 	struct peer a, a2;
-	struct peer_msg m = { .op = PEER_IPC_GET };
 
 	start(&a, "a");
 	start(&a2, "a");
-	cr_assert_eq(run(&a, PEER_ALLOC, 40 * MIB, 0, 0, &p), 0);
-	m.a = p;
-	cr_assert_eq(peer_do(&a, &m, -1, NULL), 0);
-	m.op = PEER_IPC_OPEN;
-	m.b = 0;
-	cr_assert_eq(peer_do(&a2, &m, -1, NULL), 0);
-	q = m.a;
+	q = export_open(&a, &a2, 40 * MIB, &p);
 	counts(base, 40 * MIB, 40 * MIB, 0, "opened in the same tenant");
 	cr_assert_eq(run(&a, PEER_FREE, p, 0, 0, NULL), 0);
 	counts(base, 40 * MIB, 40 * MIB, 0, "the exporter freed first");
@@ -136,21 +138,16 @@ Test(hip_share, ipc_within_one_tenant_counts_once)
 	cr_assert_eq(peer_exit(&a2), 0);
 }
 
-/* The importer killed while the exporter still holds the memory, then the
- * exporter killed: each death gives back exactly its part. */
+/* The importer, paying after the exporter's free, killed: the device
+ * frees the memory, and its tenant's slice is whole again. */
 Test(hip_share, ipc_holders_killed)
 {
 	uint64_t base = hs_device_used(), p;
 	struct peer a, b;
-	struct peer_msg m = { .op = PEER_IPC_GET };
 
 	start(&a, "a");
 	start(&b, "b");
-	cr_assert_eq(run(&a, PEER_ALLOC, 20 * MIB, 0, 0, &p), 0);
-	m.a = p;
-	cr_assert_eq(peer_do(&a, &m, -1, NULL), 0);
-	m.op = PEER_IPC_OPEN;
-	cr_assert_eq(peer_do(&b, &m, -1, NULL), 0);
+	export_open(&a, &b, 20 * MIB, &p);
 	cr_assert_eq(run(&a, PEER_FREE, p, 0, 0, NULL), 0);
 	counts(base, 20 * MIB, 0, 20 * MIB, "the importer pays");
 	cr_assert_eq(peer_kill(&b), 0);
