@@ -8,7 +8,9 @@
  * to --to (default: the last interval's end):
  *
  *   record INTERVALS lost LOST whole-from NS sms SM_TOTAL span NS
- *   pid PID busy NS kernels K share PCT      (SM-weighted, over the span)
+ *   pid PID busy NS kernels K share PCT first NS last NS
+ *                         (SM-weighted, over the span; its first interval's
+ *                         start and last one's end, in the whole record)
  *   window START_MS PID PCT                  (each whole window, each pid)
  *
  * START_MS is CLOCK_MONOTONIC in ms, as share --window-ms prints it. Windows
@@ -68,6 +70,23 @@ static long kernels_of(const struct vsim_interval *iv, long n, int32_t pid)
 	for (long i = 0; i < n; i++)
 		k += iv[i].pid == pid;
 	return k;
+}
+
+/* The first start and last end of pid's intervals. */
+static struct span span_of(const struct vsim_interval *iv, long n,
+			   int32_t pid)
+{
+	struct span s = { UINT64_MAX, 0 };
+
+	for (long i = 0; i < n; i++) {
+		if (iv[i].pid != pid)
+			continue;
+		if (iv[i].start_ns < s.from)
+			s.from = iv[i].start_ns;
+		if (iv[i].end_ns > s.to)
+			s.to = iv[i].end_ns;
+	}
+	return s;
 }
 
 static void print_windows(const struct vsim_interval *iv, long n,
@@ -149,11 +168,14 @@ int main(int argc, char **argv)
 	np = pids_of(iv, n, pids);
 	for (int j = 0; n && j < np && all.to > all.from; j++) {
 		uint64_t b = busy(iv, n, info.sm_total, pids[j], all);
+		struct span own = span_of(iv, n, pids[j]);
 
-		printf("pid %d busy %llu kernels %ld share %.2f\n",
-		       (int)pids[j], (unsigned long long)b,
+		printf("pid %d busy %llu kernels %ld share %.2f first %llu "
+		       "last %llu\n", (int)pids[j], (unsigned long long)b,
 		       kernels_of(iv, n, pids[j]),
-		       100.0 * (double)b / (double)(all.to - all.from));
+		       100.0 * (double)b / (double)(all.to - all.from),
+		       (unsigned long long)own.from,
+		       (unsigned long long)own.to);
 	}
 	if (window_ms > 0 && n)
 		print_windows(iv, n, &info, pids, np, all,

@@ -1,6 +1,6 @@
 /* share.c - what share of the GPU's time a tenant's kernels really get.
  *
- *   share --kernel-us K --seconds S --style async|sync|graph
+ *   share --kernel-us K --seconds S --style async|sync|graph|threads
  *         [--expect PCT --tolerance PTS [--under PTS]] [--window-ms MS]
  *         [--judge kernels|device]
  *
@@ -10,7 +10,9 @@
  * cuCtxSynchronize; graph: a graph of one kernel node, launched over and
  * over. Each kernel reports its own start and end (vgpu_spin's times
  * argument; a graph's kernels count their length, which the simulator
- * keeps exactly); the share is the kernel time inside the window over the
+ * keeps exactly); threads: THREADS threads, each on a stream of its own,
+ * launching as async does. The share is the kernel time inside the window
+ * over the
  * window's wall time. Prints "achieved P.PP% ..." and, with --expect,
  * exits 1 when achieved is above expected by more than the tolerance, or
  * below it by more than --under (default: the tolerance).
@@ -28,6 +30,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +44,7 @@
 
 #define MAX_LAUNCHES 200000
 #define DEPTH 8
+#define THREADS 4
 
 static uint64_t now_ns(void)
 {
@@ -59,6 +63,68 @@ static int die(const char *what, CUresult r)
 	return 2;
 }
 
+/* --style threads: each thread launches on its own stream, its queue kept
+ * at most DEPTH deep, each launch's times in the next free pair. */
+struct workers {
+	CUcontext ctx;
+	CUfunction spin;
+	CUdeviceptr times;
+	uint64_t ns, end;
+	size_t n_max, next;		/* launches claimed (atomic) */
+	CUresult err;
+};
+
+static void *worker(void *arg)
+{
+	struct workers *w = arg;
+	CUstream s;
+	CUevent batch[DEPTH];
+	CUresult r;
+	size_t mine = 0;
+
+	if ((r = cuCtxSetCurrent(w->ctx)) ||
+	    (r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)))
+		goto out;
+	for (int i = 0; i < DEPTH; i++)
+		if ((r = cuEventCreate(&batch[i], CU_EVENT_DISABLE_TIMING)))
+			goto out;
+	while (now_ns() < w->end) {
+		size_t i = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
+		uint64_t ns = w->ns;
+		CUdeviceptr t = w->times + i * 2 * sizeof(uint64_t);
+		void *params[] = { &ns, &t };
+
+		if (i >= w->n_max)
+			break;
+		if ((r = cuLaunchKernel(w->spin, 1, 1, 1, 1, 1, 1, 0, s,
+					params, NULL)))
+			goto out;
+		mine++;
+		cuEventSynchronize(batch[mine % DEPTH]);
+		cuEventRecord(batch[mine % DEPTH], s);
+	}
+	r = cuStreamSynchronize(s);
+out:
+	if (r)
+		__atomic_store_n(&w->err, r, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static CUresult run_threads(struct workers *w, size_t *n)
+{
+	pthread_t th[THREADS];
+	int started = 0;
+
+	for (int i = 0; i < THREADS; i++)
+		if (pthread_create(&th[i], NULL, worker, w) == 0)
+			started++;
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	*n = w->next < w->n_max ? w->next : w->n_max;
+	if (started < THREADS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return w->err;
+}
 
 int main(int argc, char **argv)
 {
@@ -130,6 +196,14 @@ int main(int argc, char **argv)
 			return die("event", r);
 	uint64_t t0 = now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
 	size_t n = 0;
+	if (!strcmp(style, "threads")) {
+		struct workers w = { .ctx = ctx, .spin = spin, .times = times,
+				     .ns = p.ns, .end = end, .n_max = n_max };
+
+		if ((r = run_threads(&w, &n)))
+			return die("threads", r);
+		end = t0;	/* no more launches below */
+	}
 	while (now_ns() < end && n < n_max) {
 		p.times = times + n * 2 * sizeof(uint64_t);
 		if (use_graph) {
