@@ -227,6 +227,8 @@ static void cal_keep(struct vgpu_measure_ctx *c, int r, uint64_t at,
 	    window / 2 < c->ref_err[c->ref]) {
 		c->ref_ns[r] = at;
 		c->ref_err[r] = window / 2;
+		c->ref_lo[r] = at - window / 2;
+		c->ref_hi[r] = at + window / 2;
 		c->ref = r;
 	}
 	if (2 * c->ref_err[c->ref] <= VGPU_MEASURE_CAL_NARROW_NS) {
@@ -317,12 +319,49 @@ static void charge_done(struct vgpu_measure_ctx *c, uint64_t now, bool force)
 	}
 }
 
+/* Narrows where reference r lies on the host's clock with what one
+ * launch placed against it says: its start event cannot have completed
+ * before the launch was issued (ref >= lo), nor its end after it was seen
+ * complete (ref <= hi). A reference read in a wide window (the host late
+ * to see its event: tens of microseconds, a millisecond on a stream's
+ * first wake-up) is placed at the window's middle, which puts every end
+ * the process records up to half the window off, and an end placed late
+ * cuts another tenant's next kernel short: on the 2-core machine a 30%
+ * tenant beside a 70% one, both synchronising 100 us kernels, ran 46% of
+ * the device (its kernels charged about a third short). Every reading
+ * narrows it now, to within the host's latency in seeing a kernel end.
+ * Bounds that contradict the reference (the GPU's clock drifting from the
+ * host's since it was read) move it to the newer bound; a launch whose
+ * two bounds contradict each other says nothing. */
+static void narrow(struct vgpu_measure_ctx *c, int r, uint64_t lo,
+		   uint64_t hi)
+{
+	uint64_t a = c->ref_lo[r], b = c->ref_hi[r];
+
+	if (lo > hi + VGPU_MEASURE_REF_SLACK_NS)
+		return;
+	a = lo > a ? lo : a;
+	b = hi < b ? hi : b;
+	/* Crossed by the driver's rounding: where they cross. Else the
+	 * clocks drifted: the newer bound. */
+	if (a > b && a - b <= VGPU_MEASURE_REF_SLACK_NS)
+		a = b = b + (a - b) / 2;
+	else if (a > b)
+		a = b = lo > c->ref_hi[r] ? lo : hi;
+	if (a == c->ref_lo[r] && b == c->ref_hi[r])
+		return;
+	c->ref_lo[r] = a;
+	c->ref_hi[r] = b;
+	c->ref_ns[r] = a + (b - a) / 2;
+	c->ref_err[r] = (b - a) / 2;
+}
+
 /* Where p's interval lies on the host's clock: *start and *len, from its
- * events (complete: ok) or, when they cannot say, its estimate ending
- * now. */
-static void place(const struct vgpu_measure_ctx *c,
+ * events (complete: ok; seen complete before the host's time seen) or,
+ * when they cannot say, its estimate ending at seen. */
+static void place(struct vgpu_measure_ctx *c,
 		  const struct vgpu_measure_pending *p, bool ok,
-		  uint64_t *start, uint64_t *len)
+		  uint64_t seen, uint64_t *start, uint64_t *len)
 {
 	uint64_t ns;
 
@@ -330,10 +369,13 @@ static void place(const struct vgpu_measure_ctx *c,
 	if (ok && P.event_elapsed(p->start, p->end, &ns))
 		*len = ns;
 	if (p->ref >= 0 && ok &&
-	    P.event_elapsed(c->ref_ev[p->ref], p->start, &ns))
+	    P.event_elapsed(c->ref_ev[p->ref], p->start, &ns)) {
+		narrow(c, p->ref, p->issued > ns ? p->issued - ns : 0,
+		       seen > ns + *len ? seen - ns - *len : 0);
 		*start = c->ref_ns[p->ref] + ns;
-	else
-		*start = P.now() - *len;
+	} else {
+		*start = seen > *len ? seen - *len : 0;
+	}
 	/* On an idle stream the start event completes at once, before the
 	 * launch has even been made: the launch cannot have started before
 	 * it was issued (less the error of placing events on the host's
@@ -362,25 +404,19 @@ static bool off_by_much(uint64_t estimate, uint64_t first)
 	return d > estimate / 32;
 }
 
-/* Takes the oldest launch of c off the ring once it has completed (wait:
- * block for it), places it on the host's clock and records its end in the
- * GPU's timeline. Returns false if it has not completed (and wait is
- * false). */
-static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
+/* Takes the oldest launch of c off the ring, its end event found complete
+ * (q: the query's answer, VGPU_PRIM_DONE or _ERROR) before the host's
+ * time seen, places it on the host's clock and records its end in the
+ * GPU's timeline. */
+static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 {
 	struct vgpu_measure_pending *p = &c->ring[c->head];
 	const struct vgpu_measure_gpu *g = p->gpu;
 	struct vgpu_measure_done *m;
-	int q = P.event_query(p->end);
 	uint64_t start, len, first;
 
-	if (q == VGPU_PRIM_NOT_READY) {
-		if (!wait)
-			return false;
-		q = P.event_sync(p->end) ? VGPU_PRIM_DONE : VGPU_PRIM_ERROR;
-	}
 	probe_fold(p);
-	place(c, p, q == VGPU_PRIM_DONE, &start, &len);
+	place(c, p, q == VGPU_PRIM_DONE, seen, &start, &len);
 	if (c->done_count == 2 * RING)
 		charge_done(c, 0, true);
 	/* A first reading of its own time, from the ends recorded so far
@@ -429,6 +465,22 @@ static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
 	c->free_ev[c->nfree++] = p->end;
 	c->head = (c->head + 1) % RING;
 	c->count--;
+}
+
+/* Takes the oldest launch of c off the ring once it has completed (wait:
+ * block for it), as settle_read. Returns false if it has not completed
+ * (and wait is false). */
+static bool settle_oldest(struct vgpu_measure_ctx *c, bool wait)
+{
+	int q = P.event_query(c->ring[c->head].end);
+
+	if (q == VGPU_PRIM_NOT_READY) {
+		if (!wait)
+			return false;
+		q = P.event_sync(c->ring[c->head].end) ? VGPU_PRIM_DONE
+						       : VGPU_PRIM_ERROR;
+	}
+	settle_read(c, q, P.now());
 	return true;
 }
 
@@ -468,14 +520,27 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 
 /* Reads c's launches that have completed, in order, and charges those
  * that ended CHARGE_DELAY_NS before now; one still running past its
- * estimate is charged what it has run so far. Never blocks. */
-static void collect(struct vgpu_measure_ctx *c, uint64_t now)
+ * estimate is charged what it has run so far. Never blocks. Returns now,
+ * the host's time read after the queries. */
+static uint64_t collect(struct vgpu_measure_ctx *c)
 {
-	while (c->count && settle_oldest(c, false))
-		;
+	int q[RING];
+	unsigned k = 0;
+	uint64_t now;
+
+	/* The clock is read after the queries: the time each completed end
+	 * was seen by (place()), and the launch's time. */
+	while (k < c->count &&
+	       (q[k] = P.event_query(c->ring[(c->head + k) % RING].end)) !=
+		       VGPU_PRIM_NOT_READY)
+		k++;
+	now = P.now();
+	for (unsigned i = 0; i < k; i++)
+		settle_read(c, q[i], now);
 	running(c, now);
 	if (c->done_count)
 		charge_done(c, now, false);
+	return now;
 }
 
 /* ---- settling what is left ------------------------------------------------------ */
@@ -738,8 +803,7 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 			t0 = P.now();
 		wait_ns(wait > VGPU_MEASURE_MAX_SLEEP_NS
 				? VGPU_MEASURE_MAX_SLEEP_NS : wait);
-		*now = P.now();
-		collect(c, *now);
+		*now = collect(c);
 	}
 	if (t0)
 		vgpu_throttle_waited(g->slot, *now - t0);
@@ -752,12 +816,13 @@ static int measured(struct vgpu_measure_ctx *c,
 {
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
-	uint64_t est, probe_at, now = P.now();
+	uint64_t est, probe_at, now = collect(c);
 	int r;
 
-	if (cal_due(c, now))
+	if (cal_due(c, now)) {
 		calibrate(c);
-	collect(c, now);
+		now = P.now();
+	}
 	est = estimate_with_room(c, g, call->kind, call->key, now);
 	for (probe_at = 0;;) {
 		admit(c, g, est, &now);
@@ -873,8 +938,6 @@ int vgpu_measure_launch(struct vgpu_measure_thread *t,
 
 void vgpu_measure_synchronised(struct vgpu_measure_thread *t)
 {
-	uint64_t now = 0;
-
 	for (int i = 0; i < CTXS; i++) {
 		struct vgpu_measure_ctx *c = &t->ctx[i];
 
@@ -884,9 +947,7 @@ void vgpu_measure_synchronised(struct vgpu_measure_thread *t)
 			forget(c);
 			continue;
 		}
-		if (!now)
-			now = P.now();
-		collect(c, now);
+		collect(c);
 	}
 }
 

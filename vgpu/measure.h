@@ -79,6 +79,9 @@ struct vgpu_slot;
  * narrower one. */
 #define VGPU_MEASURE_CAL_NARROW_NS	10000ull	/* 10 us */
 #define VGPU_MEASURE_CAL_RETRY_NS	20000000ull	/* 20 ms */
+/* A launch narrows its reference's window (a reading's bounds) with this
+ * much slack: the driver's elapsed times are floats of milliseconds. */
+#define VGPU_MEASURE_REF_SLACK_NS	1000ull
 /* The longest sleep of a launch told to wait (it then asks again). */
 #define VGPU_MEASURE_MAX_SLEEP_NS	2000000ull
 /* A launch waiting for the tenant's probe to be read asks this often
@@ -159,7 +162,8 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	struct vgpu_prim_stream *cal_stream;
 	struct vgpu_prim_event *ref_ev[2];
 	uint64_t ref_ns[2];		/* host time each completed at */
-	uint64_t ref_err[2];		/* half the window it was read in */
+	uint64_t ref_err[2];		/* half the window it lies in */
+	uint64_t ref_lo[2], ref_hi[2];	/* the window, narrowed by launches */
 	int ref;			/* the current one; -1: none */
 	uint64_t cal_next;		/* a wide one is read again then */
 	uint64_t cal_retry;		/* and the wait after that */

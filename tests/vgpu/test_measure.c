@@ -69,6 +69,7 @@ static struct {
 	uint64_t launched_at, kernel_end;
 	unsigned late_reads;	/* the next reference readings seen late */
 	uint64_t late;		/* by this much */
+	uint64_t read_late;	/* run_and_read reads its launch this late */
 } fake;
 
 static struct fctx *cur_ctx(void)
@@ -603,7 +604,7 @@ Test(measure, a_live_process_s_unread_probe_holds_the_tenant_to_its_bound)
 static void run_and_read(struct fthread *t, uint64_t key, uint64_t len)
 {
 	launch(t, key, len);
-	fake.now = fake.kernel_end;
+	fake.now = fake.kernel_end + fake.read_late;
 	sync_as(t);
 }
 
@@ -1011,15 +1012,69 @@ static uint64_t next_tenant_charge(uint64_t len)
  * half of it: every end the thread records is as late, and cuts the
  * charge of another tenant's kernel that ran after it (on the simulator
  * a hard 70% tenant's first reading, seen 955 us late, took an elastic
- * 30% tenant's charges down by half: it got 51.7% of the device). Such a
- * reference is read again CAL_RETRY_NS later, then twice as long after
- * each reading no narrower, and replaced only by a narrower one. */
+ * 30% tenant's charges down by half: it got 51.7% of the device). Each
+ * launch read narrows the window: its start event cannot have completed
+ * before it was issued, nor its end after it was seen. A launch on an
+ * idle stream, read as it ends, places the reference exactly. */
+Test(measure, a_reference_seen_late_is_narrowed_by_the_launches_read)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct vgpu_measure_ctx *c;
+
+	reference_seen_late(1, 2 * MS);
+	launch(a, F1, 1 * MS);
+	c = state_of(a, &fake.ctx[0]);
+	cr_assert_eq(c->ref_err[c->ref], 1 * MS);
+	/* Read 300 us after it ended: the reference within 150 us. */
+	fake.now = fake.kernel_end + 300 * US;
+	sync_as(a);
+	cr_expect_eq(c->ref_err[c->ref], 150 * US);
+	cr_expect_eq(last_end(), fake.kernel_end + 150 * US);
+	/* Read as it ends: exact, and the next tenant's kernel whole. */
+	run_and_read(a, F1, 1 * MS);
+	cr_expect_eq(c->ref_err[c->ref], 0);
+	cr_expect_eq(last_end(), fake.kernel_end, "placed %+lld ns off",
+		     (long long)(last_end() - fake.kernel_end));
+	cr_expect_eq(next_tenant_charge(2 * MS), 2 * MS);
+	cr_expect_eq(fake.late_reads, 0);
+}
+
+/* Bounds that contradict the reference (the GPU's clock drifted from the
+ * host's since it was read) move it to the newer one; a launch's bounds
+ * that contradict each other are ignored. */
+Test(measure, a_reference_follows_bounds_that_contradict_it)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct vgpu_measure_ctx *c;
+	uint64_t at;
+
+	run_and_read(a, F1, 1 * MS);
+	c = state_of(a, &fake.ctx[0]);
+	cr_assert_eq(c->ref_err[c->ref], 0);
+	at = c->ref_ns[c->ref];
+	/* The host's clock runs 20 us ahead of where the reference puts
+	 * the GPU's: a launch issued now starts 20 us "before" its issue. */
+	c->ref_ns[c->ref] += 20 * US;
+	c->ref_lo[c->ref] = c->ref_hi[c->ref] = c->ref_ns[c->ref];
+	run_and_read(a, F1, 1 * MS);
+	cr_expect_eq(c->ref_ns[c->ref], at, "moved %+lld ns",
+		     (long long)(c->ref_ns[c->ref] - at - 20 * US));
+	cr_expect_eq(c->ref_err[c->ref], 0);
+	cr_expect_eq(last_end(), fake.kernel_end);
+}
+
+/* A reference seen late, and launches read too late to narrow it: it is
+ * read again CAL_RETRY_NS later, then twice as long after each reading no
+ * narrower, and replaced only by a narrower one. */
 Test(measure, a_reference_seen_late_is_read_again_and_only_narrower_kept)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
 	struct vgpu_measure_ctx *c;
 
+	fake.read_late = 4 * MS;
 	/* Seen 2 ms late: past the budget, the only try; 1 ms off. */
 	reference_seen_late(1, 2 * MS);
 	run_and_read(a, F1, 1 * MS);
@@ -1030,7 +1085,7 @@ Test(measure, a_reference_seen_late_is_read_again_and_only_narrower_kept)
 		     "the other tenant's 2 ms cut by the misplaced end");
 
 	/* Not read again before CAL_RETRY_NS. */
-	fake.now += VGPU_MEASURE_CAL_RETRY_NS - 2 * MS;
+	fake.now += VGPU_MEASURE_CAL_RETRY_NS - 2 * MS - fake.read_late;
 	run_and_read(a, F1, 1 * MS);
 	cr_expect_eq(last_end(), fake.kernel_end + 1 * MS);
 
@@ -1070,6 +1125,7 @@ Test(measure, a_reference_is_not_read_again_under_a_launch_in_flight)
 	uint64_t long_end;
 	int first;
 
+	fake.read_late = 4 * MS;	/* too late to narrow the reference */
 	reference_seen_late(1, 2 * MS);
 	run_and_read(a, F1, 1 * MS);
 	c = state_of(a, &fake.ctx[0]);
@@ -1088,7 +1144,7 @@ Test(measure, a_reference_is_not_read_again_under_a_launch_in_flight)
 	reference_seen_late(1, 0);
 	launch(a, F1, 1 * MS);
 	cr_expect_eq(fake.late_reads, 1, "recorded again under a launch");
-	fake.now = fake.kernel_end;
+	fake.now = fake.kernel_end + fake.read_late;
 	sync_as(a);
 	cr_expect_eq(c->ref, first == 0 ? 1 : 0);
 	launch(a, F1, 1 * MS);
