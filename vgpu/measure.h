@@ -79,6 +79,12 @@ struct vgpu_slot;
  * narrower one. */
 #define VGPU_MEASURE_CAL_NARROW_NS	10000ull	/* 10 us */
 #define VGPU_MEASURE_CAL_RETRY_NS	20000000ull	/* 20 ms */
+/* A launch read longer than its estimate this soon after its end may
+ * have waited behind another process's kernel whose end that process has
+ * not recorded yet (its thread not yet awake): its own time is taken from
+ * the timeline only after this long, and until then it is charged its
+ * estimate (docs/compute.md, "Several tenants at once"). */
+#define VGPU_MEASURE_READ_GRACE_NS	2000000ull	/* 2 ms */
 /* A launch narrows its reference's window (a reading's bounds) with this
  * much slack: the driver's elapsed times are floats of milliseconds. */
 #define VGPU_MEASURE_REF_SLACK_NS	1000ull
@@ -128,6 +134,7 @@ struct vgpu_measure_call {
 struct vgpu_measure_pending {		/* a launch whose end is not read */
 	struct vgpu_prim_event *start, *end;
 	uint64_t estimate;		/* what the bucket was charged */
+	uint64_t admitted;		/* the estimate it was admitted with */
 	uint64_t key;
 	uint64_t probe_at;		/* went as the probe, its mark; 0: not */
 	bool probe_folded;		/* a retirer's charge is in estimate */
@@ -144,6 +151,7 @@ struct vgpu_measure_done {		/* read, to be charged */
 	const struct vgpu_measure_gpu *gpu;
 	int kind;
 	unsigned sm_num, sm_den;	/* SM-weighted (a green context) */
+	bool early;			/* read too soon to tell (READ_GRACE) */
 };
 
 struct vgpu_measure_ctx {		/* one thread's, in one context */
@@ -156,6 +164,7 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	unsigned head, count;
 	struct vgpu_measure_done done[2 * VGPU_MEASURE_RING];
 	unsigned done_head, done_count;
+	unsigned early;			/* done entries still early */
 	uint64_t avg_ns[VGPU_MEASURE_KINDS];	/* running average; 0: none */
 	unsigned sm_num, sm_den;	/* SMs held of the device's; 0: all */
 	const struct vgpu_measure_gpu *gpu;	/* prim->gpu's, once known */

@@ -493,6 +493,11 @@ bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns)
 	       !others_active(s, now_ns);
 }
 
+bool vgpu_throttle_contended(struct vgpu_slot *s, uint64_t now_ns)
+{
+	return others_active(s, now_ns);
+}
+
 void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
 			   uint64_t now_ns)
 {

@@ -181,6 +181,12 @@ void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe);
  * VGPU_LEDGER_MAX_TENANTS) only for an elastic tenant. */
 bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns);
 
+/* Whether another guaranteed (not opportunistic) tenant of s's GPU was
+ * active within VGPU_THROTTLE_ACTIVE_NS: one whose kernels s's may have
+ * waited behind. Reads the other tenants' records (at most
+ * VGPU_LEDGER_MAX_TENANTS). */
+bool vgpu_throttle_contended(struct vgpu_slot *s, uint64_t now_ns);
+
 /* The opportunistic class (docs/compute.md). */
 
 /* Whether s's tenant is opportunistic (one load). */

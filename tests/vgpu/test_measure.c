@@ -1243,6 +1243,93 @@ Test(measure, an_elastic_tenant_alone_queues_up_to_a_burst)
 		      fake.syncs);
 }
 
+/* Another tenant of the GPU, active now. */
+static struct vgpu_slot *other_tenant_active(void)
+{
+	struct vgpu_slot *o = ledger_join_ok(ledger, "other", VGPU_LEDGER_UNLIMITED);
+
+	cr_assert_eq(vgpu_throttle_configure(o, 70, VGPU_POLICY_HARD, fake.now),
+		     0);
+	cr_assert_eq(vgpu_throttle_admit(o, fake.now, 0), 0);
+	vgpu_throttle_settle(o, 0, 0);
+	return o;
+}
+
+/* Beside another tenant, a launch read longer than its estimate right
+ * after its end may have waited behind the other's kernel, whose end the
+ * other has not recorded yet: charged its estimate, its function's
+ * estimate left alone, until READ_GRACE_NS after its end; then its own
+ * time from the timeline. A 30% tenant of 50 us kernels beside a 70% one
+ * of 20 ms got 4% of the simulated device (a quarter of it idle): each of
+ * its kernels was charged about 20 ms at once and its estimate raised to
+ * that. */
+Test(measure, a_launch_read_early_beside_another_tenant_waits_for_its_ends)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t, before, own;
+	int64_t tok;
+
+	for (int i = 0; i < 4; i++)
+		run_and_read(a, F1, 100 * US);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;	/* all charged */
+	sync_as(a);
+	other_tenant_active();	/* the bucket holds enough */
+	/* The other tenant's 20 ms kernel holds the device; ours runs after
+	 * it and is read as it ends, before the other records its end. */
+	t = fake.now;
+	fake.engine = t + 20 * MS;
+	before = charged();
+	launch(a, F1, 100 * US);
+	tok = tokens();
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	cr_expect_geq(tokens(), tok - (int64_t)(5 * US),
+		      "charged %lld ns at once",
+		      (long long)(tok - tokens()));
+	launch(a, F1, 100 * US);
+	cr_expect_leq(newest(a, &fake.ctx[0])->estimate, 200 * US,
+		      "estimate raised to %llu ns",
+		      (unsigned long long)newest(a, &fake.ctx[0])->estimate);
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	/* The other records its end; the grace passes; all is charged. */
+	vgpu_timeline_record(ledger, t + 20 * MS);
+	fake.now += VGPU_MEASURE_READ_GRACE_NS + VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	own = charged() - before;
+	cr_expect_leq(own, 200 * US + 2 * US, "charged %llu ns for 200 us",
+		      (unsigned long long)own);
+	cr_expect_geq(own, 200 * US);
+}
+
+/* The same launch with no end in its interval once the grace has passed
+ * (it ran all that time): charged all of it, and its function's estimate
+ * raised. */
+Test(measure, a_launch_read_early_that_really_ran_long_is_charged_after_the_grace)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t before;
+
+	for (int i = 0; i < 4; i++)
+		run_and_read(a, F1, 100 * US);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;	/* all charged */
+	sync_as(a);
+	other_tenant_active();
+	before = charged();
+	run_and_read(a, F1, 20 * MS);
+	fake.now += VGPU_MEASURE_READ_GRACE_NS;
+	sync_as(a);
+	launch(a, F1, 100 * US);
+	cr_expect_geq(newest(a, &fake.ctx[0])->estimate, 20 * MS,
+		      "estimate %llu ns",
+		      (unsigned long long)newest(a, &fake.ctx[0])->estimate);
+	fake.now = fake.kernel_end + VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	cr_expect_geq(charged() - before, 20 * MS + 100 * US);
+}
+
 /* ---- admission -------------------------------------------------------------------- */
 
 /* Told to wait, a launch sleeps (2 ms at most at a time), reads what ended
