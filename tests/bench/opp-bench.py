@@ -17,25 +17,15 @@ Each run makes its own simulated device and ledger.
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+from share_run import share
+
 
 def run(build, d, tenant, us, seconds, style, policy=None):
-    env = dict(os.environ, VGPU_SIM_STATE_DIR=d,
-               VGPU_LEDGER_DIR=os.path.join(d, "ledger"), VGPU_TENANT=tenant,
-               VGPU_CONTEXT_OVERHEAD="0",
-               LD_PRELOAD=os.path.join(build, "intercept", "libvgpu.so"),
-               VGPU_REAL_LIBCUDA=os.path.join(build, "sim", "libcuda.so.1"))
-    env.pop("VGPU_COMPUTE_LIMIT", None)
-    if policy:
-        env["VGPU_COMPUTE_POLICY"] = policy
-    return subprocess.Popen(
-        [os.path.join(build, "tests", "gpu", "share"), "--kernel-us",
-         str(us), "--seconds", str(seconds), "--style", style], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return share(build, d, tenant, us, seconds, style, policy=policy)
 
 
 def device(p):

@@ -35,23 +35,14 @@ import subprocess
 import sys
 import tempfile
 
+from share_run import share
+
 CAPS = {2: [30, 70], 4: [10, 20, 30, 40], 8: [12, 12, 12, 12, 13, 13, 13, 13]}
 
 
 def start(build, d, tenant, cap, us, seconds, style):
-    env = dict(os.environ, VGPU_SIM_STATE_DIR=d,
-               VGPU_LEDGER_DIR=os.path.join(d, "ledger"), VGPU_TENANT=tenant,
-               VGPU_CONTEXT_OVERHEAD="0",
-               LD_PRELOAD=os.path.join(build, "intercept", "libvgpu.so"),
-               VGPU_REAL_LIBCUDA=os.path.join(build, "sim", "libcuda.so.1"))
-    env.pop("VGPU_COMPUTE_LIMIT", None)
-    env.pop("VGPU_COMPUTE_POLICY", None)
-    if cap is not None:
-        env.update(VGPU_COMPUTE_LIMIT=str(cap), VGPU_COMPUTE_POLICY="hard")
-    return subprocess.Popen(
-        [os.path.join(build, "tests", "gpu", "share"), "--kernel-us",
-         str(us), "--seconds", str(seconds), "--style", style], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return share(build, d, tenant, us, seconds, style, cap=cap,
+                 policy=None if cap is None else "hard")
 
 
 def record(build, d, args=()):
