@@ -296,10 +296,11 @@ static uint64_t own_time(const struct vgpu_measure_done *m)
 }
 
 /* Charges the measured launches that ended long enough ago (all, if
- * force), each for its own part of its interval. */
-static void charge_done(struct vgpu_measure_ctx *c, uint64_t now, bool force)
+ * force; at most max of them), each for its own part of its interval. */
+static void charge_some(struct vgpu_measure_ctx *c, uint64_t now, bool force,
+			unsigned max)
 {
-	while (c->done_count) {
+	while (c->done_count && max--) {
 		struct vgpu_measure_done *m = &c->done[c->done_head];
 		uint64_t own, *avg;
 
@@ -322,6 +323,11 @@ static void charge_done(struct vgpu_measure_ctx *c, uint64_t now, bool force)
 		c->done_head = (c->done_head + 1) % (2 * RING);
 		c->done_count--;
 	}
+}
+
+static void charge_done(struct vgpu_measure_ctx *c, uint64_t now, bool force)
+{
+	charge_some(c, now, force, 2 * RING);
 }
 
 /* Narrows where reference r lies on the host's clock with what one
@@ -370,13 +376,19 @@ static void place(struct vgpu_measure_ctx *c,
 {
 	uint64_t ns;
 
+	bool measured = false;
+
 	*len = p->estimate;
-	if (ok && P.event_elapsed(p->start, p->end, &ns))
+	if (ok && P.event_elapsed(p->start, p->end, &ns)) {
 		*len = ns;
+		measured = true;
+	}
 	if (p->ref >= 0 && ok &&
 	    P.event_elapsed(c->ref_ev[p->ref], p->start, &ns)) {
-		narrow(c, p->ref, p->issued > ns ? p->issued - ns : 0,
-		       seen > ns + *len ? seen - ns - *len : 0);
+		/* Only from a length the events measured (an estimate may be
+		 * longer than the launch), and bounds that fit the clock. */
+		if (measured && p->issued > ns && seen > ns + *len)
+			narrow(c, p->ref, p->issued - ns, seen - ns - *len);
 		*start = c->ref_ns[p->ref] + ns;
 	} else {
 		*start = seen > *len ? seen - *len : 0;
@@ -421,9 +433,12 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	uint64_t start, len, first;
 
 	probe_fold(p);
-	place(c, p, q == VGPU_PRIM_DONE, seen, &start, &len);
+	/* An event whose record failed holds an old time: not read. */
+	place(c, p, q == VGPU_PRIM_DONE && p->recorded, seen, &start, &len);
+	/* Full: the oldest is charged early (the newest may still be
+	 * early, settle_read below, and waits for review()). */
 	if (c->done_count == 2 * RING)
-		charge_done(c, 0, true);
+		charge_some(c, 0, true, 1);
 	/* A first reading of its own time, from the ends recorded so far
 	 * (ends recorded later can only shorten it): the estimate it was
 	 * admitted with is corrected to it now rather than at the charge,
@@ -439,19 +454,20 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	/* Longer than it was admitted for, and read within READ_GRACE_NS of
 	 * its end: it may have waited behind another process's kernel whose
 	 * end is not recorded yet. Charged its admission estimate (what
-	 * running() added is given back) until review() reads the timeline
-	 * again; the function's estimate is left alone until then too. A
+	 * running() added stays) until review() reads the timeline again; the function's estimate is left alone until then too. A
 	 * 30% tenant of 50 us kernels beside a 70% tenant of 20 ms ones read
 	 * each of its kernels at about 20 ms, was charged that and had its
 	 * estimate raised to it, and got 4% of the device with a quarter of
-	 * it idle. Only while another tenant is active: alone, a long
+	 * it idle. Its thread's next launch waits until review() has read
+	 * it (hold_for_review()): usually the other's end arrives within
+	 * microseconds. Only while another tenant is active: alone, a long
 	 * kernel after short ones raises the estimate at once. */
 	m->early = !c->sm_den && g->ledger && g->slot && !p->probe_at &&
 		   first > p->admitted && off_by_much(p->admitted, first) &&
 		   seen < start + len + VGPU_MEASURE_READ_GRACE_NS &&
 		   vgpu_throttle_contended(g->slot, seen);
 	if (m->early) {
-		first = p->admitted;
+		first = p->estimate;	/* as charged (running() included) */
 		c->early++;
 	}
 	m->estimate = p->estimate;
@@ -542,9 +558,10 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 	p->estimate = ran;
 }
 
-/* The launches read early (settle_read) whose ends are READ_GRACE_NS
- * old at now: their own time from the timeline, which by now holds the
- * ends of what they waited behind; the bucket corrected to it and the
+/* The launches read early (settle_read) whose interval an end recorded
+ * since cuts (what they waited behind has been recorded), or whose end
+ * is READ_GRACE_NS old at now (nothing cut it: they ran that long): their
+ * own time from the timeline; the bucket corrected to it and the
  * function's estimate told. */
 static void review(struct vgpu_measure_ctx *c, uint64_t now)
 {
@@ -553,9 +570,13 @@ static void review(struct vgpu_measure_ctx *c, uint64_t now)
 			&c->done[(c->done_head + i) % (2 * RING)];
 		uint64_t own;
 
-		if (!m->early || now < m->end + VGPU_MEASURE_READ_GRACE_NS)
+		if (!m->early)
 			continue;
 		own = own_time(m);
+		/* Unresolved while no end cuts it and the grace runs. */
+		if (own >= m->end - m->start &&
+		    now < m->end + VGPU_MEASURE_READ_GRACE_NS)
+			continue;
 		if (m->gpu->slot && off_by_much(m->estimate, own)) {
 			vgpu_throttle_correct(m->gpu->slot, m->estimate, own);
 			m->estimate = own;
@@ -858,6 +879,21 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		vgpu_throttle_waited(g->slot, *now - t0);
 }
 
+/* While c holds a launch read early (settle_read), the next one waits
+ * until review() has read it, polling: its length decides this launch's
+ * estimate and the bucket's debt (a long kernel of a function after short
+ * ones must not let the next launches go on the short estimate). At most
+ * READ_GRACE_NS after the early one's end; usually until the other
+ * tenant's thread records the end it waited behind. Returns now. */
+static uint64_t hold_for_review(struct vgpu_measure_ctx *c, uint64_t now)
+{
+	while (c->early) {
+		wait_ns(VGPU_MEASURE_REVIEW_POLL_NS);
+		now = collect(c);
+	}
+	return now;
+}
+
 /* Admits, makes and measures one launch in c, on g. */
 static int measured(struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -866,13 +902,19 @@ static int measured(struct vgpu_measure_ctx *c,
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
 	uint64_t est, probe_at, now = collect(c);
+	bool recorded;
 	int r;
 
 	if (cal_due(c, now)) {
 		calibrate(c);
 		now = P.now();
 	}
+	now = hold_for_review(c, now);
 	est = estimate_with_room(c, g, call->kind, call->key, now);
+	if (c->early) {		/* one read early to make room */
+		now = hold_for_review(c, now);
+		est = estimate(c, g, call->kind, call->key);
+	}
 	for (probe_at = 0;;) {
 		admit(c, g, est, &now);
 		if (est)
@@ -902,7 +944,7 @@ static int measured(struct vgpu_measure_ctx *c,
 			vgpu_throttle_probe_end(g->slot, probe_at);
 		return r;
 	}
-	P.event_record(a, call->stream, call->per_thread);
+	recorded = P.event_record(a, call->stream, call->per_thread);
 	r = call->launch(call->arg);
 	if (r != 0) {
 		if (call->leave)
@@ -914,10 +956,11 @@ static int measured(struct vgpu_measure_ctx *c,
 			vgpu_throttle_probe_end(g->slot, probe_at);
 		return r;
 	}
-	P.event_record(b, call->stream, call->per_thread);
+	recorded &= P.event_record(b, call->stream, call->per_thread);
 	if (call->leave)
 		call->leave();
 	p = &c->ring[(c->head + c->count) % RING];
+	p->recorded = recorded;
 	p->start = a;
 	p->end = b;
 	p->estimate = est;

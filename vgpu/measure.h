@@ -79,12 +79,16 @@ struct vgpu_slot;
  * narrower one. */
 #define VGPU_MEASURE_CAL_NARROW_NS	10000ull	/* 10 us */
 #define VGPU_MEASURE_CAL_RETRY_NS	20000000ull	/* 20 ms */
-/* A launch read longer than its estimate this soon after its end may
- * have waited behind another process's kernel whose end that process has
- * not recorded yet (its thread not yet awake): its own time is taken from
- * the timeline only after this long, and until then it is charged its
- * estimate (docs/compute.md, "Several tenants at once"). */
+/* A launch read longer than its estimate this soon after its end, beside
+ * another tenant, may have waited behind that tenant's kernel whose end
+ * its thread has not recorded yet: it stays charged as it was, and is
+ * read again once an end recorded since cuts it, or after this long (it
+ * ran that long); its thread's next launch waits for that
+ * (docs/compute.md, "Several tenants at once"). */
 #define VGPU_MEASURE_READ_GRACE_NS	2000000ull	/* 2 ms */
+/* The next launch of a thread holding one read early asks this often
+ * whether it has been resolved. */
+#define VGPU_MEASURE_REVIEW_POLL_NS	50000ull	/* 50 us */
 /* A launch narrows its reference's window (a reading's bounds) with this
  * much slack: the driver's elapsed times are floats of milliseconds. */
 #define VGPU_MEASURE_REF_SLACK_NS	1000ull
@@ -135,6 +139,7 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	struct vgpu_prim_event *start, *end;
 	uint64_t estimate;		/* what the bucket was charged */
 	uint64_t admitted;		/* the estimate it was admitted with */
+	bool recorded;			/* both its events were recorded */
 	uint64_t key;
 	uint64_t probe_at;		/* went as the probe, its mark; 0: not */
 	bool probe_folded;		/* a retirer's charge is in estimate */

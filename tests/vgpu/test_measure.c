@@ -1263,11 +1263,20 @@ static struct vgpu_slot *other_tenant_active(void)
  * of 20 ms got 4% of the simulated device (a quarter of it idle): each of
  * its kernels was charged about 20 ms at once and its estimate raised to
  * that. */
+static uint64_t other_end;
+
+static void other_records_its_end(void)
+{
+	if (other_end)
+		vgpu_timeline_record(ledger, other_end);
+	other_end = 0;
+}
+
 Test(measure, a_launch_read_early_beside_another_tenant_waits_for_its_ends)
 {
 	start(30);
 	struct fthread *a = thread_in(&fake.ctx[0]);
-	uint64_t t, before, own;
+	uint64_t t, before, own, read_at;
 	int64_t tok;
 
 	for (int i = 0; i < 4; i++)
@@ -1287,14 +1296,20 @@ Test(measure, a_launch_read_early_beside_another_tenant_waits_for_its_ends)
 	cr_expect_geq(tokens(), tok - (int64_t)(5 * US),
 		      "charged %lld ns at once",
 		      (long long)(tok - tokens()));
+	/* The next launch waits for it to be read again; the other's thread
+	 * records its end while it waits (at its first poll). */
+	read_at = fake.now;
+	other_end = t + 20 * MS;
+	fake.on_sleep = other_records_its_end;
 	launch(a, F1, 100 * US);
+	fake.on_sleep = NULL;
+	cr_expect_leq(fake.launched_at, read_at + 2 * VGPU_MEASURE_REVIEW_POLL_NS,
+		      "held %llu ns", (unsigned long long)(fake.launched_at - read_at));
 	cr_expect_leq(newest(a, &fake.ctx[0])->estimate, 200 * US,
 		      "estimate raised to %llu ns",
 		      (unsigned long long)newest(a, &fake.ctx[0])->estimate);
 	fake.now = fake.kernel_end;
 	sync_as(a);
-	/* The other records its end; the grace passes; all is charged. */
-	vgpu_timeline_record(ledger, t + 20 * MS);
 	fake.now += VGPU_MEASURE_READ_GRACE_NS + VGPU_MEASURE_CHARGE_DELAY_NS;
 	sync_as(a);
 	own = charged() - before;
@@ -1305,12 +1320,13 @@ Test(measure, a_launch_read_early_beside_another_tenant_waits_for_its_ends)
 
 /* The same launch with no end in its interval once the grace has passed
  * (it ran all that time): charged all of it, and its function's estimate
- * raised. */
+ * raised before the thread's next launch goes (else a long kernel after
+ * short ones would let its next launches go on the short estimate). */
 Test(measure, a_launch_read_early_that_really_ran_long_is_charged_after_the_grace)
 {
 	start(30);
 	struct fthread *a = thread_in(&fake.ctx[0]);
-	uint64_t before;
+	uint64_t before, long_end;
 
 	for (int i = 0; i < 4; i++)
 		run_and_read(a, F1, 100 * US);
@@ -1319,9 +1335,14 @@ Test(measure, a_launch_read_early_that_really_ran_long_is_charged_after_the_grac
 	other_tenant_active();
 	before = charged();
 	run_and_read(a, F1, 20 * MS);
-	fake.now += VGPU_MEASURE_READ_GRACE_NS;
-	sync_as(a);
+	long_end = fake.kernel_end;
+	cr_expect_eq(state_of(a, &fake.ctx[0])->early, 1, "not read early");
+	/* Nothing cuts it: the next launch is held out the grace, then goes
+	 * on the estimate it raised. */
 	launch(a, F1, 100 * US);
+	cr_expect_geq(fake.launched_at, long_end + VGPU_MEASURE_READ_GRACE_NS,
+		      "went %lld ns after the end",
+		      (long long)(fake.launched_at - long_end));
 	cr_expect_geq(newest(a, &fake.ctx[0])->estimate, 20 * MS,
 		      "estimate %llu ns",
 		      (unsigned long long)newest(a, &fake.ctx[0])->estimate);
