@@ -859,6 +859,23 @@ static uint32_t my_tag(void)
 	return thread_tag;
 }
 
+/* How long a launch waiting for admission sleeps at most, for c's oldest
+ * launch in flight to be read soon after it ends: its end is what other
+ * tenants' charges are cut at, and a neighbour's launch read early waits
+ * for it (hold_for_review()). Until its estimated end, then END_POLL_NS
+ * at a time (it is queued behind other work, or runs long). */
+static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
+{
+	const struct vgpu_measure_pending *p = &c->ring[c->head];
+	uint64_t at;
+
+	if (!c->count)
+		return UINT64_MAX;
+	at = p->issued + p->estimate + VGPU_MEASURE_END_POLL_NS;
+	return at > now + VGPU_MEASURE_END_POLL_NS ? at - now
+						   : VGPU_MEASURE_END_POLL_NS;
+}
+
 /* Waits, holding nothing, until the bucket admits est at *now (updated),
  * reading c's launches that complete meanwhile. */
 static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
@@ -869,10 +886,13 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 
 	while ((wait = vgpu_throttle_admit_waiting(g->slot, me, *now, est,
 						   t0 ? *now - t0 : 0)) != 0) {
+		uint64_t end = until_end(c, *now);
+
 		if (!t0)
 			t0 = P.now();
-		wait_ns(wait > VGPU_MEASURE_MAX_SLEEP_NS
-				? VGPU_MEASURE_MAX_SLEEP_NS : wait);
+		if (wait > VGPU_MEASURE_MAX_SLEEP_NS)
+			wait = VGPU_MEASURE_MAX_SLEEP_NS;
+		wait_ns(wait < end ? wait : end);
 		*now = collect(c);
 	}
 	if (t0)

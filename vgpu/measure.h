@@ -92,6 +92,10 @@ struct vgpu_slot;
 /* A launch narrows its reference's window (a reading's bounds) with this
  * much slack: the driver's elapsed times are floats of milliseconds. */
 #define VGPU_MEASURE_REF_SLACK_NS	1000ull
+/* A launch told to wait while its thread has launches in flight wakes
+ * this long after the oldest one's estimated end, then this often, to read
+ * it (measure.c, until_end()). */
+#define VGPU_MEASURE_END_POLL_NS	200000ull	/* 200 us */
 /* The longest sleep of a launch told to wait (it then asks again). */
 #define VGPU_MEASURE_MAX_SLEEP_NS	2000000ull
 /* A launch waiting for the tenant's probe to be read asks this often
