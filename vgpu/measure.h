@@ -86,6 +86,10 @@ struct vgpu_slot;
  * ran that long); its thread's next launch waits for that
  * (docs/compute.md, "Several tenants at once"). */
 #define VGPU_MEASURE_READ_GRACE_NS	2000000ull	/* 2 ms */
+/* A thread's next launch waits for a launch read early only if it was
+ * read this much longer than it is charged (measure.c,
+ * hold_for_review()). */
+#define VGPU_MEASURE_HOLD_NS		1000000ull	/* 1 ms */
 /* The next launch of a thread holding one read early asks this often
  * whether it has been resolved. */
 #define VGPU_MEASURE_REVIEW_POLL_NS	50000ull	/* 50 us */

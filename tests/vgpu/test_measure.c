@@ -1318,6 +1318,35 @@ Test(measure, a_launch_read_early_beside_another_tenant_waits_for_its_ends)
 	cr_expect_geq(own, 200 * US);
 }
 
+/* Read early, but less than HOLD_NS longer than it is charged: the next
+ * launch goes at once (holding for such a difference cost a 70% tenant
+ * of 100 us kernels a fifth of the device); it is read again later. */
+Test(measure, a_launch_read_a_little_long_beside_another_tenant_does_not_hold)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t read_at;
+
+	for (int i = 0; i < 4; i++)
+		run_and_read(a, F1, 100 * US);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	other_tenant_active();
+	fake.engine = fake.now + 500 * US;	/* the other's kernel */
+	launch(a, F1, 100 * US);
+	fake.now = fake.kernel_end;
+	sync_as(a);
+	cr_assert_eq(state_of(a, &fake.ctx[0])->early, 1, "not read early");
+	read_at = fake.now;
+	launch(a, F1, 100 * US);
+	cr_expect_eq(fake.launched_at, read_at, "held %llu ns",
+		     (unsigned long long)(fake.launched_at - read_at));
+	/* Nothing cut it: after the grace, charged what it was read. */
+	fake.now = read_at + VGPU_MEASURE_READ_GRACE_NS;
+	sync_as(a);
+	cr_expect_eq(state_of(a, &fake.ctx[0])->early, 0);
+}
+
 /* The same launch with no end in its interval once the grace has passed
  * (it ran all that time): charged all of it, and its function's estimate
  * raised before the thread's next launch goes (else a long kernel after
