@@ -295,6 +295,13 @@ static uint64_t own_time(const struct vgpu_measure_done *m)
 	return m->end - m->start;
 }
 
+/* The i-th measured launch of c not yet charged (0: the oldest). */
+static struct vgpu_measure_done *done_at(struct vgpu_measure_ctx *c,
+					 unsigned i)
+{
+	return &c->done[(c->done_head + i) % (2 * RING)];
+}
+
 /* Charges the measured launches that ended long enough ago (all, if
  * force; at most max of them), each for its own part of its interval. */
 static void charge_some(struct vgpu_measure_ctx *c, uint64_t now, bool force,
@@ -375,7 +382,6 @@ static void place(struct vgpu_measure_ctx *c,
 		  uint64_t seen, uint64_t *start, uint64_t *len)
 {
 	uint64_t ns;
-
 	bool measured = false;
 
 	*len = p->estimate;
@@ -450,18 +456,18 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	      : len <= p->estimate || !g->ledger
 		      ? len
 		      : vgpu_timeline_exclusive(g->ledger, start, start + len);
-	m = &c->done[(c->done_head + c->done_count) % (2 * RING)];
+	m = done_at(c, c->done_count);
 	/* Longer than it was admitted for, and read within READ_GRACE_NS of
 	 * its end: it may have waited behind another process's kernel whose
-	 * end is not recorded yet. Charged its admission estimate (what
-	 * running() added stays) until review() reads the timeline again; the function's estimate is left alone until then too. A
-	 * 30% tenant of 50 us kernels beside a 70% tenant of 20 ms ones read
-	 * each of its kernels at about 20 ms, was charged that and had its
-	 * estimate raised to it, and got 4% of the device with a quarter of
-	 * it idle. Its thread's next launch waits until review() has read
-	 * it (hold_for_review()): usually the other's end arrives within
-	 * microseconds. Only while another tenant is active: alone, a long
-	 * kernel after short ones raises the estimate at once. */
+	 * end is not recorded yet. It stays charged as it was (its admission
+	 * estimate and what running() added), and its function's estimate is
+	 * left alone, until review() reads the timeline again; a thread's
+	 * next launch may wait for that (hold_for_review()). A 30% tenant of
+	 * 50 us kernels beside a 70% tenant of 20 ms ones read each of its
+	 * kernels at about 20 ms, was charged that and had its estimate
+	 * raised to it, and got 4% of the device with a quarter of it idle.
+	 * Only while another tenant is active: alone, a long kernel after
+	 * short ones raises the estimate at once. */
 	m->early = !c->sm_den && g->ledger && g->slot && !p->probe_at &&
 		   first > p->admitted && off_by_much(p->admitted, first) &&
 		   seen < start + len + VGPU_MEASURE_READ_GRACE_NS &&
@@ -566,8 +572,7 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 static void review(struct vgpu_measure_ctx *c, uint64_t now)
 {
 	for (unsigned i = 0; c->early && i < c->done_count; i++) {
-		struct vgpu_measure_done *m =
-			&c->done[(c->done_head + i) % (2 * RING)];
+		struct vgpu_measure_done *m = done_at(c, i);
 		uint64_t own;
 
 		if (!m->early)
@@ -867,13 +872,11 @@ static uint32_t my_tag(void)
 static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 {
 	const struct vgpu_measure_pending *p = &c->ring[c->head];
-	uint64_t at;
+	uint64_t due = p->issued + p->estimate;
 
 	if (!c->count)
 		return UINT64_MAX;
-	at = p->issued + p->estimate + VGPU_MEASURE_END_POLL_NS;
-	return at > now + VGPU_MEASURE_END_POLL_NS ? at - now
-						   : VGPU_MEASURE_END_POLL_NS;
+	return (due > now ? due - now : 0) + VGPU_MEASURE_END_POLL_NS;
 }
 
 /* Waits, holding nothing, until the bucket admits est at *now (updated),
@@ -899,21 +902,15 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		vgpu_throttle_waited(g->slot, *now - t0);
 }
 
-/* While c holds a launch read early (settle_read) more than HOLD_NS
- * longer than it is charged, the next one waits until review() has read
- * it, polling: its length decides this launch's estimate and the bucket's
- * debt (a long kernel of a function after short ones must not let the
- * next launches go on the short estimate). At most READ_GRACE_NS after the
- * early one's end; usually until the other tenant's thread records the
- * end it waited behind. A smaller difference lets at most a ring of
+/* Whether c holds a launch read early (settle_read) more than HOLD_NS
+ * longer than it is charged. A smaller difference lets at most a ring of
  * launches go HOLD_NS each under what they may turn out to cost, and
  * holding for it cost a 70% tenant of 100 us kernels a fifth of the
- * device beside a 30% one. Returns now. */
-static bool must_hold(const struct vgpu_measure_ctx *c)
+ * device beside a 30% one. */
+static bool must_hold(struct vgpu_measure_ctx *c)
 {
 	for (unsigned i = 0; c->early && i < c->done_count; i++) {
-		const struct vgpu_measure_done *m =
-			&c->done[(c->done_head + i) % (2 * RING)];
+		const struct vgpu_measure_done *m = done_at(c, i);
 
 		if (m->early &&
 		    m->end - m->start > m->estimate + VGPU_MEASURE_HOLD_NS)
@@ -922,6 +919,12 @@ static bool must_hold(const struct vgpu_measure_ctx *c)
 	return false;
 }
 
+/* While must_hold(c), the next launch waits until review() has read the
+ * early one, polling: its length decides this launch's estimate and the
+ * bucket's debt (a long kernel of a function after short ones must not
+ * let the next launches go on the short estimate). At most READ_GRACE_NS
+ * after the early one's end; usually until the other tenant's thread
+ * records the end it waited behind. Returns now. */
 static uint64_t hold_for_review(struct vgpu_measure_ctx *c, uint64_t now)
 {
 	while (must_hold(c)) {

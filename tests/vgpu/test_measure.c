@@ -1185,6 +1185,18 @@ Test(measure, a_full_ring_waits_for_its_oldest)
 	cr_expect_leq(made, 2 * VGPU_MEASURE_DEPTH + 1, "%u events made", made);
 }
 
+/* Another tenant of the GPU, hard 70%, active now. */
+static void other_tenant_active(void)
+{
+	struct vgpu_slot *o = ledger_join_ok(ledger, "other",
+					     VGPU_LEDGER_UNLIMITED);
+
+	cr_assert_eq(vgpu_throttle_configure(o, 70, VGPU_POLICY_HARD, fake.now),
+		     0);
+	cr_assert_eq(vgpu_throttle_admit(o, fake.now, 0), 0);
+	vgpu_throttle_settle(o, 0, 0);
+}
+
 /* An elastic tenant alone is lent the GPU: more than DEPTH launches in
  * flight, while their estimates add up to one burst at most (and the ring
  * has room), so that a host thread late to wake does not leave the GPU
@@ -1195,7 +1207,6 @@ Test(measure, an_elastic_tenant_alone_queues_up_to_a_burst)
 	cr_assert_eq(vgpu_throttle_configure(slot, 30, VGPU_POLICY_ELASTIC,
 					     T0), 0);
 	struct fthread *a = thread_in(&fake.ctx[0]);
-	struct vgpu_slot *other;
 	unsigned lent = VGPU_MEASURE_LENT_QUEUE_NS / (1 * MS);
 	uint64_t t1;
 
@@ -1230,11 +1241,7 @@ Test(measure, an_elastic_tenant_alone_queues_up_to_a_burst)
 
 	/* A competitor arrives: DEPTH again. */
 	sync_as(a);
-	other = ledger_join_ok(ledger, "other", VGPU_LEDGER_UNLIMITED);
-	cr_assert_eq(vgpu_throttle_configure(other, 70, VGPU_POLICY_HARD,
-					     fake.now), 0);
-	cr_assert_eq(vgpu_throttle_admit(other, fake.now, 0), 0);
-	vgpu_throttle_settle(other, 0, 0);
+	other_tenant_active();
 	fake.syncs = 0;
 	for (int i = 0; i < 6; i++)
 		launch(a, F1, 100 * US);
@@ -1243,23 +1250,11 @@ Test(measure, an_elastic_tenant_alone_queues_up_to_a_burst)
 		      fake.syncs);
 }
 
-/* Another tenant of the GPU, active now. */
-static struct vgpu_slot *other_tenant_active(void)
-{
-	struct vgpu_slot *o = ledger_join_ok(ledger, "other", VGPU_LEDGER_UNLIMITED);
-
-	cr_assert_eq(vgpu_throttle_configure(o, 70, VGPU_POLICY_HARD, fake.now),
-		     0);
-	cr_assert_eq(vgpu_throttle_admit(o, fake.now, 0), 0);
-	vgpu_throttle_settle(o, 0, 0);
-	return o;
-}
-
 /* Beside another tenant, a launch read longer than its estimate right
  * after its end may have waited behind the other's kernel, whose end the
- * other has not recorded yet: charged its estimate, its function's
- * estimate left alone, until READ_GRACE_NS after its end; then its own
- * time from the timeline. A 30% tenant of 50 us kernels beside a 70% one
+ * other has not recorded yet: it stays charged as it was, its function's
+ * estimate left alone, until an end recorded since cuts it (or
+ * READ_GRACE_NS after its end); then its own time from the timeline. A 30% tenant of 50 us kernels beside a 70% one
  * of 20 ms got 4% of the simulated device (a quarter of it idle): each of
  * its kernels was charged about 20 ms at once and its estimate raised to
  * that. */
@@ -1283,7 +1278,7 @@ Test(measure, a_launch_read_early_beside_another_tenant_waits_for_its_ends)
 		run_and_read(a, F1, 100 * US);
 	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;	/* all charged */
 	sync_as(a);
-	other_tenant_active();	/* the bucket holds enough */
+	other_tenant_active();
 	/* The other tenant's 20 ms kernel holds the device; ours runs after
 	 * it and is read as it ends, before the other records its end. */
 	t = fake.now;
