@@ -70,10 +70,14 @@ void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx)
 {
 	if (!ctx) {	/* which one is not known: every thread's */
 		for (int i = 0; i < VGPU_MEASURE_EPOCHS; i++)
-			__atomic_add_fetch(&ctx_epochs[i], 1, __ATOMIC_ACQ_REL);
-		return;
+			__atomic_add_fetch(&ctx_epochs[i], 1, __ATOMIC_SEQ_CST);
+	} else {
+		__atomic_add_fetch(epoch_of(ctx), 1, __ATOMIC_SEQ_CST);
 	}
-	__atomic_add_fetch(epoch_of(ctx), 1, __ATOMIC_ACQ_REL);
+	/* Another thread reading a launch of ctx in its holder's place
+	 * (inflight.h) is done with its events before the driver frees
+	 * them; later ones see the count moved and leave them. */
+	vgpu_inflight_quiesce();
 }
 
 /* Whether c's context may have been torn down since c was made: then its
@@ -174,6 +178,16 @@ static void probe_fold(struct vgpu_measure_pending *p)
 		p->estimate += r;
 		p->probe_folded = true;
 	}
+}
+
+/* p's token back to its process (inflight.h); if another thread read p
+ * in its place meanwhile, what it charged counts as charged. */
+static void token_fold(struct vgpu_measure_pending *p)
+{
+	uint64_t ns = vgpu_inflight_release(p->gpu->ordinal, &p->tok);
+
+	if (ns != UINT64_MAX)
+		p->estimate = ns;
 }
 
 /* ---- placing events on the host's clock ------------------------------------- */
@@ -438,6 +452,7 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	struct vgpu_measure_done *m;
 	uint64_t start, len, first;
 
+	token_fold(p);
 	probe_fold(p);
 	/* An event whose record failed holds an old time: not read. */
 	place(c, p, q == VGPU_PRIM_DONE && p->recorded, seen, &start, &len);
@@ -562,6 +577,54 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 	if (p->gpu->slot)
 		vgpu_throttle_correct(p->gpu->slot, p->estimate, ran);
 	p->estimate = ran;
+	vgpu_inflight_recharged(p->gpu->ordinal, &p->tok, ran);
+}
+
+/* Reads a launch of another thread (or another context of this one)
+ * whose end has completed, in its holder's place (inflight.h): as
+ * settle_read reads it, placed on the host's clock against its holder's
+ * reference, starting no earlier than it was issued, and only the part
+ * after the latest end recorded before its own. Tells its function's
+ * estimate, unless it may have waited behind another tenant's kernel whose
+ * end is not recorded yet (settle_read's early reading). Without a
+ * reference, its events' whole interval, which may include time it
+ * waited behind other work: its holder's own reading corrects it. */
+static bool read_in_place(const struct vgpu_inflight_launch *l, uint64_t *ns)
+{
+	uint64_t a, b, len, start, end, seen;
+
+	if (P.event_query(l->end) != VGPU_PRIM_DONE)
+		return false;
+	seen = P.now();
+	if (P.event_query(l->start) != VGPU_PRIM_DONE ||
+	    !P.event_elapsed(l->start, l->end, &len)) {
+		*ns = l->estimate;
+		return true;
+	}
+	if (!l->ref || !P.event_elapsed(l->ref, l->start, &a) ||
+	    !P.event_elapsed(l->ref, l->end, &b) || b < a) {
+		*ns = l->sm_den ? len * l->sm_num / l->sm_den : len;
+		return true;
+	}
+	start = l->ref_ns + a;
+	end = l->ref_ns + b;
+	if (end > seen)
+		end = seen;
+	if (start < l->issued)
+		start = l->issued < end ? l->issued : end;
+	if (start > end)
+		start = end;
+	len = end - start;
+	if (l->sm_den)
+		*ns = len * l->sm_num / l->sm_den;
+	else if (l->ledger && len > l->estimate)
+		*ns = vgpu_timeline_exclusive(l->ledger, start, end);
+	else
+		*ns = len;
+	if (!(*ns > l->estimate && seen < end + VGPU_MEASURE_READ_GRACE_NS &&
+	      l->slot && vgpu_throttle_contended(l->slot, seen)))
+		fn_measured(l->key, *ns);
+	return true;
 }
 
 /* The launches read early (settle_read) whose interval an end recorded
@@ -633,6 +696,7 @@ static void settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
 		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
 		uint64_t t;
 
+		token_fold(p);
 		probe_fold(p);
 		t = share;
 		/* A probe's length is not known at all: charged as if it ran
@@ -655,6 +719,9 @@ static void settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
  * launches not yet complete stay charged as settle_unread charged them. */
 static void release(struct vgpu_measure_ctx *c)
 {
+	/* settle_unread gave their tokens back: no other thread reads them
+	 * from now on, and one reading them still is waited out. */
+	vgpu_inflight_quiesce();
 	for (unsigned i = 0; i < c->count; i++) {
 		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
 
@@ -879,15 +946,20 @@ static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 	return (due > now ? due - now : 0) + VGPU_MEASURE_END_POLL_NS;
 }
 
-/* Waits, holding nothing, until the bucket admits est at *now (updated),
- * reading c's launches that complete meanwhile. */
+/* Waits, holding nothing, until the bucket admits *est at *now (both
+ * updated), reading c's launches that complete meanwhile. The estimate is
+ * asked again after each wait: a reading of the launch's function while it
+ * waited (its long kernels after short ones) is what it goes on, not the
+ * estimate it came with (eight threads switching to 100 ms kernels had a
+ * third admitted on the 20 us estimate after the first two were read). */
 static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
-		  uint64_t est, uint64_t *now)
+		  const struct vgpu_measure_call *call, uint64_t *est,
+		  uint64_t *now)
 {
 	uint64_t wait, t0 = 0;
 	uint32_t me = my_tag();
 
-	while ((wait = vgpu_throttle_admit_waiting(g->slot, me, *now, est,
+	while ((wait = vgpu_throttle_admit_waiting(g->slot, me, *now, *est,
 						   t0 ? *now - t0 : 0)) != 0) {
 		uint64_t end = until_end(c, *now);
 
@@ -897,9 +969,39 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 			wait = VGPU_MEASURE_MAX_SLEEP_NS;
 		wait_ns(wait < end ? wait : end);
 		*now = collect(c);
+		*est = estimate(c, g, call->kind, call->key);
 	}
 	if (t0)
 		vgpu_throttle_waited(g->slot, *now - t0);
+}
+
+/* Takes one of the process's tokens for the GPU (inflight.h) for a
+ * launch that keeps c's thread within VGPU_MEASURE_DEPTH: while all are
+ * held, reads the launches of other threads that have ended in their
+ * place, reads c's own as they end, and waits. A launch of an
+ * opportunistic tenant, or of an elastic one lent the GPU, goes without
+ * (room() bounds those). Returns now. */
+static uint64_t take_token(struct vgpu_measure_ctx *c,
+			   const struct vgpu_measure_gpu *g,
+			   struct vgpu_inflight_mark *m, uint64_t now)
+{
+	m->tok = -1;
+	if (!g->slot || c->count >= VGPU_MEASURE_DEPTH ||
+	    vgpu_throttle_opportunistic(g->slot))
+		return now;
+	while (!vgpu_inflight_take(g->ordinal, m)) {
+		uint64_t end;
+
+		if (vgpu_inflight_reap(g->ordinal, read_in_place))
+			continue;
+		if (vgpu_throttle_lent(g->slot, now))
+			return now;
+		end = until_end(c, now);
+		wait_ns(end < VGPU_MEASURE_TOKEN_POLL_NS
+				? end : VGPU_MEASURE_TOKEN_POLL_NS);
+		now = collect(c);
+	}
+	return now;
 }
 
 /* Whether c holds a launch read early (settle_read) more than HOLD_NS
@@ -941,7 +1043,8 @@ static int measured(struct vgpu_measure_ctx *c,
 {
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
-	uint64_t est, probe_at, now = collect(c);
+	struct vgpu_inflight_mark tok;
+	uint64_t est, probe_at, now = collect(c), t;
 	bool recorded;
 	int r;
 
@@ -955,8 +1058,13 @@ static int measured(struct vgpu_measure_ctx *c,
 		now = hold_for_review(c, now);
 		est = estimate(c, g, call->kind, call->key);
 	}
+	/* Before the bucket: a launch admitted, then held for a token,
+	 * would go on an estimate older than the readings it waited for. */
+	t = now;
+	if ((now = take_token(c, g, &tok, now)) != t)
+		est = estimate(c, g, call->kind, call->key);
 	for (probe_at = 0;;) {
-		admit(c, g, est, &now);
+		admit(c, g, call, &est, &now);
 		if (est)
 			break;
 		/* No estimate anywhere: it goes as the tenant's probe, alone,
@@ -964,8 +1072,11 @@ static int measured(struct vgpu_measure_ctx *c,
 		 * one: several admitted at once on an estimate of 0 would
 		 * all go), or waits for the one in flight to be read. */
 		r = vgpu_throttle_probe_begin(g->slot, now, &probe_at);
-		if (r == VGPU_THROTTLE_PROBE_TAKEN)
+		if (r == VGPU_THROTTLE_PROBE_TAKEN) {
+			/* It goes alone: no other launch to bound. */
+			vgpu_inflight_release(g->ordinal, &tok);
 			break;
+		}
 		probe_at = 0;
 		/* One retired was charged what it ran: admitted again. */
 		if (r == VGPU_THROTTLE_PROBE_BUSY)
@@ -982,6 +1093,7 @@ static int measured(struct vgpu_measure_ctx *c,
 		vgpu_throttle_settle(g->slot, est, est);
 		if (probe_at)
 			vgpu_throttle_probe_end(g->slot, probe_at);
+		vgpu_inflight_release(g->ordinal, &tok);
 		return r;
 	}
 	recorded = P.event_record(a, call->stream, call->per_thread);
@@ -994,6 +1106,7 @@ static int measured(struct vgpu_measure_ctx *c,
 		c->free_ev[c->nfree++] = b;
 		if (probe_at)
 			vgpu_throttle_probe_end(g->slot, probe_at);
+		vgpu_inflight_release(g->ordinal, &tok);
 		return r;
 	}
 	recorded &= P.event_record(b, call->stream, call->per_thread);
@@ -1012,6 +1125,21 @@ static int measured(struct vgpu_measure_ctx *c,
 	p->kind = call->kind;
 	p->ref = c->ref;
 	p->issued = now;	/* before the launch call: never too late */
+	p->tok = tok;
+	/* Readable by other threads only once both events were recorded
+	 * (an event whose record failed holds an old time). */
+	if (recorded)
+		vgpu_inflight_arm(g->ordinal, &p->tok,
+			&(struct vgpu_inflight_launch){
+				.start = a, .end = b,
+				.ref = c->ref >= 0 ? c->ref_ev[c->ref] : NULL,
+				.ref_ns = c->ref >= 0 ? c->ref_ns[c->ref] : 0,
+				.issued = now,
+				.epoch_word = epoch_of(c->ctx),
+				.epoch = c->epoch, .estimate = est,
+				.key = call->key, .slot = g->slot,
+				.ledger = g->ledger, .sm_num = c->sm_num,
+				.sm_den = c->sm_den });
 	c->count++;
 	return r;
 }
@@ -1113,6 +1241,7 @@ void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
 void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 {
 	memset(t, 0, sizeof(*t));
+	vgpu_inflight_fork_child();
 	/* A probe the parent had in flight is the tenant's, the parent's to
 	 * read (vgpu_throttle_probe_begin). The estimates (proc_avg) are the
 	 * parent's and stay: they are good. */

@@ -28,6 +28,7 @@
 #ifndef VGPU_MEASURE_H
 #define VGPU_MEASURE_H
 
+#include "inflight.h"
 #include "prim.h"
 
 #include <stdbool.h>
@@ -105,6 +106,9 @@ struct vgpu_slot;
 /* A launch waiting for the tenant's probe to be read asks this often
  * (how long it waits: VGPU_THROTTLE_PROBE_HOLD_NS, throttle.h). */
 #define VGPU_MEASURE_PROBE_POLL_NS	200000ull
+/* A launch waiting for one of its process's tokens (inflight.h) asks
+ * again this often, reading other threads' launches that have ended. */
+#define VGPU_MEASURE_TOKEN_POLL_NS	100000ull	/* 100 us */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
 
@@ -155,6 +159,8 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	int kind;
 	int ref;			/* the reference it is placed against */
 	uint64_t issued;		/* host time just before the launch */
+	struct vgpu_inflight_mark tok;	/* its hold on the process's
+					 * launches in flight (inflight.h) */
 };
 
 struct vgpu_measure_done {		/* read, to be charged */

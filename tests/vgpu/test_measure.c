@@ -875,7 +875,11 @@ Test(measure, a_fifth_context_retires_the_least_recently_used)
 	cr_expect_null(state_of(a, &fake.ctx[0]));
 	cr_expect_not_null(state_of(a, &more[0]));
 	cr_expect_eq(charged(), 2 * MS, "ctx[0]'s launches charged");
-	cr_expect_eq(fake.now, T0 + 2 * MS, "after waiting for the one running");
+	/* The process keeps two launches in flight on the GPU, all its
+	 * contexts together (inflight.h): each launch after the second
+	 * waited for the oldest to end, the fifth context's until 4 ms. */
+	cr_expect_eq(fake.now, T0 + 4 * MS, "%llu ns",
+		     (unsigned long long)(fake.now - T0));
 	cr_expect_eq(a->depth, 1);
 }
 
@@ -1183,6 +1187,123 @@ Test(measure, a_full_ring_waits_for_its_oldest)
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_DEPTH);
 	cr_expect_eq(fake.events_made, made, "the oldest's events reused");
 	cr_expect_leq(made, 2 * VGPU_MEASURE_DEPTH + 1, "%u events made", made);
+}
+
+/* ---- the process's launches in flight (inflight.h) ---------------------------- */
+
+/* Eight threads switching one function from 20 us kernels to 100 ms ones
+ * at once: two launches in flight for the process, not two per thread.
+ * The third waits until the first has ended, reads it in its holder's
+ * place (the holder never comes back), and goes on its length. */
+Test(measure, threads_switching_to_long_kernels_keep_two_in_flight_together)
+{
+	start(100);
+	struct fthread *t[8];
+	uint64_t first_end, t1;
+
+	for (int i = 0; i < 8; i++)
+		t[i] = thread_in(&fake.ctx[0]);
+	run_and_read(t[0], F1, 20 * US);
+	t1 = fake.now;
+	launch(t[0], F1, 100 * MS);
+	first_end = fake.kernel_end;
+	cr_expect_eq(fake.launched_at, t1);
+	launch(t[1], F1, 100 * MS);
+	cr_expect_eq(fake.launched_at, t1, "the second went at once");
+	cr_expect_eq(newest(t[1], &fake.ctx[0])->estimate, 20 * US);
+	for (int i = 2; i < 8; i++) {
+		launch(t[i], F1, 100 * MS);
+		cr_expect_geq(fake.launched_at, first_end + (i - 2) * 100 * MS,
+			      "thread %d went at +%llu ns", i,
+			      (unsigned long long)(fake.launched_at - t1));
+		cr_expect_eq(newest(t[i], &fake.ctx[0])->estimate, 100 * MS,
+			     "thread %d went on %llu ns", i,
+			     (unsigned long long)newest(t[i], &fake.ctx[0])
+				     ->estimate);
+	}
+	cr_expect_eq(fake.gone_used, 0);
+}
+
+/* A launch read in its holder's place is paid once: the bucket is charged
+ * what it ran over its estimate when another thread reads it, and its
+ * holder's own reading later counts that charge as made. (At 100% nothing
+ * is charged at admission: the bucket moves by what launches ran over or
+ * under their estimates.) */
+Test(measure, a_launch_read_in_its_holder_s_place_is_paid_once)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	int64_t before;
+	uint64_t used;
+
+	run_and_read(a, F1, 1 * MS);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);			/* charged */
+	before = tokens();
+	used = charged();
+	launch(a, F1, 10 * MS);		/* on F1's 1 ms */
+	launch(b, F2, 1 * MS);
+	launch(b, F2, 1 * MS);		/* reads a's in its place */
+	cr_expect_geq(newest(b, &fake.ctx[0])->tok.tok, 0);
+	cr_expect_eq(before - tokens(), (int64_t)(9 * MS),
+		     "the bucket charged %lld ns",
+		     (long long)(before - tokens()));
+	fake.now += 1 * SEC;
+	sync_as(a);			/* a reads it too */
+	sync_as(b);
+	as(a);
+	vgpu_measure_thread_exit(&a->m);
+	as(b);
+	vgpu_measure_thread_exit(&b->m);
+	cr_expect_eq(charged() - used, 12 * MS, "%llu ns",
+		     (unsigned long long)(charged() - used));
+	/* b's estimates are its averages, a few ns over its kernels. */
+	cr_expect_leq(llabs(before - tokens() - (int64_t)(9 * MS)), 16,
+		      "%lld ns", (long long)(before - tokens()));
+}
+
+/* A holder whose context was torn down holds nothing: the next thread
+ * frees its token without a call on its gone events, and goes at once. */
+Test(measure, a_torn_down_holder_s_token_is_freed_without_its_events)
+{
+	start(100);
+	struct fctx *x = &fake.ctx[1];
+	struct fthread *a = thread_in(x);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(b, F1, 1 * MS);
+	launch(a, F1, 100 * MS);
+	launch(a, F1, 100 * MS);
+	vgpu_measure_ctx_teardown((struct vgpu_prim_ctx *)x);
+	x->gen++;
+	fake.engine = fake.now;	/* the context's work is gone with it */
+	t1 = fake.now;
+	launch(b, F1, 1 * MS);
+	cr_expect_eq(fake.launched_at, t1, "went at +%llu ns",
+		     (unsigned long long)(fake.launched_at - t1));
+	cr_expect_eq(fake.gone_used, 0, "a call on a torn-down event");
+}
+
+/* A forked child's launches are bounded by its own tokens: the parent's
+ * launches in flight are not the child's to wait for. */
+Test(measure, a_forked_child_starts_with_every_token_free)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(a, F1, 1 * MS);
+	launch(a, F1, 100 * MS);
+	launch(a, F1, 100 * MS);
+	vgpu_measure_fork_child(&a->m);
+	fake.engine = fake.now;	/* the child's GPU is idle */
+	fake.ctx[0].dflt.busy = fake.now;
+	t1 = fake.now;
+	launch(a, F1, 1 * MS);
+	cr_expect_eq(fake.launched_at, t1, "went at +%llu ns",
+		     (unsigned long long)(fake.launched_at - t1));
 }
 
 /* Another tenant of the GPU, hard 70%, active now. */

@@ -1,0 +1,220 @@
+/* inflight.c - a process's capped launches in flight per GPU: see
+ * inflight.h for why, docs/compute.md for the numbers.
+ *
+ * A token's word is its generation (moved at each take) over two bits of
+ * state:
+ *   FREE     none holds it;
+ *   TAKEN    a launch holds it, not made yet (nothing to read);
+ *   ARMED    a launch holds it, its events recorded: a reaper may read it;
+ *   CLAIMED  a reaper is charging it, then frees it.
+ * The holder frees it from TAKEN or ARMED by compare-and-swap; if that
+ * fails, a reaper claimed it, and the holder waits for FREE, after which
+ * the reaper's charge is in its mark.
+ */
+#include "inflight.h"
+#include "options.h"
+#include "throttle.h"
+
+#include <sched.h>
+
+#define TOKENS	VGPU_INFLIGHT_TOKENS
+
+enum { FREE, TAKEN, ARMED, CLAIMED };
+
+/* The holder's launch, set before ARMED and read by reapers: each field
+ * alone atomic (a reaper may read them while a new holder sets them; what
+ * it read counts only if the word is still the one it saw after). */
+struct token {
+	uint64_t word;			/* gen << 2 | state */
+	struct vgpu_prim_event *start, *end, *ref;
+	uint64_t ref_ns, issued;
+	const unsigned *epoch_word;
+	unsigned epoch;
+	uint64_t estimate, key;
+	struct vgpu_slot *slot;
+	struct vgpu_ledger *ledger;
+	unsigned sm_num, sm_den;
+	uint64_t *behalf;		/* the holder's mark's field */
+};
+
+#define ST(f, v)	__atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define LD(f)		__atomic_load_n(&(f), __ATOMIC_RELAXED)
+
+static struct token tokens[VGPU_MAX_DEVICES][TOKENS];
+/* Threads reading another thread's events now (vgpu_inflight_quiesce). */
+static unsigned readers;
+
+static uint64_t word_of(uint32_t gen, unsigned state)
+{
+	return (uint64_t)gen << 2 | state;
+}
+
+static bool cas(uint64_t *w, uint64_t *expected, uint64_t want)
+{
+	return __atomic_compare_exchange_n(w, expected, want, false,
+					   __ATOMIC_ACQ_REL,
+					   __ATOMIC_ACQUIRE);
+}
+
+bool vgpu_inflight_take(int gpu, struct vgpu_inflight_mark *m)
+{
+	m->tok = -1;
+	for (int i = 0; i < TOKENS; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
+
+		if ((w & 3) != FREE)
+			continue;
+		if (!cas(&t->word, &w, word_of((uint32_t)(w >> 2) + 1, TAKEN)))
+			continue;
+		m->tok = i;
+		m->gen = (uint32_t)(w >> 2) + 1;
+		m->armed = false;
+		m->behalf = 0;
+		return true;
+	}
+	return false;
+}
+
+void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
+		       const struct vgpu_inflight_launch *l)
+{
+	struct token *t;
+
+	if (m->tok < 0)
+		return;
+	t = &tokens[gpu][m->tok];
+	ST(t->start, l->start);
+	ST(t->end, l->end);
+	ST(t->ref, l->ref);
+	ST(t->ref_ns, l->ref_ns);
+	ST(t->issued, l->issued);
+	ST(t->epoch_word, l->epoch_word);
+	ST(t->epoch, l->epoch);
+	ST(t->estimate, l->estimate);
+	ST(t->key, l->key);
+	ST(t->slot, l->slot);
+	ST(t->ledger, l->ledger);
+	ST(t->sm_num, l->sm_num);
+	ST(t->sm_den, l->sm_den);
+	ST(t->behalf, &m->behalf);
+	m->armed = true;
+	__atomic_store_n(&t->word, word_of(m->gen, ARMED), __ATOMIC_RELEASE);
+}
+
+void vgpu_inflight_recharged(int gpu, const struct vgpu_inflight_mark *m,
+			     uint64_t estimate)
+{
+	if (m->tok >= 0 && m->armed)
+		ST(tokens[gpu][m->tok].estimate, estimate);
+}
+
+uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
+{
+	struct token *t;
+	uint64_t w, r = UINT64_MAX;
+
+	if (m->tok < 0)
+		return UINT64_MAX;
+	t = &tokens[gpu][m->tok];
+	w = word_of(m->gen, m->armed ? ARMED : TAKEN);
+	if (!cas(&t->word, &w, word_of(m->gen, FREE))) {
+		/* A reaper has it (only an armed one is claimed): it writes
+		 * the charge, then frees the token. */
+		while (__atomic_load_n(&t->word, __ATOMIC_ACQUIRE) ==
+		       word_of(m->gen, CLAIMED))
+			sched_yield();
+		w = __atomic_load_n(&m->behalf, __ATOMIC_ACQUIRE);
+		if (w)
+			r = w - 1;
+	}
+	m->tok = -1;
+	return r;
+}
+
+/* A copy of t's launch, true if it is the one of word `seen` (else what
+ * was copied may be another's, half set). */
+static bool snapshot(struct token *t, uint64_t seen,
+		     struct vgpu_inflight_launch *l)
+{
+	l->start = LD(t->start);
+	l->end = LD(t->end);
+	l->ref = LD(t->ref);
+	l->ref_ns = LD(t->ref_ns);
+	l->issued = LD(t->issued);
+	l->epoch_word = LD(t->epoch_word);
+	l->epoch = LD(t->epoch);
+	l->estimate = LD(t->estimate);
+	l->key = LD(t->key);
+	l->slot = LD(t->slot);
+	l->ledger = LD(t->ledger);
+	l->sm_num = LD(t->sm_num);
+	l->sm_den = LD(t->sm_den);
+	return __atomic_load_n(&t->word, __ATOMIC_SEQ_CST) == seen;
+}
+
+/* Reads t's launch (ARMED, word `seen`) through read: true with *ns and
+ * *l set if it is read, or its context was torn down (*ns its estimate:
+ * nothing of it runs any more). Its events are not freed meanwhile: the
+ * holder gives them back only after its token (vgpu_inflight_quiesce),
+ * a teardown moves the epoch first. */
+static bool read_one(struct token *t, uint64_t seen,
+		     vgpu_inflight_read_fn *read,
+		     struct vgpu_inflight_launch *l, uint64_t *ns)
+{
+	bool done = false;
+
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	if (!snapshot(t, seen, l)) {
+		/* freed meanwhile */
+	} else if (__atomic_load_n(l->epoch_word, __ATOMIC_SEQ_CST) !=
+		   l->epoch) {
+		*ns = l->estimate;
+		done = true;
+	} else {
+		done = read(l, ns);
+	}
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	return done;
+}
+
+unsigned vgpu_inflight_reap(int gpu, vgpu_inflight_read_fn *read)
+{
+	unsigned freed = 0;
+
+	for (int i = 0; i < TOKENS; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), ns;
+		struct vgpu_inflight_launch l;
+
+		if ((w & 3) != ARMED || !read_one(t, w, read, &l, &ns))
+			continue;
+		if (!cas(&t->word, &w, (w & ~3ull) | CLAIMED))
+			continue;	/* its holder read it meanwhile */
+		/* Claimed: the launch stays its holder's until freed below;
+		 * what the holder charged since the copy (it ran past its
+		 * estimate) is read again. */
+		l.estimate = LD(t->estimate);
+		if (l.slot && ns != l.estimate)
+			vgpu_throttle_correct(l.slot, l.estimate, ns);
+		__atomic_store_n(LD(t->behalf), ns + 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&t->word, (w & ~3ull) | FREE,
+				 __ATOMIC_RELEASE);
+		freed++;
+	}
+	return freed;
+}
+
+void vgpu_inflight_quiesce(void)
+{
+	while (__atomic_load_n(&readers, __ATOMIC_SEQ_CST))
+		sched_yield();
+}
+
+void vgpu_inflight_fork_child(void)
+{
+	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
+		for (int i = 0; i < TOKENS; i++)
+			tokens[g][i].word &= ~3ull;	/* FREE */
+	readers = 0;
+}

@@ -1,0 +1,110 @@
+/* inflight.h - a process's capped launches in flight on one GPU, all its
+ * threads together (docs/compute.md, "Launches in flight").
+ *
+ * A launch is admitted on an estimate of its length, and what it really
+ * took is known only once its end is read. Each thread keeps at most
+ * VGPU_MEASURE_DEPTH launches in flight, but nothing else bounded the
+ * process: eight threads that switched a function from 20 us kernels to
+ * 100 ms ones at once had sixteen long kernels admitted on the short
+ * estimate, and the device ran them back to back (98% of a 1-second
+ * window under a 30% cap). So a capped launch also holds one of the
+ * process's VGPU_INFLIGHT_TOKENS tokens for the GPU from before its
+ * admission until its end is read.
+ *
+ * A token's holder may be a thread that does not come back to read its
+ * launch for a long time (PyTorch's autograd thread between backward
+ * passes). Another thread waiting for a token reads it in its place
+ * (vgpu_inflight_reap): once the launch's end has completed, the
+ * interval between its two events is charged to the tenant, the token
+ * freed, and the holder told what was charged when it reads the launch
+ * itself (vgpu_inflight_release), so that the launch is paid once.
+ *
+ * Internal to the core. Lock-free: a token is one word changed by
+ * compare-and-swap; reading another thread's events is guarded by a
+ * count of readers that a context's teardown waits out before the driver
+ * frees them (vgpu_inflight_quiesce).
+ */
+#ifndef VGPU_INFLIGHT_H
+#define VGPU_INFLIGHT_H
+
+#include "prim.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Launches a process may have in flight on one GPU, all its threads and
+ * contexts together (an elastic tenant lent the GPU and an opportunistic
+ * one are not held to it: measure.c). */
+#define VGPU_INFLIGHT_TOKENS	2
+
+/* A launch's hold on a token (in its measure_pending entry). */
+struct vgpu_inflight_mark {
+	int tok;			/* -1: none */
+	uint32_t gen;			/* the token's generation when taken */
+	bool armed;			/* vgpu_inflight_arm made it readable */
+	/* What a reaper charged for the launch, + 1 (0: none yet):
+	 * written by the reaper, read by the holder only. */
+	uint64_t behalf;
+};
+
+/* What a reaper needs to read a launch in its holder's place: its events,
+ * the reference its holder places them against on the host's clock, and
+ * what it was admitted with. */
+struct vgpu_inflight_launch {
+	struct vgpu_prim_event *start, *end;
+	struct vgpu_prim_event *ref;	/* NULL: none */
+	uint64_t ref_ns;		/* host time ref completed at */
+	uint64_t issued;		/* host time before the launch call */
+	const unsigned *epoch_word;	/* its context's teardown count */
+	unsigned epoch;			/* its value when the events were made */
+	uint64_t estimate;		/* what the bucket was charged for it */
+	uint64_t key;			/* its function or graph */
+	struct vgpu_slot *slot;		/* the tenant's bucket */
+	struct vgpu_ledger *ledger;	/* the GPU's timeline */
+	unsigned sm_num, sm_den;	/* a green context's share; 0: all */
+};
+
+/* Reads a launch in its holder's place (the measuring's, measure.c):
+ * false while its end has not completed, else true with *ns what it is to
+ * be charged. Called while its events cannot be freed. */
+typedef bool vgpu_inflight_read_fn(const struct vgpu_inflight_launch *l,
+				   uint64_t *ns);
+
+/* Takes a free token of GPU gpu for one launch: true with *m set, false
+ * if all are held. One load per token, one compare-and-swap. */
+bool vgpu_inflight_take(int gpu, struct vgpu_inflight_mark *m);
+
+/* The launch holding m has been made and its events recorded: another
+ * thread may read it from now on (m->armed). */
+void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
+		       const struct vgpu_inflight_launch *l);
+
+/* The holder's launch has been charged estimate so far (it ran past what
+ * it was admitted for): a reaper charges it only the rest. */
+void vgpu_inflight_recharged(int gpu, const struct vgpu_inflight_mark *m,
+			     uint64_t estimate);
+
+/* The holder gives m's token back (its launch read, failed or settled;
+ * nothing if m holds none). Returns what a reaper charged the tenant for
+ * the launch in its place, in ns, or UINT64_MAX if none did: then the
+ * token was still the launch's. Waits (yielding) while a reaper is in the
+ * middle of reading it. m->tok is -1 after. */
+uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m);
+
+/* Reads, in their holders' place, GPU gpu's launches holding tokens
+ * (through read): each one read is charged what read says (less what the
+ * bucket was charged for it already), its token freed. A launch whose
+ * context was torn down is freed charged as it was, without a read.
+ * Returns the number of tokens freed. */
+unsigned vgpu_inflight_reap(int gpu, vgpu_inflight_read_fn *read);
+
+/* Waits until no thread is reading another's events: called after a
+ * context's teardown count moved, and before events of launches that
+ * held tokens are destroyed. */
+void vgpu_inflight_quiesce(void);
+
+/* In a child after fork: every token free (the parent's threads and
+ * their launches are not the child's). */
+void vgpu_inflight_fork_child(void);
+
+#endif
