@@ -11,6 +11,11 @@
  *   kernel       a CUkernel (cuLibraryGetKernel) launched on an explicit
  *                stream with no current context (1 ms);
  *   threads8     8 threads launching 100 ms kernels back to back;
+ *   switch       8 threads that switch one function from 20 us kernels to
+ *                100 ms ones at once, over and over: each launches 40
+ *                short ones (asking cuStreamQuery after each), all meet,
+ *                each launches 2 long ones, all meet (a thread of each
+ *                pair of rounds may be told to wait on its share);
  *   mixed        40 kernels of 20 us, then 15 of 100 ms, over and over;
  *   green        two green contexts of half the SMs each, a thread on each
  *                launching 1 ms kernels side by side (each runs twice as
@@ -125,6 +130,42 @@ static void *long_launches(void *arg)
 	return NULL;
 }
 
+static pthread_barrier_t meet;
+static bool stop_all;	/* under the barrier's meetings */
+
+static void *switching(void *arg)
+{
+	CUstream s;
+	bool ok;
+
+	(void)arg;
+	ok = cuCtxSetCurrent(ctx) == CUDA_SUCCESS &&
+	     cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+	if (!ok)
+		__atomic_store_n(&stop_all, true, __ATOMIC_RELAXED);
+	for (;;) {
+		for (int i = 0; i < 40 && ok; i++) {
+			ok = launch(spin, 20000, s);
+			cuStreamQuery(s);
+		}
+		pthread_barrier_wait(&meet);
+		for (int i = 0; i < 2 && ok; i++)
+			ok = launch(spin, 100000000, s);
+		if (!ok)
+			__atomic_store_n(&stop_all, true, __ATOMIC_RELAXED);
+		/* One decides for all whether to go on. */
+		if (pthread_barrier_wait(&meet) ==
+		    PTHREAD_BARRIER_SERIAL_THREAD && now_ns() >= end_ns)
+			__atomic_store_n(&stop_all, true, __ATOMIC_RELAXED);
+		pthread_barrier_wait(&meet);
+		if (__atomic_load_n(&stop_all, __ATOMIC_RELAXED))
+			break;
+	}
+	if (cuStreamSynchronize(s) == CUDA_SUCCESS)
+		cuStreamDestroy(s);
+	return NULL;
+}
+
 static void *green_launches(void *arg)
 {
 	CUcontext g = arg;
@@ -223,6 +264,16 @@ static void run(const char *style)
 				die("thread", CUDA_ERROR_UNKNOWN);
 		for (int i = 0; i < 8; i++)
 			pthread_join(t[i], NULL);
+	} else if (!strcmp(style, "switch")) {
+		pthread_t t[8];
+
+		pthread_barrier_init(&meet, NULL, 8);
+		for (int i = 0; i < 8; i++)
+			if (pthread_create(&t[i], NULL, switching, NULL))
+				die("thread", CUDA_ERROR_UNKNOWN);
+		for (int i = 0; i < 8; i++)
+			pthread_join(t[i], NULL);
+		pthread_barrier_destroy(&meet);
 	} else if (!strcmp(style, "green")) {
 		pthread_t t[2];
 
