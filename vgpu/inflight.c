@@ -43,6 +43,8 @@ struct token {
 static struct token tokens[VGPU_MAX_DEVICES][TOKENS];
 /* Threads reading another thread's events now (vgpu_inflight_quiesce). */
 static unsigned readers;
+/* A thread blocks for the first launch due (vgpu_inflight_wait_first). */
+static unsigned blocker[VGPU_MAX_DEVICES];
 
 static uint64_t word_of(uint32_t gen, unsigned state)
 {
@@ -84,6 +86,8 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	if (m->tok < 0)
 		return;
 	t = &tokens[gpu][m->tok];
+	/* A seqlock's writer: the word went TAKEN (odd) before these. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ST(t->start, l->start);
 	ST(t->end, l->end);
 	ST(t->ref, l->ref);
@@ -150,15 +154,18 @@ static bool snapshot(struct token *t, uint64_t seen,
 	l->ledger = LD(t->ledger);
 	l->sm_num = LD(t->sm_num);
 	l->sm_den = LD(t->sm_den);
+	/* A seqlock's reader: a field of a new holder's read above makes
+	 * the word read below show that holder's take. */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&t->word, __ATOMIC_SEQ_CST) == seen;
 }
 
-/* Reads t's launch (ARMED, word `seen`) through read: true with *ns and
- * *l set if it is read, or its context was torn down (*ns its estimate:
- * nothing of it runs any more). Its events are not freed meanwhile: the
- * holder gives them back only after its token (vgpu_inflight_quiesce),
- * a teardown moves the epoch first. */
-static bool read_one(struct token *t, uint64_t seen,
+/* Reads t's launch (ARMED, word `seen`) through read (if ended): true
+ * with *ns and *l set if it is read, or its context was torn down (*ns
+ * its estimate: nothing of it runs any more). Its events are not freed
+ * meanwhile: the holder gives them back only after its token and
+ * vgpu_inflight_quiesce, a teardown moves the epoch first. */
+static bool read_one(struct token *t, uint64_t seen, bool ended,
 		     vgpu_inflight_read_fn *read,
 		     struct vgpu_inflight_launch *l, uint64_t *ns)
 {
@@ -171,14 +178,14 @@ static bool read_one(struct token *t, uint64_t seen,
 		   l->epoch) {
 		*ns = l->estimate;
 		done = true;
-	} else {
+	} else if (ended) {
 		done = read(l, ns);
 	}
 	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
 	return done;
 }
 
-unsigned vgpu_inflight_reap(int gpu, vgpu_inflight_read_fn *read)
+unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 {
 	unsigned freed = 0;
 
@@ -187,7 +194,7 @@ unsigned vgpu_inflight_reap(int gpu, vgpu_inflight_read_fn *read)
 		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), ns;
 		struct vgpu_inflight_launch l;
 
-		if ((w & 3) != ARMED || !read_one(t, w, read, &l, &ns))
+		if ((w & 3) != ARMED || !read_one(t, w, ended, read, &l, &ns))
 			continue;
 		if (!cas(&t->word, &w, (w & ~3ull) | CLAIMED))
 			continue;	/* its holder read it meanwhile */
@@ -205,6 +212,39 @@ unsigned vgpu_inflight_reap(int gpu, vgpu_inflight_read_fn *read)
 	return freed;
 }
 
+bool vgpu_inflight_wait_first(int gpu, const struct vgpu_prim *P)
+{
+	struct token *first = NULL;
+	uint64_t due = UINT64_MAX, seen = 0;
+	struct vgpu_inflight_launch l;
+
+	for (int i = 0; i < TOKENS; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), d;
+
+		if ((w & 3) != ARMED)
+			continue;
+		d = LD(t->issued) + LD(t->estimate);
+		if (d < due) {
+			due = d;
+			first = t;
+			seen = w;
+		}
+	}
+	if (!first)
+		return false;
+	/* One thread at a time blocks; the others are told to poll. */
+	if (__atomic_exchange_n(&blocker[gpu], 1, __ATOMIC_ACQUIRE))
+		return false;
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	if (snapshot(first, seen, &l) &&
+	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
+		P->event_sync(l.end);
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&blocker[gpu], 0, __ATOMIC_RELEASE);
+	return true;
+}
+
 void vgpu_inflight_quiesce(void)
 {
 	while (__atomic_load_n(&readers, __ATOMIC_SEQ_CST))
@@ -216,5 +256,7 @@ void vgpu_inflight_fork_child(void)
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
 		for (int i = 0; i < TOKENS; i++)
 			tokens[g][i].word &= ~3ull;	/* FREE */
+	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
+		blocker[g] = 0;
 	readers = 0;
 }

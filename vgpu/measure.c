@@ -946,35 +946,6 @@ static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 	return (due > now ? due - now : 0) + VGPU_MEASURE_END_POLL_NS;
 }
 
-/* Waits, holding nothing, until the bucket admits *est at *now (both
- * updated), reading c's launches that complete meanwhile. The estimate is
- * asked again after each wait: a reading of the launch's function while it
- * waited (its long kernels after short ones) is what it goes on, not the
- * estimate it came with (eight threads switching to 100 ms kernels had a
- * third admitted on the 20 us estimate after the first two were read). */
-static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
-		  const struct vgpu_measure_call *call, uint64_t *est,
-		  uint64_t *now)
-{
-	uint64_t wait, t0 = 0;
-	uint32_t me = my_tag();
-
-	while ((wait = vgpu_throttle_admit_waiting(g->slot, me, *now, *est,
-						   t0 ? *now - t0 : 0)) != 0) {
-		uint64_t end = until_end(c, *now);
-
-		if (!t0)
-			t0 = P.now();
-		if (wait > VGPU_MEASURE_MAX_SLEEP_NS)
-			wait = VGPU_MEASURE_MAX_SLEEP_NS;
-		wait_ns(wait < end ? wait : end);
-		*now = collect(c);
-		*est = estimate(c, g, call->kind, call->key);
-	}
-	if (t0)
-		vgpu_throttle_waited(g->slot, *now - t0);
-}
-
 /* Takes one of the process's tokens for the GPU (inflight.h) for a
  * launch that keeps c's thread within VGPU_MEASURE_DEPTH: while all are
  * held, reads the launches of other threads that have ended in their
@@ -989,19 +960,70 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 	if (!g->slot || c->count >= VGPU_MEASURE_DEPTH ||
 	    vgpu_throttle_opportunistic(g->slot))
 		return now;
-	while (!vgpu_inflight_take(g->ordinal, m)) {
-		uint64_t end;
-
-		if (vgpu_inflight_reap(g->ordinal, read_in_place))
+	for (bool waited = false; !vgpu_inflight_take(g->ordinal, m);
+	     waited = true) {
+		if (c->count) {		/* its own first, as a full ring */
+			settle_oldest(c, true);
+			now = P.now();
+			continue;
+		}
+		/* Holders torn down at once; ended launches once their
+		 * holders have had a wait to read them (a holder blocked on
+		 * its own reads it within microseconds; reading it in its
+		 * place as well costs the host a second reading). */
+		if (vgpu_inflight_reap(g->ordinal, waited, read_in_place))
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
-		end = until_end(c, now);
-		wait_ns(end < VGPU_MEASURE_TOKEN_POLL_NS
-				? end : VGPU_MEASURE_TOKEN_POLL_NS);
+		if (vgpu_inflight_wait_first(g->ordinal, &P))
+			wait_ns(0);
+		else
+			wait_ns(VGPU_MEASURE_TOKEN_POLL_NS);
 		now = collect(c);
 	}
 	return now;
+}
+
+/* Waits, holding nothing, until one of the process's tokens is c's for
+ * the launch (m; inflight.h, take_token()) and the bucket admits *est at
+ * *now (both updated), reading c's launches that complete meanwhile. A
+ * token is held only while admitted: told to wait, the thread gives it
+ * back for the wait (a thread waiting on its share held one of two, and
+ * four threads of a 70% tenant with 100 us kernels got 60% of the
+ * device); admitted first and then held for a token, launches went later
+ * than their admission and several bunched up (a 1-second window at 50%
+ * under a 30% cap). The estimate is asked again after each wait: a
+ * reading of the launch's function while it waited (its long kernels
+ * after short ones) is what it goes on, not the estimate it came with
+ * (eight threads switching to 100 ms kernels had a third admitted on the
+ * 20 us estimate after the first two were read). */
+static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
+		  const struct vgpu_measure_call *call, uint64_t *est,
+		  uint64_t *now, struct vgpu_inflight_mark *m)
+{
+	uint64_t wait, t0 = 0, t, end;
+	uint32_t me = my_tag();
+
+	for (;;) {
+		t = *now;
+		if ((*now = take_token(c, g, m, *now)) != t)
+			*est = estimate(c, g, call->kind, call->key);
+		wait = vgpu_throttle_admit_waiting(g->slot, me, *now, *est,
+						   t0 ? *now - t0 : 0);
+		if (!wait)
+			break;
+		vgpu_inflight_release(g->ordinal, m);
+		end = until_end(c, *now);
+		if (!t0)
+			t0 = P.now();
+		if (wait > VGPU_MEASURE_MAX_SLEEP_NS)
+			wait = VGPU_MEASURE_MAX_SLEEP_NS;
+		wait_ns(wait < end ? wait : end);
+		*now = collect(c);
+		*est = estimate(c, g, call->kind, call->key);
+	}
+	if (t0)
+		vgpu_throttle_waited(g->slot, *now - t0);
 }
 
 /* Whether c holds a launch read early (settle_read) more than HOLD_NS
@@ -1044,7 +1066,7 @@ static int measured(struct vgpu_measure_ctx *c,
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
 	struct vgpu_inflight_mark tok;
-	uint64_t est, probe_at, now = collect(c), t;
+	uint64_t est, probe_at, now = collect(c);
 	bool recorded;
 	int r;
 
@@ -1058,25 +1080,19 @@ static int measured(struct vgpu_measure_ctx *c,
 		now = hold_for_review(c, now);
 		est = estimate(c, g, call->kind, call->key);
 	}
-	/* Before the bucket: a launch admitted, then held for a token,
-	 * would go on an estimate older than the readings it waited for. */
-	t = now;
-	if ((now = take_token(c, g, &tok, now)) != t)
-		est = estimate(c, g, call->kind, call->key);
 	for (probe_at = 0;;) {
-		admit(c, g, call, &est, &now);
+		admit(c, g, call, &est, &now, &tok);
 		if (est)
 			break;
+		/* A probe goes alone: no other launch to bound. */
+		vgpu_inflight_release(g->ordinal, &tok);
 		/* No estimate anywhere: it goes as the tenant's probe, alone,
 		 * once admitted (a probe waiting for its admission holds no
 		 * one: several admitted at once on an estimate of 0 would
 		 * all go), or waits for the one in flight to be read. */
 		r = vgpu_throttle_probe_begin(g->slot, now, &probe_at);
-		if (r == VGPU_THROTTLE_PROBE_TAKEN) {
-			/* It goes alone: no other launch to bound. */
-			vgpu_inflight_release(g->ordinal, &tok);
+		if (r == VGPU_THROTTLE_PROBE_TAKEN)
 			break;
-		}
 		probe_at = 0;
 		/* One retired was charged what it ran: admitted again. */
 		if (r == VGPU_THROTTLE_PROBE_BUSY)
