@@ -1,7 +1,7 @@
 /* escape.c - launch patterns that once escaped a hard compute cap (issue
  * 13), each judged by the kernels' own start and end stamps.
  *
- *   escape --style S --seconds N --cap PCT [--tolerance PTS]
+ *   escape --style S --seconds N --cap PCT [--tolerance PTS] [--long-ms L]
  *
  * Styles:
  *   thread       each launch (1 ms) from a new thread that exits without a
@@ -14,9 +14,15 @@
  *   switch       8 threads that switch one function from 20 us kernels to
  *                100 ms ones at once, over and over: each launches 40
  *                short ones (asking cuStreamQuery after each), all meet,
- *                each launches 2 long ones, all meet (a thread of each
+ *                each launches 2 long ones (--long-ms, 100 by default),
+ *                all meet (a thread of each
  *                pair of rounds may be told to wait on its share);
  *   mixed        40 kernels of 20 us, then 15 of 100 ms, over and over;
+ *   switch-procs (by hand: an open limit, docs/compute.md) 8 processes
+ *                of one tenant, each launching 20 us kernels (synchronised)
+ *                until a common moment, then 2 of 100 ms of the same
+ *                function at once, then synchronising and exiting;
+ *                judged over the processes' run;
  *   green        two green contexts of half the SMs each, a thread on each
  *                launching 1 ms kernels side by side (each runs twice as
  *                long on half the device: a kernel counts half its time,
@@ -48,7 +54,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sim_record.h"
 #include "vgpu_kernels.h"
@@ -131,6 +139,7 @@ static void *long_launches(void *arg)
 }
 
 static pthread_barrier_t meet;
+static uint64_t long_ms = 100;	/* switch: the long kernels' length */
 static bool stop_all;	/* under the barrier's meetings */
 
 static void *switching(void *arg)
@@ -150,7 +159,7 @@ static void *switching(void *arg)
 		}
 		pthread_barrier_wait(&meet);
 		for (int i = 0; i < 2 && ok; i++)
-			ok = launch(spin, 100000000, s);
+			ok = launch(spin, long_ms * 1000000, s);
 		if (!ok)
 			__atomic_store_n(&stop_all, true, __ATOMIC_RELAXED);
 		/* One decides for all whether to go on. */
@@ -355,6 +364,69 @@ static uint64_t busy(const uint64_t *t, size_t n, uint64_t a, uint64_t b)
 	return (uint64_t)((double)sum * weight);
 }
 
+/* switch-procs, in each child: 20 us kernels until the clock passes
+ * `at`, then two of 100 ms, then a synchronisation. */
+static void switch_child(uint64_t at)
+{
+	CUdevice dev;
+	CUmodule mod;
+	CUresult r;
+
+	if ((r = cuInit(0)) || (r = cuDeviceGet(&dev, 0)) ||
+	    (r = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
+	    (r = cuCtxSetCurrent(ctx)) ||
+	    (r = cuModuleLoadData(&mod, vgpu_kernels_fatbin)) ||
+	    (r = cuModuleGetFunction(&spin, mod, "vgpu_spin")) ||
+	    (r = cuMemAlloc(&times, 4096 * 2 * sizeof(uint64_t))))
+		die("child start", r);
+	while (now_ns() < at && next_slot < 4000) {
+		launch(spin, 20000, NULL);
+		cuCtxSynchronize();
+	}
+	launch(spin, 100000000, NULL);
+	launch(spin, 100000000, NULL);
+	if ((r = cuCtxSynchronize()))
+		die("child sync", r);
+	exit(0);
+}
+
+/* switch-procs, in the parent: the children, then the record. */
+static int switch_procs(double cap, double tol)
+{
+	uint64_t t0 = now_ns(), at = t0 + 1500000000ull, t1;
+	struct record rec1;
+	double all, worst = 0;
+
+	for (int i = 0; i < 8; i++) {
+		pid_t p = fork();
+
+		if (p == 0)
+			switch_child(at);
+		if (p < 0)
+			die("fork", CUDA_ERROR_UNKNOWN);
+	}
+	while (wait(NULL) > 0)
+		;
+	t1 = now_ns();
+	/* The record is read through the simulator, loaded here now. */
+	cuInit(0);
+	if (!record_load(&rec1))
+		die("no record of the device", CUDA_ERROR_UNKNOWN);
+	all = 100.0 * (double)record_busy_of(&rec1, 0, t0, t1) /
+	      (double)(t1 - t0);
+	for (uint64_t w = t0; w + 1000000000ull <= t1; w += 100000000ull) {
+		double x = 100.0 * (double)record_busy_of(&rec1, 0, w,
+							w + 1000000000ull) /
+			   1e9;
+		if (x > worst)
+			worst = x;
+	}
+	printf("escape switch-procs: %.2f%% over %.2f s, the busiest "
+	       "1-second window %.2f%%; cap %.0f%%\n", all,
+	       (double)(t1 - t0) / 1e9, worst, cap);
+	return worst > cap + tol ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *style = "thread";
@@ -373,6 +445,8 @@ int main(int argc, char **argv)
 			cap = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--tolerance"))
 			tol = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--long-ms"))
+			long_ms = strtoull(argv[i + 1], NULL, 10);
 	}
 	if (!getenv("VGPU_SIM_STATE_DIR") && mkdtemp(dir)) {
 		char ledger[64];
@@ -381,6 +455,8 @@ int main(int argc, char **argv)
 		snprintf(ledger, sizeof(ledger), "%s/ledger", dir);
 		setenv("VGPU_LEDGER_DIR", ledger, 1);
 	}
+	if (!strcmp(style, "switch-procs"))
+		return switch_procs(cap, tol);
 	if ((r = cuInit(0)) || (r = cuDeviceGet(&dev, 0)) ||
 	    (r = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
 	    (r = cuCtxSetCurrent(ctx)))

@@ -47,10 +47,9 @@ bool record_load(struct record *r)
 	return r->n >= 0 && r->info.sm_total;
 }
 
-uint64_t record_busy(const struct record *r, uint64_t from,
-			    uint64_t to)
+uint64_t record_busy_of(const struct record *r, int32_t pid, uint64_t from,
+			uint64_t to)
 {
-	int32_t self = (int32_t)getpid();
 	uint64_t sum = 0;
 
 	for (long i = 0; i < r->n; i++) {
@@ -58,8 +57,13 @@ uint64_t record_busy(const struct record *r, uint64_t from,
 		uint64_t a = v->start_ns > from ? v->start_ns : from;
 		uint64_t b = v->end_ns < to ? v->end_ns : to;
 
-		if (v->pid == self && b > a)
+		if ((!pid || v->pid == pid) && b > a)
 			sum += (b - a) * v->sms / r->info.sm_total;
 	}
 	return sum;
+}
+
+uint64_t record_busy(const struct record *r, uint64_t from, uint64_t to)
+{
+	return record_busy_of(r, (int32_t)getpid(), from, to);
 }

@@ -22,5 +22,8 @@ struct record {
 bool record_load(struct record *r);
 /* SM-weighted device time of this process's kernels inside [from, to). */
 uint64_t record_busy(const struct record *r, uint64_t from, uint64_t to);
+/* The same for the kernels of process pid, or of every process (pid 0). */
+uint64_t record_busy_of(const struct record *r, int32_t pid, uint64_t from,
+			uint64_t to);
 
 #endif
