@@ -43,8 +43,6 @@ struct token {
 static struct token tokens[VGPU_MAX_DEVICES][TOKENS];
 /* Threads reading another thread's events now (vgpu_inflight_quiesce). */
 static unsigned readers;
-/* A thread blocks for the first launch due (vgpu_inflight_wait_first). */
-static unsigned blocker[VGPU_MAX_DEVICES];
 
 static uint64_t word_of(uint32_t gen, unsigned state)
 {
@@ -212,11 +210,9 @@ unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 	return freed;
 }
 
-bool vgpu_inflight_wait_first(int gpu, const struct vgpu_prim *P)
+uint64_t vgpu_inflight_next_due(int gpu)
 {
-	struct token *first = NULL;
-	uint64_t due = UINT64_MAX, seen = 0;
-	struct vgpu_inflight_launch l;
+	uint64_t due = UINT64_MAX;
 
 	for (int i = 0; i < TOKENS; i++) {
 		struct token *t = &tokens[gpu][i];
@@ -225,24 +221,10 @@ bool vgpu_inflight_wait_first(int gpu, const struct vgpu_prim *P)
 		if ((w & 3) != ARMED)
 			continue;
 		d = LD(t->issued) + LD(t->estimate);
-		if (d < due) {
+		if (d < due)
 			due = d;
-			first = t;
-			seen = w;
-		}
 	}
-	if (!first)
-		return false;
-	/* One thread at a time blocks; the others are told to poll. */
-	if (__atomic_exchange_n(&blocker[gpu], 1, __ATOMIC_ACQUIRE))
-		return false;
-	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	if (snapshot(first, seen, &l) &&
-	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
-		P->event_sync(l.end);
-	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&blocker[gpu], 0, __ATOMIC_RELEASE);
-	return true;
+	return due;
 }
 
 void vgpu_inflight_quiesce(void)
@@ -256,7 +238,5 @@ void vgpu_inflight_fork_child(void)
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
 		for (int i = 0; i < TOKENS; i++)
 			tokens[g][i].word &= ~3ull;	/* FREE */
-	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
-		blocker[g] = 0;
 	readers = 0;
 }

@@ -104,13 +104,10 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m);
  * number of tokens freed. */
 unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read);
 
-/* Blocks until the end of the first of GPU gpu's launches holding tokens
- * to be due (issued + estimate) has completed, through prim's event_sync
- * (its events are not freed meanwhile: their holder's release and a
- * teardown of their context wait for it, as long as the kernel runs).
- * One thread at a time: false for the others, and if none is armed (the
- * caller then polls). */
-bool vgpu_inflight_wait_first(int gpu, const struct vgpu_prim *prim);
+/* When the first of GPU gpu's launches holding tokens is due to end
+ * (issued + estimate), UINT64_MAX if none is armed: a thread waiting for a
+ * token sleeps until then. Reads no event. */
+uint64_t vgpu_inflight_next_due(int gpu);
 
 /* Waits until no thread is reading another's events: called after a
  * context's teardown count moved, and before events of launches that

@@ -962,6 +962,8 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		return now;
 	for (bool waited = false; !vgpu_inflight_take(g->ordinal, m);
 	     waited = true) {
+		uint64_t due;
+
 		if (c->count) {		/* its own first, as a full ring */
 			settle_oldest(c, true);
 			now = P.now();
@@ -975,10 +977,17 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
-		if (vgpu_inflight_wait_first(g->ordinal, &P))
-			wait_ns(0);
-		else
-			wait_ns(VGPU_MEASURE_TOKEN_POLL_NS);
+		/* Until the first launch holding one is due to end, within
+		 * TOKEN_MIN_WAIT_NS and TOKEN_POLL_NS: its holder, if it
+		 * waits on it, reads it first. No other thread's event is
+		 * waited on: that would hold up a teardown, which waits for
+		 * the readers of events, as long as the kernel runs. */
+		due = vgpu_inflight_next_due(g->ordinal);
+		due = due > now ? due - now : 0;
+		if (due < VGPU_MEASURE_TOKEN_MIN_WAIT_NS)
+			due = VGPU_MEASURE_TOKEN_MIN_WAIT_NS;
+		wait_ns(due < VGPU_MEASURE_TOKEN_POLL_NS
+				? due : VGPU_MEASURE_TOKEN_POLL_NS);
 		now = collect(c);
 	}
 	return now;

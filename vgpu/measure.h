@@ -106,9 +106,11 @@ struct vgpu_slot;
 /* A launch waiting for the tenant's probe to be read asks this often
  * (how long it waits: VGPU_THROTTLE_PROBE_HOLD_NS, throttle.h). */
 #define VGPU_MEASURE_PROBE_POLL_NS	200000ull
-/* A launch waiting for one of its process's tokens (inflight.h) whose
- * holders have not recorded their launches yet asks again this often. */
+/* A launch waiting for one of its process's tokens (inflight.h) with
+ * none of its own in flight sleeps until the first launch holding one is
+ * due to end, at least MIN_WAIT_NS and at most POLL_NS at a time. */
 #define VGPU_MEASURE_TOKEN_POLL_NS	100000ull	/* 100 us */
+#define VGPU_MEASURE_TOKEN_MIN_WAIT_NS	10000ull	/* 10 us */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
 

@@ -1,7 +1,7 @@
 /* tsan_inflight.c - a process's tokens for launches in flight
  * (vgpu/inflight.c) under TSan: eight threads take, arm and give back
  * tokens while reading each other's ended launches in their holders'
- * place, blocking for the first one due, and a ninth tears "contexts"
+ * place and asking when the first is due, and a ninth tears "contexts"
  * down (moves their epoch, then waits out the readers). Every launch is
  * paid exactly once: by its holder, by one reaper (its length), or, torn
  * down, at its estimate; and no event is read after its teardown. */
@@ -36,15 +36,6 @@ static int query(struct vgpu_prim_event *e)
 							   : VGPU_PRIM_NOT_READY;
 }
 
-static bool sync_ev(struct vgpu_prim_event *e)
-{
-	while (query(e) != VGPU_PRIM_DONE)
-		sched_yield();
-	return true;
-}
-
-static const struct vgpu_prim prim = { .event_sync = sync_ev };
-
 static bool read_fn(const struct vgpu_inflight_launch *l, uint64_t *ns)
 {
 	if (query(l->end) != VGPU_PRIM_DONE)
@@ -72,7 +63,7 @@ static void *launcher(void *p)
 		while (!vgpu_inflight_take(0, &m)) {
 			a->reaps += vgpu_inflight_reap(0, true, read_fn);
 			if (rand_r(&a->seed) % 4 == 0)
-				vgpu_inflight_wait_first(0, &prim);
+				(void)vgpu_inflight_next_due(0);
 			sched_yield();
 		}
 		/* Its events: recorded (not done), in the context now. */
