@@ -21,9 +21,11 @@
 
 enum { FREE, TAKEN, ARMED, CLAIMED };
 
-/* The holder's launch, set before ARMED and read by reapers: each field
- * alone atomic (a reaper may read them while a new holder sets them; what
- * it read counts only if the word is still the one it saw after). */
+/* The holder's launch, set before ARMED and read by reapers, as a
+ * seqlock's data: each field alone atomic, stored with release and loaded
+ * with acquire, so that a reaper that reads any field a new holder stored
+ * sees that holder's take in the word it reads after, and drops what it
+ * read (TSan does not take fences, hence no fences). */
 struct token {
 	uint64_t word;			/* gen << 2 | state */
 	struct vgpu_prim_event *start, *end, *ref;
@@ -37,8 +39,8 @@ struct token {
 	uint64_t *behalf;		/* the holder's mark's field */
 };
 
-#define ST(f, v)	__atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
-#define LD(f)		__atomic_load_n(&(f), __ATOMIC_RELAXED)
+#define ST(f, v)	__atomic_store_n(&(f), (v), __ATOMIC_RELEASE)
+#define LD(f)		__atomic_load_n(&(f), __ATOMIC_ACQUIRE)
 
 static struct token tokens[VGPU_MAX_DEVICES][TOKENS];
 /* Threads reading another thread's events now (vgpu_inflight_quiesce). */
@@ -84,8 +86,6 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	if (m->tok < 0)
 		return;
 	t = &tokens[gpu][m->tok];
-	/* A seqlock's writer: the word went TAKEN (odd) before these. */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ST(t->start, l->start);
 	ST(t->end, l->end);
 	ST(t->ref, l->ref);
@@ -104,11 +104,25 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	__atomic_store_n(&t->word, word_of(m->gen, ARMED), __ATOMIC_RELEASE);
 }
 
-void vgpu_inflight_recharged(int gpu, const struct vgpu_inflight_mark *m,
-			     uint64_t estimate)
+bool vgpu_inflight_hold(int gpu, const struct vgpu_inflight_mark *m)
 {
-	if (m->tok >= 0 && m->armed)
-		ST(tokens[gpu][m->tok].estimate, estimate);
+	uint64_t w = word_of(m->gen, ARMED);
+
+	if (m->tok < 0 || !m->armed)
+		return true;
+	return cas(&tokens[gpu][m->tok].word, &w, word_of(m->gen, CLAIMED));
+}
+
+void vgpu_inflight_unhold(int gpu, const struct vgpu_inflight_mark *m,
+			  uint64_t estimate)
+{
+	struct token *t;
+
+	if (m->tok < 0 || !m->armed)
+		return;
+	t = &tokens[gpu][m->tok];
+	ST(t->estimate, estimate);
+	__atomic_store_n(&t->word, word_of(m->gen, ARMED), __ATOMIC_RELEASE);
 }
 
 uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
@@ -152,9 +166,6 @@ static bool snapshot(struct token *t, uint64_t seen,
 	l->ledger = LD(t->ledger);
 	l->sm_num = LD(t->sm_num);
 	l->sm_den = LD(t->sm_den);
-	/* A seqlock's reader: a field of a new holder's read above makes
-	 * the word read below show that holder's take. */
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	return __atomic_load_n(&t->word, __ATOMIC_SEQ_CST) == seen;
 }
 
@@ -225,6 +236,26 @@ uint64_t vgpu_inflight_next_due(int gpu)
 			due = d;
 	}
 	return due;
+}
+
+bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *P)
+{
+	bool running = false;
+
+	for (int i = 0; i < TOKENS && !running; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
+		struct vgpu_inflight_launch l;
+
+		if ((w & 3) != ARMED)
+			continue;
+		__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+		if (snapshot(t, w, &l) &&
+		    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
+			running = P->event_query(l.start) == VGPU_PRIM_DONE;
+		__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	}
+	return running;
 }
 
 void vgpu_inflight_quiesce(void)

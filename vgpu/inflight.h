@@ -84,10 +84,22 @@ bool vgpu_inflight_take(int gpu, struct vgpu_inflight_mark *m);
 void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 		       const struct vgpu_inflight_launch *l);
 
-/* The holder's launch has been charged estimate so far (it ran past what
- * it was admitted for): a reaper charges it only the rest. */
-void vgpu_inflight_recharged(int gpu, const struct vgpu_inflight_mark *m,
-			     uint64_t estimate);
+/* The holder keeps reapers off its launch while it charges it what it
+ * has run so far (it runs past what it was admitted for): true if it may
+ * (then vgpu_inflight_unhold with what the bucket is charged now), false
+ * if a reaper has read it already (and charged all of it). True at once
+ * for a mark that holds no armed token. */
+bool vgpu_inflight_hold(int gpu, const struct vgpu_inflight_mark *m);
+void vgpu_inflight_unhold(int gpu, const struct vgpu_inflight_mark *m,
+			  uint64_t estimate);
+
+/* Whether a launch holding one of GPU gpu's tokens is running: its start
+ * event has completed (through prim's event_query; never blocks). A
+ * thread that has waited long for a token while none runs goes without
+ * one: the launches holding them wait for something, maybe for work this
+ * thread is about to launch (a host function or a stream waiting for
+ * another thread's next kernel). */
+bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *prim);
 
 /* The holder gives m's token back (its launch read, failed or settled;
  * nothing if m holds none). Returns what a reaper charged the tenant for

@@ -574,10 +574,14 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
 		ran = ran * c->sm_num / c->sm_den;
 	if (ran <= p->estimate)
 		return;
+	/* A thread reading it in this one's place (it has just ended)
+	 * charges all of it: then nothing here. */
+	if (!vgpu_inflight_hold(p->gpu->ordinal, &p->tok))
+		return;
 	if (p->gpu->slot)
 		vgpu_throttle_correct(p->gpu->slot, p->estimate, ran);
 	p->estimate = ran;
-	vgpu_inflight_recharged(p->gpu->ordinal, &p->tok, ran);
+	vgpu_inflight_unhold(p->gpu->ordinal, &p->tok, ran);
 }
 
 /* Reads a launch of another thread (or another context of this one)
@@ -948,40 +952,40 @@ static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 
 /* Takes one of the process's tokens for the GPU (inflight.h) for a
  * launch that keeps c's thread within VGPU_MEASURE_DEPTH: while all are
- * held, reads the launches of other threads that have ended in their
- * place, reads c's own as they end, and waits. A launch of an
- * opportunistic tenant, or of an elastic one lent the GPU, goes without
- * (room() bounds those). Returns now. */
+ * held, reads c's own launches as they end and, once it has waited, the
+ * other threads' that have ended in their holders' place, sleeping until
+ * the first is due to end. A launch of an opportunistic tenant, or of an
+ * elastic one lent the GPU, goes without (room() bounds those); so does
+ * one that has waited TOKEN_STALL_NS while none of the launches holding
+ * them runs: they wait for something, maybe for work this thread is about
+ * to launch (a thread's host function waiting for another thread, which
+ * waited here for a token, hung both before). Returns now. */
 static uint64_t take_token(struct vgpu_measure_ctx *c,
 			   const struct vgpu_measure_gpu *g,
 			   struct vgpu_inflight_mark *m, uint64_t now)
 {
+	uint64_t t0 = now, due;
+
 	m->tok = -1;
 	if (!g->slot || c->count >= VGPU_MEASURE_DEPTH ||
 	    vgpu_throttle_opportunistic(g->slot))
 		return now;
 	for (bool waited = false; !vgpu_inflight_take(g->ordinal, m);
 	     waited = true) {
-		uint64_t due;
-
-		if (c->count) {		/* its own first, as a full ring */
-			settle_oldest(c, true);
-			now = P.now();
-			continue;
-		}
 		/* Holders torn down at once; ended launches once their
-		 * holders have had a wait to read them (a holder blocked on
-		 * its own reads it within microseconds; reading it in its
-		 * place as well costs the host a second reading). */
+		 * holders have had a wait to read them (reading one in its
+		 * holder's place as well costs the host a second reading). */
 		if (vgpu_inflight_reap(g->ordinal, waited, read_in_place))
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
+		if (now - t0 >= VGPU_MEASURE_TOKEN_STALL_NS &&
+		    !vgpu_inflight_any_running(g->ordinal, &P))
+			return now;
 		/* Until the first launch holding one is due to end, within
 		 * TOKEN_MIN_WAIT_NS and TOKEN_POLL_NS: its holder, if it
-		 * waits on it, reads it first. No other thread's event is
-		 * waited on: that would hold up a teardown, which waits for
-		 * the readers of events, as long as the kernel runs. */
+		 * waits on it, reads it first. No thread ever blocks on
+		 * another's events: a teardown waits for their readers. */
 		due = vgpu_inflight_next_due(g->ordinal);
 		due = due > now ? due - now : 0;
 		if (due < VGPU_MEASURE_TOKEN_MIN_WAIT_NS)

@@ -111,6 +111,9 @@ struct vgpu_slot;
  * due to end, at least MIN_WAIT_NS and at most POLL_NS at a time. */
 #define VGPU_MEASURE_TOKEN_POLL_NS	100000ull	/* 100 us */
 #define VGPU_MEASURE_TOKEN_MIN_WAIT_NS	10000ull	/* 10 us */
+/* A launch that has waited this long for a token while none of the
+ * launches holding them runs goes without one (measure.c, take_token()). */
+#define VGPU_MEASURE_TOKEN_STALL_NS	50000000ull	/* 50 ms */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
 

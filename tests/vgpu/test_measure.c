@@ -1292,6 +1292,52 @@ Test(measure, a_torn_down_holder_s_token_is_freed_without_its_events)
 	cr_expect_eq(fake.gone_used, 0, "a call on a torn-down event");
 }
 
+/* Launches holding both tokens that cannot start (their stream waits on a
+ * host function that waits for this thread's next launch) do not hold the
+ * next thread for ever: it goes without a token once it has waited
+ * TOKEN_STALL_NS while none of them runs. While one runs, it waits. */
+Test(measure, a_thread_goes_without_a_token_when_the_holders_cannot_start)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[1]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(b, F1, 1 * MS);
+	fake.ctx[1].dflt.busy = fake.now + 3600 * SEC;	/* blocked */
+	launch(a, F1, 1 * MS);
+	launch(a, F1, 1 * MS);
+	fake.engine = fake.now;		/* nothing of a's has started */
+	t1 = fake.now;
+	cr_assert_eq(launch(b, F1, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, t1 + VGPU_MEASURE_TOKEN_STALL_NS);
+	cr_expect_leq(fake.launched_at, t1 + VGPU_MEASURE_TOKEN_STALL_NS +
+					VGPU_MEASURE_TOKEN_POLL_NS,
+		      "went at +%llu ns",
+		      (unsigned long long)(fake.launched_at - t1));
+	cr_expect_eq(newest(b, &fake.ctx[0])->tok.tok, -1, "without a token");
+	cr_expect_eq(fake.gone_used, 0);
+}
+
+/* The same with one of the holders' launches running: the next thread
+ * waits for it, however long. */
+Test(measure, a_thread_waits_for_a_token_while_a_holder_runs)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t end;
+
+	run_and_read(b, F1, 1 * MS);
+	launch(a, F1, 200 * MS);
+	end = fake.kernel_end;
+	launch(a, F1, 1 * MS);
+	cr_assert_eq(launch(b, F1, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, end, "went %lld ns early",
+		      (long long)(end - fake.launched_at));
+	cr_expect_geq(newest(b, &fake.ctx[0])->tok.tok, 0);
+}
+
 /* A forked child's launches are bounded by its own tokens: the parent's
  * launches in flight are not the child's to wait for. */
 Test(measure, a_forked_child_starts_with_every_token_free)
