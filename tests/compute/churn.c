@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cu_util.h"
 #include "sim_record.h"
 #include "vgpu_kernels.h"
 
@@ -70,21 +71,9 @@ struct job {
 	bool sync_at_end;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void die(const char *what, CUresult r)
 {
-	const char *s = NULL;
-
-	cuGetErrorName(r, &s);
-	fprintf(stderr, "churn: %s: %s\n", what, s ? s : "?");
-	exit(2);
+	exit(cu_report("churn", what, r));
 }
 
 static void sleep_ns(uint64_t ns)

@@ -58,6 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cu_util.h"
 #include "sim_record.h"
 #include "vgpu_kernels.h"
 
@@ -73,21 +74,9 @@ static uint64_t longest_ns;	/* the style's longest kernel */
 static double weight = 1;	/* the device's share a kernel holds */
 static CUcontext green_ctx[2];
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void die(const char *what, CUresult r)
 {
-	const char *s = NULL;
-
-	cuGetErrorName(r, &s);
-	fprintf(stderr, "escape: %s: %s\n", what, s ? s : "?");
-	exit(2);
+	exit(cu_report("escape", what, r));
 }
 
 static size_t take_slot(void)

@@ -40,27 +40,16 @@
 #include <unistd.h>
 
 #include "vgpu_kernels.h"
+#include "cu_util.h"
 #include "sim_record.h"
 
 #define MAX_LAUNCHES 200000
 #define DEPTH 8
 #define THREADS 4
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int die(const char *what, CUresult r)
 {
-	const char *s = NULL;
-
-	cuGetErrorName(r, &s);
-	fprintf(stderr, "share: %s: %s\n", what, s ? s : "?");
-	return 2;
+	return cu_report("share", what, r);
 }
 
 /* --style threads: each thread launches on its own stream, its queue kept
