@@ -197,6 +197,7 @@ const struct vgpu_prim vgpu__prim = {
 	.now = vgpu_host_now,
 	.now_coarse = vgpu_host_now_coarse,
 	.sleep = vgpu_host_sleep,
+	.wait_on = vgpu_host_wait_on,
 	/* lifetime.c runs vgpu__launch_thread_exit at the thread's exit. */
 	.thread_watch = vgpu__lifetime_watch_thread,
 };

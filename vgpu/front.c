@@ -7,8 +7,10 @@
 #include "log.h"
 #include "throttle.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -508,6 +510,14 @@ void vgpu_host_sleep(uint64_t ns)
 		sched_yield();
 	else
 		nanosleep(&ts, NULL);
+}
+
+void vgpu_host_wait_on(uint32_t *word, uint32_t val, uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u),
+			       (long)(ns % 1000000000u) };
+
+	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
 }
 
 /* ---- exit and fork -------------------------------------------------------- */

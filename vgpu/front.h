@@ -238,6 +238,8 @@ static inline uint64_t vgpu_mipmap_bytes(uint64_t elem, size_t w, size_t h,
 uint64_t vgpu_host_now(void);		/* CLOCK_MONOTONIC, ns */
 uint64_t vgpu_host_now_coarse(void);	/* its coarse reading */
 void vgpu_host_sleep(uint64_t ns);	/* 0: yields once */
+/* Sleeps while *word (process-private) holds val, up to ns (a futex). */
+void vgpu_host_wait_on(uint32_t *word, uint32_t val, uint64_t ns);
 
 /* At exit: dv's ledger left (its slots given back), dv FAILED. */
 void vgpu_device_leave(struct vgpu_device *dv);

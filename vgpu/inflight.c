@@ -15,7 +15,10 @@
 #include "options.h"
 #include "throttle.h"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define TOKENS	VGPU_INFLIGHT_TOKENS
 
@@ -45,6 +48,40 @@ struct token {
 static struct token tokens[VGPU_MAX_DEVICES][TOKENS];
 /* Threads reading another thread's events now (vgpu_inflight_quiesce). */
 static unsigned readers;
+/* Tokens given back, per GPU (a futex word), and threads waiting on it. */
+static uint32_t freed_seq[VGPU_MAX_DEVICES];
+static uint32_t waiting[VGPU_MAX_DEVICES];
+/* A thread blocks in vgpu_inflight_wait_running. */
+static uint32_t blocker[VGPU_MAX_DEVICES];
+
+/* A token of gpu was given back: one waiter, if any, is woken (a system
+ * call only then). */
+static void freed(int gpu)
+{
+	__atomic_add_fetch(&freed_seq[gpu], 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&waiting[gpu], __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &freed_seq[gpu], FUTEX_WAKE_PRIVATE, 1,
+			NULL, NULL, 0);
+}
+
+uint32_t vgpu_inflight_seq(int gpu)
+{
+	return __atomic_load_n(&freed_seq[gpu], __ATOMIC_SEQ_CST);
+}
+
+void vgpu_inflight_wait(int gpu, uint32_t seq, uint64_t ns,
+			void (*wait_on)(uint32_t *, uint32_t, uint64_t),
+			void (*sleep)(uint64_t))
+{
+	if (!wait_on) {
+		sleep(ns);
+		return;
+	}
+	__atomic_add_fetch(&waiting[gpu], 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&freed_seq[gpu], __ATOMIC_SEQ_CST) == seq)
+		wait_on(&freed_seq[gpu], seq, ns);
+	__atomic_sub_fetch(&waiting[gpu], 1, __ATOMIC_SEQ_CST);
+}
 
 static uint64_t word_of(uint32_t gen, unsigned state)
 {
@@ -134,7 +171,9 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
 		return UINT64_MAX;
 	t = &tokens[gpu][m->tok];
 	w = word_of(m->gen, m->armed ? ARMED : TAKEN);
-	if (!cas(&t->word, &w, word_of(m->gen, FREE))) {
+	if (cas(&t->word, &w, word_of(m->gen, FREE))) {
+		freed(gpu);
+	} else {
 		/* A reaper has it (only an armed one is claimed): it writes
 		 * the charge, then frees the token. */
 		while (__atomic_load_n(&t->word, __ATOMIC_ACQUIRE) ==
@@ -196,7 +235,7 @@ static bool read_one(struct token *t, uint64_t seen, bool ended,
 
 unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 {
-	unsigned freed = 0;
+	unsigned n = 0;
 
 	for (int i = 0; i < TOKENS; i++) {
 		struct token *t = &tokens[gpu][i];
@@ -216,9 +255,10 @@ unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 		__atomic_store_n(LD(t->behalf), ns + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&t->word, (w & ~3ull) | FREE,
 				 __ATOMIC_RELEASE);
-		freed++;
+		freed(gpu);
+		n++;
 	}
-	return freed;
+	return n;
 }
 
 uint64_t vgpu_inflight_next_due(int gpu)
@@ -236,6 +276,40 @@ uint64_t vgpu_inflight_next_due(int gpu)
 			due = d;
 	}
 	return due;
+}
+
+bool vgpu_inflight_wait_running(int gpu, const struct vgpu_prim *P)
+{
+	struct token *first = NULL;
+	uint64_t due = UINT64_MAX, seen = 0;
+	struct vgpu_inflight_launch l;
+	bool blocked = false;
+
+	for (int i = 0; i < TOKENS; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), d;
+
+		if ((w & 3) != ARMED)
+			continue;
+		d = LD(t->issued) + LD(t->estimate);
+		if (d < due) {
+			due = d;
+			first = t;
+			seen = w;
+		}
+	}
+	if (!first || __atomic_exchange_n(&blocker[gpu], 1, __ATOMIC_ACQUIRE))
+		return false;
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	if (snapshot(first, seen, &l) &&
+	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch &&
+	    P->event_query(l.start) == VGPU_PRIM_DONE) {
+		P->event_sync(l.end);
+		blocked = true;
+	}
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&blocker[gpu], 0, __ATOMIC_RELEASE);
+	return blocked;
 }
 
 bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *P)
@@ -269,5 +343,7 @@ void vgpu_inflight_fork_child(void)
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
 		for (int i = 0; i < TOKENS; i++)
 			tokens[g][i].word &= ~3ull;	/* FREE */
+	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
+		waiting[g] = blocker[g] = 0;
 	readers = 0;
 }

@@ -116,6 +116,26 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m);
  * number of tokens freed. */
 unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read);
 
+/* The count of tokens of GPU gpu given back so far (it moves at each):
+ * read before trying to take one, then passed to vgpu_inflight_wait. */
+uint32_t vgpu_inflight_seq(int gpu);
+
+/* Sleeps up to ns while no token of GPU gpu has been given back since
+ * seq was read, through wait_on (prim.h; NULL: sleep): a token given back
+ * wakes one waiter. */
+void vgpu_inflight_wait(int gpu, uint32_t seq, uint64_t ns,
+			void (*wait_on)(uint32_t *, uint32_t, uint64_t),
+			void (*sleep)(uint64_t));
+
+/* Blocks until the launch holding one of GPU gpu's tokens that is due to
+ * end first has ended, if it is running (its start event complete; one
+ * that has not started may wait for something this thread is about to
+ * do), through prim's event_sync: true if it blocked. One thread at a
+ * time (false for the others). Its events are not freed meanwhile: their
+ * holder's release and a teardown of their context wait for it, as long
+ * as the kernel runs. */
+bool vgpu_inflight_wait_running(int gpu, const struct vgpu_prim *prim);
+
 /* When the first of GPU gpu's launches holding tokens is due to end
  * (issued + estimate), UINT64_MAX if none is armed: a thread waiting for a
  * token sleeps until then. Reads no event. */

@@ -106,9 +106,10 @@ struct vgpu_slot;
 /* A launch waiting for the tenant's probe to be read asks this often
  * (how long it waits: VGPU_THROTTLE_PROBE_HOLD_NS, throttle.h). */
 #define VGPU_MEASURE_PROBE_POLL_NS	200000ull
-/* A launch waiting for one of its process's tokens (inflight.h) with
- * none of its own in flight sleeps until the first launch holding one is
- * due to end, at least MIN_WAIT_NS and at most POLL_NS at a time. */
+/* A launch waiting for one of its process's tokens (inflight.h) that does
+ * not block for a running launch sleeps until a token is given back, or
+ * until the first launch holding one is due to end, at least MIN_WAIT_NS
+ * and at most POLL_NS at a time (measure.c, take_token()). */
 #define VGPU_MEASURE_TOKEN_POLL_NS	100000ull	/* 100 us */
 #define VGPU_MEASURE_TOKEN_MIN_WAIT_NS	10000ull	/* 10 us */
 /* A launch that has waited this long for a token while none of the

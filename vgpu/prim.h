@@ -120,6 +120,10 @@ struct vgpu_prim {
 	uint64_t (*now_coarse)(void);
 	/* Sleeps about ns, holding nothing; 0 yields the CPU once. */
 	void (*sleep)(uint64_t ns);
+	/* Sleeps while *word (the process's own memory) holds val, up to ns,
+	 * holding nothing: woken early by a futex wake on word. Optional
+	 * (NULL: sleep is used). */
+	void (*wait_on)(uint32_t *word, uint32_t val, uint64_t ns);
 	/* Arranges that the calling thread's exit calls
 	 * vgpu_measure_thread_exit for its state (measure.h). Idempotent,
 	 * and cheap after the first call. */

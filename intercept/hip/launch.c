@@ -523,5 +523,6 @@ const struct vgpu_prim vgpu__hip_prim = {
 	.now = vgpu_host_now,
 	.now_coarse = vgpu_host_now_coarse,
 	.sleep = vgpu_host_sleep,
+	.wait_on = vgpu_host_wait_on,
 	.thread_watch = vgpu__hip_watch_thread,
 };
