@@ -39,6 +39,7 @@ struct token {
 	struct vgpu_slot *slot;
 	struct vgpu_ledger *ledger;
 	unsigned sm_num, sm_den;
+	uint32_t owner;
 	uint64_t *behalf;		/* the holder's mark's field */
 };
 
@@ -136,6 +137,7 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	ST(t->ledger, l->ledger);
 	ST(t->sm_num, l->sm_num);
 	ST(t->sm_den, l->sm_den);
+	ST(t->owner, l->owner);
 	ST(t->behalf, &m->behalf);
 	m->armed = true;
 	__atomic_store_n(&t->word, word_of(m->gen, ARMED), __ATOMIC_RELEASE);
@@ -205,6 +207,7 @@ static bool snapshot(struct token *t, uint64_t seen,
 	l->ledger = LD(t->ledger);
 	l->sm_num = LD(t->sm_num);
 	l->sm_den = LD(t->sm_den);
+	l->owner = LD(t->owner);
 	return __atomic_load_n(&t->word, __ATOMIC_SEQ_CST) == seen;
 }
 
@@ -278,7 +281,8 @@ uint64_t vgpu_inflight_next_due(int gpu)
 	return due;
 }
 
-bool vgpu_inflight_wait_running(int gpu, const struct vgpu_prim *P)
+bool vgpu_inflight_wait_running(int gpu, uint32_t self,
+				const struct vgpu_prim *P)
 {
 	struct token *first = NULL;
 	uint64_t due = UINT64_MAX, seen = 0;
@@ -289,7 +293,7 @@ bool vgpu_inflight_wait_running(int gpu, const struct vgpu_prim *P)
 		struct token *t = &tokens[gpu][i];
 		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), d;
 
-		if ((w & 3) != ARMED)
+		if ((w & 3) != ARMED || LD(t->owner) == self)
 			continue;
 		d = LD(t->issued) + LD(t->estimate);
 		if (d < due) {

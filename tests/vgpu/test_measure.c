@@ -1338,6 +1338,36 @@ Test(measure, a_thread_waits_for_a_token_while_a_holder_runs)
 	cr_expect_geq(newest(b, &fake.ctx[0])->tok.tok, 0);
 }
 
+/* A thread whose long kernel holds one token, beside another thread's
+ * short kernel holding the other (on a green context: it runs beside),
+ * takes the short one's token when it comes back: it does not wait for
+ * its own long kernel. */
+Test(measure, a_thread_with_a_long_kernel_takes_the_token_a_short_one_frees)
+{
+	start(100);
+	struct fctx *green = &fake.ctx[2];
+	struct fthread *a, *b;
+	uint64_t long_end, short_end;
+
+	green->sm_held = 64;
+	green->sm_total = 128;
+	a = thread_in(&fake.ctx[0]);
+	b = thread_in(green);
+	run_and_read(a, F1, 1 * MS);
+	run_and_read(b, F2, 1 * MS);
+	launch(a, F1, 500 * MS);
+	long_end = fake.kernel_end;
+	launch(b, F2, 1 * MS);
+	short_end = fake.kernel_end;
+	cr_assert_lt(short_end, long_end);
+	cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, short_end);
+	cr_expect_lt(fake.launched_at, short_end + 1 * MS,
+		     "went at +%llu ns after the short one's end",
+		     (unsigned long long)(fake.launched_at - short_end));
+	cr_expect_eq(fake.gone_used, 0);
+}
+
 /* A forked child's launches are bounded by its own tokens: the parent's
  * launches in flight are not the child's to wait for. */
 Test(measure, a_forked_child_starts_with_every_token_free)
