@@ -39,7 +39,6 @@ struct token {
 	struct vgpu_slot *slot;
 	struct vgpu_ledger *ledger;
 	unsigned sm_num, sm_den;
-	uint32_t owner;
 	uint64_t *behalf;		/* the holder's mark's field */
 };
 
@@ -52,8 +51,6 @@ static unsigned readers;
 /* Tokens given back, per GPU (a futex word), and threads waiting on it. */
 static uint32_t freed_seq[VGPU_MAX_DEVICES];
 static uint32_t waiting[VGPU_MAX_DEVICES];
-/* A thread blocks in vgpu_inflight_wait_running. */
-static uint32_t blocker[VGPU_MAX_DEVICES];
 
 /* A token of gpu was given back: one waiter, if any, is woken (a system
  * call only then). */
@@ -137,7 +134,6 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	ST(t->ledger, l->ledger);
 	ST(t->sm_num, l->sm_num);
 	ST(t->sm_den, l->sm_den);
-	ST(t->owner, l->owner);
 	ST(t->behalf, &m->behalf);
 	m->armed = true;
 	__atomic_store_n(&t->word, word_of(m->gen, ARMED), __ATOMIC_RELEASE);
@@ -207,7 +203,6 @@ static bool snapshot(struct token *t, uint64_t seen,
 	l->ledger = LD(t->ledger);
 	l->sm_num = LD(t->sm_num);
 	l->sm_den = LD(t->sm_den);
-	l->owner = LD(t->owner);
 	return __atomic_load_n(&t->word, __ATOMIC_SEQ_CST) == seen;
 }
 
@@ -281,41 +276,6 @@ uint64_t vgpu_inflight_next_due(int gpu)
 	return due;
 }
 
-bool vgpu_inflight_wait_running(int gpu, uint32_t self,
-				const struct vgpu_prim *P)
-{
-	struct token *first = NULL;
-	uint64_t due = UINT64_MAX, seen = 0;
-	struct vgpu_inflight_launch l;
-	bool blocked = false;
-
-	for (int i = 0; i < TOKENS; i++) {
-		struct token *t = &tokens[gpu][i];
-		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), d;
-
-		if ((w & 3) != ARMED || LD(t->owner) == self)
-			continue;
-		d = LD(t->issued) + LD(t->estimate);
-		if (d < due) {
-			due = d;
-			first = t;
-			seen = w;
-		}
-	}
-	if (!first || __atomic_exchange_n(&blocker[gpu], 1, __ATOMIC_ACQUIRE))
-		return false;
-	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	if (snapshot(first, seen, &l) &&
-	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch &&
-	    P->event_query(l.start) == VGPU_PRIM_DONE) {
-		P->event_sync(l.end);
-		blocked = true;
-	}
-	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&blocker[gpu], 0, __ATOMIC_RELEASE);
-	return blocked;
-}
-
 bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *P)
 {
 	bool running = false;
@@ -348,6 +308,6 @@ void vgpu_inflight_fork_child(void)
 		for (int i = 0; i < TOKENS; i++)
 			tokens[g][i].word &= ~3ull;	/* FREE */
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
-		waiting[g] = blocker[g] = 0;
+		waiting[g] = 0;
 	readers = 0;
 }

@@ -67,7 +67,6 @@ struct vgpu_inflight_launch {
 	struct vgpu_slot *slot;		/* the tenant's bucket */
 	struct vgpu_ledger *ledger;	/* the GPU's timeline */
 	unsigned sm_num, sm_den;	/* a green context's share; 0: all */
-	uint32_t owner;			/* its thread's tag (not 0) */
 };
 
 /* Reads a launch in its holder's place (the measuring's, measure.c):
@@ -127,17 +126,6 @@ uint32_t vgpu_inflight_seq(int gpu);
 void vgpu_inflight_wait(int gpu, uint32_t seq, uint64_t ns,
 			void (*wait_on)(uint32_t *, uint32_t, uint64_t),
 			void (*sleep)(uint64_t));
-
-/* Blocks until the launch of another thread than self (its tag) holding
- * one of GPU gpu's tokens that is due to end first has ended, if it is
- * running (its start event complete; one that has not started may wait
- * for something this thread is about to do), through prim's event_sync:
- * true if it blocked. One thread at a
- * time (false for the others). Its events are not freed meanwhile: their
- * holder's release and a teardown of their context wait for it, as long
- * as the kernel runs. */
-bool vgpu_inflight_wait_running(int gpu, uint32_t self,
-				const struct vgpu_prim *prim);
 
 /* When the first of GPU gpu's launches holding tokens is due to end
  * (issued + estimate), UINT64_MAX if none is armed: a thread waiting for a

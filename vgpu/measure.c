@@ -950,15 +950,15 @@ static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 	return (due > now ? due - now : 0) + VGPU_MEASURE_END_POLL_NS;
 }
 
-/* Whether c's launches in flight hold every one of the process's tokens
- * (inflight.h): then no other thread's launch can give one back. */
-static bool holds_all(const struct vgpu_measure_ctx *c)
+/* Whether c's oldest launch in flight is due to end (admission time plus
+ * estimate) no later than the first of those holding the process's
+ * tokens (inflight.h). */
+static bool own_due_first(const struct vgpu_measure_ctx *c,
+			  const struct vgpu_measure_gpu *g)
 {
-	unsigned n = 0;
+	const struct vgpu_measure_pending *p = &c->ring[c->head];
 
-	for (unsigned i = 0; i < c->count; i++)
-		n += c->ring[(c->head + i) % RING].tok.tok >= 0;
-	return n >= VGPU_INFLIGHT_TOKENS;
+	return p->issued + p->estimate <= vgpu_inflight_next_due(g->ordinal);
 }
 
 /* Takes one of the process's tokens for the GPU (inflight.h) for a
@@ -991,37 +991,43 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
-		/* Every token its own, its oldest launch running: blocks for
-		 * its end, as a full ring does, and reads it then (its token
-		 * comes back at once). With another thread's holding one,
-		 * that one may come back first (a short kernel beside this
-		 * thread's long one); and a launch that has not started may
-		 * wait for something (a host function, a stream waiting for
-		 * a value): then it waits as below. */
-		if (holds_all(c) &&
+		/* Its own oldest launch running and due to end first of
+		 * those holding tokens (admission time plus estimate): blocks
+		 * for its end, as a full ring does, and reads it then (its
+		 * token comes back at once, and a sleeping waiter is woken).
+		 * With another's due first, that one may come back first (a
+		 * short kernel beside this thread's long one); and a launch
+		 * that has not started may wait for something (a host
+		 * function, a stream waiting for a value): then it waits as
+		 * below. Nobody blocked on the device, eight tenants of four
+		 * threads with 100 us kernels left it 36% idle: each end was
+		 * read when some thread's sleep ran out. */
+		if (c->count && own_due_first(c, g) &&
 		    P.event_query(c->ring[c->head].start) == VGPU_PRIM_DONE) {
 			settle_oldest(c, true);
 			now = P.now();
 			continue;
 		}
-		if (now - t0 >= VGPU_MEASURE_TOKEN_STALL_NS &&
-		    !vgpu_inflight_any_running(g->ordinal, &P))
+		/* No hang: a launch holding a token may wait for this
+		 * thread's next one (a host function or a value its stream
+		 * waits for, queued before it or, by another thread, between
+		 * its events; a graph behind another launch of itself). One
+		 * that has not started is given TOKEN_STALL_NS; one seen to
+		 * start may still wait (a start event says only that the
+		 * work before it is done), so any is given TOKEN_MAX_WAIT_NS.
+		 * Two hostile reviews hung jobs both ways. */
+		if ((now - t0 >= VGPU_MEASURE_TOKEN_STALL_NS &&
+		     !vgpu_inflight_any_running(g->ordinal, &P)) ||
+		    now - t0 >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS)
 			return now;
-		/* One thread blocks for the end of another thread's running
-		 * launch due first, and yields then so that its holder reads
-		 * it first
-		 * (else this one does, once it has waited). The others sleep
-		 * until a token is given back (a futex wakes them), or at
-		 * most until the first launch holding one is due to end
-		 * (within TOKEN_MIN_WAIT_NS and TOKEN_POLL_NS). Sleeping
-		 * 10-100 us at a time with nobody blocked, eight tenants of
-		 * four threads each with 100 us kernels left the device 14-17%
-		 * idle. */
-		if (vgpu_inflight_wait_running(g->ordinal, my_tag(), &P)) {
-			wait_ns(0);
-			now = collect(c);
-			continue;
-		}
+		/* Sleeps until a token is given back (a futex wakes it), or
+		 * at most until the first launch holding one is due to end
+		 * (within TOKEN_MIN_WAIT_NS and TOKEN_POLL_NS), when it may
+		 * be read in its holder's place. It never blocks in the
+		 * driver on another thread's launch: that launch may wait for
+		 * this thread, and a teardown waits for the readers of
+		 * events (a reviewer's unrelated cuCtxDestroy took 860 ms
+		 * behind a blocked reader). */
 		due = vgpu_inflight_next_due(g->ordinal);
 		due = due > now ? due - now : 0;
 		if (due < VGPU_MEASURE_TOKEN_MIN_WAIT_NS)
@@ -1213,7 +1219,7 @@ static int measured(struct vgpu_measure_ctx *c,
 				.epoch = c->epoch, .estimate = est,
 				.key = call->key, .slot = g->slot,
 				.ledger = g->ledger, .sm_num = c->sm_num,
-				.sm_den = c->sm_den, .owner = my_tag() });
+				.sm_den = c->sm_den });
 	c->count++;
 	return r;
 }

@@ -115,6 +115,9 @@ struct vgpu_slot;
 /* A launch that has waited this long for a token while none of the
  * launches holding them runs goes without one (measure.c, take_token()). */
 #define VGPU_MEASURE_TOKEN_STALL_NS	50000000ull	/* 50 ms */
+/* A launch that has waited this long for a token goes without one,
+ * whatever the launches holding them do (measure.c, take_token()). */
+#define VGPU_MEASURE_TOKEN_MAX_WAIT_NS	1000000000ull	/* 1 s */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
 

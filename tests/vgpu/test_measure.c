@@ -1368,6 +1368,31 @@ Test(measure, a_thread_with_a_long_kernel_takes_the_token_a_short_one_frees)
 	cr_expect_eq(fake.gone_used, 0);
 }
 
+/* Launches holding both tokens that started but do not end (a start
+ * event says only that the work before it is done: a host function
+ * queued between a launch's events, a graph behind another launch of
+ * itself) do not hold the next thread for ever either: it goes without a
+ * token after TOKEN_MAX_WAIT_NS. */
+Test(measure, a_thread_goes_without_a_token_after_the_longest_wait)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[1]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(b, F1, 1 * MS);
+	launch(a, F1, 3600 * SEC);	/* started, never ends in time */
+	launch(a, F1, 1 * MS);
+	t1 = fake.now;
+	cr_assert_eq(launch(b, F1, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, t1 + VGPU_MEASURE_TOKEN_MAX_WAIT_NS);
+	cr_expect_leq(fake.launched_at, t1 + VGPU_MEASURE_TOKEN_MAX_WAIT_NS +
+					VGPU_MEASURE_TOKEN_POLL_NS,
+		      "went at +%llu ns",
+		      (unsigned long long)(fake.launched_at - t1));
+	cr_expect_eq(newest(b, &fake.ctx[0])->tok.tok, -1, "without a token");
+}
+
 /* A forked child's launches are bounded by its own tokens: the parent's
  * launches in flight are not the child's to wait for. */
 Test(measure, a_forked_child_starts_with_every_token_free)
