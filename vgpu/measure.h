@@ -109,7 +109,8 @@ struct vgpu_slot;
 /* A launch waiting for one of its process's tokens (inflight.h) that does
  * not block for a running launch sleeps until a token is given back, or
  * until the first launch holding one is due to end, at least MIN_WAIT_NS
- * and at most POLL_NS at a time (measure.c, take_token()). */
+ * and at most POLL_NS at a time; POLL_NS once every holder is past due
+ * (measure.c, take_token()). */
 #define VGPU_MEASURE_TOKEN_POLL_NS	100000ull	/* 100 us */
 #define VGPU_MEASURE_TOKEN_MIN_WAIT_NS	10000ull	/* 10 us */
 /* A launch that has waited this long for a token while none of the

@@ -1338,6 +1338,36 @@ Test(measure, a_thread_waits_for_a_token_while_a_holder_runs)
 	cr_expect_geq(newest(b, &fake.ctx[0])->tok.tok, 0);
 }
 
+/* A thread waiting for a token held by a launch past its estimated end
+ * (queued behind other tenants' work, or running long) asks again every
+ * TOKEN_POLL_NS, not every TOKEN_MIN_WAIT_NS: 32 threads of eight tenants
+ * asking every 10 us on two cores left the simulated device a quarter
+ * idle (docs/compute.md, "Several tenants at once"). */
+Test(measure, a_thread_waiting_for_an_overdue_holder_asks_every_poll)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t end, t1;
+	unsigned n;
+
+	run_and_read(b, F1, 1 * MS);
+	launch(a, F1, 200 * MS);
+	end = fake.kernel_end;
+	launch(a, F1, 1 * MS);
+	t1 = fake.now;
+	n = fake.sleeps;
+	cr_assert_eq(launch(b, F1, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, end);
+	cr_expect_leq(fake.launched_at, end + 2 * VGPU_MEASURE_TOKEN_POLL_NS,
+		      "went %llu ns after the holder's end",
+		      (unsigned long long)(fake.launched_at - end));
+	cr_expect_leq(fake.sleeps - n,
+		      (end - t1) / VGPU_MEASURE_TOKEN_POLL_NS + 20,
+		      "%u sleeps in %llu ns", fake.sleeps - n,
+		      (unsigned long long)(end - t1));
+}
+
 /* A thread whose long kernel holds one token, beside another thread's
  * short kernel holding the other (on a green context: it runs beside),
  * takes the short one's token when it comes back: it does not wait for
