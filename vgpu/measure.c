@@ -1127,7 +1127,23 @@ static uint64_t hold_for_review(struct vgpu_measure_ctx *c, uint64_t now)
 }
 
 /* Admits, makes and measures one launch in c, on g. */
-static int measured(struct vgpu_measure_ctx *c,
+/* Reads the launches that have ended in t's contexts other than c: while
+ * a launch in c waits for the tenant's probe, the probe may be t's own in
+ * another context, which nobody else reads (it waited for the probe's
+ * bound, a second, before). As after a synchronisation, from whichever
+ * context is current; a torn-down one is left for its next use. */
+static void collect_others(struct vgpu_measure_thread *t,
+			   const struct vgpu_measure_ctx *c)
+{
+	for (int i = 0; i < CTXS; i++) {
+		struct vgpu_measure_ctx *o = &t->ctx[i];
+
+		if (o != c && o->ctx && o->count && !stale(o))
+			collect(o);
+	}
+}
+
+static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
 		    const struct vgpu_measure_call *call)
 {
@@ -1163,8 +1179,10 @@ static int measured(struct vgpu_measure_ctx *c,
 			break;
 		probe_at = 0;
 		/* One retired was charged what it ran: admitted again. */
-		if (r == VGPU_THROTTLE_PROBE_BUSY)
+		if (r == VGPU_THROTTLE_PROBE_BUSY) {
 			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
+			collect_others(t, c);
+		}
 		now = P.now();	/* rare: only before a process's first */
 		est = estimate(c, g, call->kind, call->key);
 	}
@@ -1271,7 +1289,7 @@ int vgpu_measure_launch(struct vgpu_measure_thread *t,
 	/* A GPU once found measured stays so for the context (prim.h). */
 	if (c && !(g = c->gpu))
 		g = c->gpu = P.gpu(c->ctx);
-	r = g ? measured(c, g, call) : unmeasured(c, call);
+	r = g ? measured(t, c, g, call) : unmeasured(c, call);
 	if (sctx)
 		P.ctx_pop();
 	cancel_in_waits = false;

@@ -490,6 +490,30 @@ Test(measure, a_probe_s_own_thread_waits_for_its_end)
 	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0);
 }
 
+/* The probe's thread launches at once in another of its contexts on the
+ * GPU: that launch waits for the probe's end, read by the same thread
+ * from the other context, not for the tenant's bound (it waited a second
+ * once: the probe was read only from its own context). */
+Test(measure, a_probe_s_thread_in_another_context_reads_it_there)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 3 * MS);
+	a->stack[0] = &fake.ctx[1];	/* a makes ctx[1] current */
+	cr_assert_eq(launch(a, F2, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, T0 + 3 * MS);
+	cr_expect_leq(fake.launched_at, T0 + 3 * MS +
+					2 * VGPU_MEASURE_PROBE_POLL_NS,
+		      "went at +%llu ns",
+		      (unsigned long long)(fake.launched_at - T0));
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 0,
+		     "the probe not read");
+	cr_expect_eq(newest(a, &fake.ctx[1])->estimate, 3 * MS,
+		     "goes with the probe's length");
+	cr_expect_eq(newest(a, &fake.ctx[1])->probe_at, 0, "not a probe");
+}
+
 /* A probe whose thread never reads it holds the others up to the
  * tenant's bound (its process lives): then it is retired, and the next
  * one goes as the probe. */
