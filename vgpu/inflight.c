@@ -36,6 +36,7 @@ struct token {
 	const unsigned *epoch_word;
 	unsigned epoch;
 	uint64_t estimate, key;
+	int gpu, kind;
 	struct vgpu_slot *slot;
 	struct vgpu_ledger *ledger;
 	unsigned sm_num, sm_den;
@@ -130,6 +131,8 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	ST(t->epoch, l->epoch);
 	ST(t->estimate, l->estimate);
 	ST(t->key, l->key);
+	ST(t->gpu, l->gpu);
+	ST(t->kind, l->kind);
 	ST(t->slot, l->slot);
 	ST(t->ledger, l->ledger);
 	ST(t->sm_num, l->sm_num);
@@ -199,6 +202,8 @@ static bool snapshot(struct token *t, uint64_t seen,
 	l->epoch = LD(t->epoch);
 	l->estimate = LD(t->estimate);
 	l->key = LD(t->key);
+	l->gpu = LD(t->gpu);
+	l->kind = LD(t->kind);
 	l->slot = LD(t->slot);
 	l->ledger = LD(t->ledger);
 	l->sm_num = LD(t->sm_num);

@@ -64,6 +64,7 @@ struct vgpu_inflight_launch {
 	unsigned epoch;			/* its value when the events were made */
 	uint64_t estimate;		/* what the bucket was charged for it */
 	uint64_t key;			/* its function or graph */
+	int gpu, kind;			/* its GPU's ordinal, measure.h kind */
 	struct vgpu_slot *slot;		/* the tenant's bucket */
 	struct vgpu_ledger *ledger;	/* the GPU's timeline */
 	unsigned sm_num, sm_den;	/* a green context's share; 0: all */

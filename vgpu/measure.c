@@ -628,6 +628,11 @@ static bool read_in_place(const struct vgpu_inflight_launch *l, uint64_t *ns)
 	if (!(*ns > l->estimate && seen < end + VGPU_MEASURE_READ_GRACE_NS &&
 	      l->slot && vgpu_throttle_contended(l->slot, seen)))
 		fn_measured(l->key, *ns);
+	/* The process's first reading (of its probe, read in its holder's
+	 * place): an estimate for the launches of other functions too. */
+	if (!__atomic_load_n(&proc_avg[l->gpu][l->kind], __ATOMIC_RELAXED))
+		__atomic_store_n(&proc_avg[l->gpu][l->kind], *ns ? *ns : 1,
+				 __ATOMIC_RELAXED);
 	return true;
 }
 
@@ -1168,20 +1173,26 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		admit(c, g, call, &est, &now, &tok);
 		if (est)
 			break;
-		/* A probe goes alone: no other launch to bound. */
-		vgpu_inflight_release(g->ordinal, &tok);
 		/* No estimate anywhere: it goes as the tenant's probe, alone,
 		 * once admitted (a probe waiting for its admission holds no
 		 * one: several admitted at once on an estimate of 0 would
-		 * all go), or waits for the one in flight to be read. */
+		 * all go), or waits for the one in flight to be read. The
+		 * probe keeps its token, so that the process's other threads
+		 * waiting for it read it in its place once it has ended. */
 		r = vgpu_throttle_probe_begin(g->slot, now, &probe_at);
 		if (r == VGPU_THROTTLE_PROBE_TAKEN)
 			break;
 		probe_at = 0;
-		/* One retired was charged what it ran: admitted again. */
+		vgpu_inflight_release(g->ordinal, &tok);
+		/* One retired was charged what it ran: admitted again. One in
+		 * flight may be this thread's in another context, or another
+		 * thread's of the process that does not come back to read it
+		 * (it waits for this one): read here once it has ended, its
+		 * length is this launch's estimate. */
 		if (r == VGPU_THROTTLE_PROBE_BUSY) {
 			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
 			collect_others(t, c);
+			vgpu_inflight_reap(g->ordinal, true, read_in_place);
 		}
 		now = P.now();	/* rare: only before a process's first */
 		est = estimate(c, g, call->kind, call->key);
@@ -1239,7 +1250,8 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 				.issued = now,
 				.epoch_word = epoch_of(c->ctx),
 				.epoch = c->epoch, .estimate = est,
-				.key = call->key, .slot = g->slot,
+				.key = call->key, .gpu = g->ordinal,
+				.kind = call->kind, .slot = g->slot,
 				.ledger = g->ledger, .sm_num = c->sm_num,
 				.sm_den = c->sm_den });
 	c->count++;

@@ -514,16 +514,51 @@ Test(measure, a_probe_s_thread_in_another_context_reads_it_there)
 	cr_expect_eq(newest(a, &fake.ctx[1])->probe_at, 0, "not a probe");
 }
 
-/* A probe whose thread never reads it holds the others up to the
- * tenant's bound (its process lives): then it is retired, and the next
- * one goes as the probe. */
+/* The probe's thread does not come back to read it (it waits for
+ * another thread's work): another thread of its process reads it in its
+ * place once it has ended (the probe keeps its token), goes with its
+ * length, and the probe is paid once when its thread reads it after all.
+ * It waited for the probe's bound before (2 s, then the debt charged for
+ * it). */
+Test(measure, a_probe_its_thread_leaves_unread_is_read_by_another)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 3 * MS);
+	cr_assert_geq(newest(a, &fake.ctx[0])->tok.tok, 0, "the probe's token");
+	cr_assert_eq(launch(b, F2, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, T0 + 3 * MS);
+	cr_expect_leq(fake.launched_at, T0 + 3 * MS +
+					2 * VGPU_MEASURE_PROBE_POLL_NS,
+		      "went at +%llu ns",
+		      (unsigned long long)(fake.launched_at - T0));
+	cr_expect_eq(newest(b, &fake.ctx[0])->estimate, 3 * MS,
+		     "goes with the probe's length");
+	cr_expect_eq(newest(b, &fake.ctx[0])->probe_at, 0, "not a probe");
+	fake.now += 1 * SEC;
+	sync_as(a);
+	sync_as(b);
+	as(a);
+	vgpu_measure_thread_exit(&a->m);
+	as(b);
+	vgpu_measure_thread_exit(&b->m);
+	cr_expect_eq(charged(), 3 * MS + 1 * MS, "charged %llu ns",
+		     (unsigned long long)charged());
+}
+
+/* A probe that does not end, whose thread never reads it, holds the
+ * others up to the tenant's bound (its process lives): then it is
+ * retired, and the next one goes as the probe. (One that has ended is
+ * read by the next thread: above.) */
 Test(measure, a_probe_never_read_holds_the_others_to_the_bound)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
 	struct fthread *b = thread_in(&fake.ctx[0]);
 
-	launch(a, F1, 1 * MS);
+	launch(a, F1, 3600 * SEC);
 	launch(b, F2, 1 * MS);
 	/* Polled every 200 us: the first poll past the bound (in ms). */
 	cr_expect_gt(fake.launched_at, T0 + VGPU_THROTTLE_PROBE_HOLD_NS);
