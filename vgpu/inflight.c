@@ -35,7 +35,7 @@ struct token {
 	uint64_t ref_ns, issued;
 	const unsigned *epoch_word;
 	unsigned epoch;
-	uint64_t estimate, key;
+	uint64_t estimate, key, probe_at;
 	int gpu, kind;
 	struct vgpu_slot *slot;
 	struct vgpu_ledger *ledger;
@@ -133,6 +133,7 @@ void vgpu_inflight_arm(int gpu, struct vgpu_inflight_mark *m,
 	ST(t->key, l->key);
 	ST(t->gpu, l->gpu);
 	ST(t->kind, l->kind);
+	ST(t->probe_at, l->probe_at);
 	ST(t->slot, l->slot);
 	ST(t->ledger, l->ledger);
 	ST(t->sm_num, l->sm_num);
@@ -204,6 +205,7 @@ static bool snapshot(struct token *t, uint64_t seen,
 	l->key = LD(t->key);
 	l->gpu = LD(t->gpu);
 	l->kind = LD(t->kind);
+	l->probe_at = LD(t->probe_at);
 	l->slot = LD(t->slot);
 	l->ledger = LD(t->ledger);
 	l->sm_num = LD(t->sm_num);
@@ -255,6 +257,10 @@ unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 		l.estimate = LD(t->estimate);
 		if (l.slot && ns != l.estimate)
 			vgpu_throttle_correct(l.slot, l.estimate, ns);
+		/* Charged; a retirement's charge meanwhile is the holder's
+		 * to fold (probe_fold, measure.c), as when it reads it. */
+		if (l.slot && l.probe_at)
+			vgpu_throttle_probe_end(l.slot, l.probe_at);
 		__atomic_store_n(LD(t->behalf), ns + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&t->word, (w & ~3ull) | FREE,
 				 __ATOMIC_RELEASE);

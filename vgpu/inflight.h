@@ -65,6 +65,7 @@ struct vgpu_inflight_launch {
 	uint64_t estimate;		/* what the bucket was charged for it */
 	uint64_t key;			/* its function or graph */
 	int gpu, kind;			/* its GPU's ordinal, measure.h kind */
+	uint64_t probe_at;		/* the tenant's probe's word; 0: none */
 	struct vgpu_slot *slot;		/* the tenant's bucket */
 	struct vgpu_ledger *ledger;	/* the GPU's timeline */
 	unsigned sm_num, sm_den;	/* a green context's share; 0: all */
@@ -113,8 +114,9 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m);
  * (charged as they were: nothing of them runs any more) and, if ended,
  * reads in their holders' place (through read) the launches holding
  * tokens whose end has completed: each charged what read says (less what
- * the bucket was charged for it already), its token freed. Returns the
- * number of tokens freed. */
+ * the bucket was charged for it already), its token freed, and, if it is
+ * the tenant's probe, the probe ended (the tenant's other processes wait
+ * for that). Returns the number of tokens freed. */
 unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read);
 
 /* The count of tokens of GPU gpu given back so far (it moves at each):

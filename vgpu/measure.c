@@ -1251,7 +1251,8 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 				.epoch_word = epoch_of(c->ctx),
 				.epoch = c->epoch, .estimate = est,
 				.key = call->key, .gpu = g->ordinal,
-				.kind = call->kind, .slot = g->slot,
+				.kind = call->kind, .probe_at = probe_at,
+				.slot = g->slot,
 				.ledger = g->ledger, .sm_num = c->sm_num,
 				.sm_den = c->sm_den });
 	c->count++;

@@ -438,6 +438,8 @@ static unsigned live_events(void)
 
 /* ---- the first launch ------------------------------------------------------------ */
 
+static struct vgpu_slot *other;	/* another process of the tenant */
+
 static struct fthread *reader;	/* the thread the sleep hook lets read */
 static uint64_t read_after;	/* once the clock passes this */
 
@@ -525,6 +527,7 @@ Test(measure, a_probe_its_thread_leaves_unread_is_read_by_another)
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
 	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t op = 0;
 
 	launch(a, F1, 3 * MS);
 	cr_assert_geq(newest(a, &fake.ctx[0])->tok.tok, 0, "the probe's token");
@@ -537,6 +540,13 @@ Test(measure, a_probe_its_thread_leaves_unread_is_read_by_another)
 	cr_expect_eq(newest(b, &fake.ctx[0])->estimate, 3 * MS,
 		     "goes with the probe's length");
 	cr_expect_eq(newest(b, &fake.ctx[0])->probe_at, 0, "not a probe");
+	/* Read, the probe is the tenant's no more: another process's
+	 * first launch may go (it waited for the bound, then for the
+	 * debt of the retirement). */
+	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	cr_expect_eq(vgpu_throttle_probe_begin(other, fake.now, &op),
+		     VGPU_THROTTLE_PROBE_TAKEN, "the tenant's probe not ended");
+	vgpu_throttle_probe_end(other, op);
 	fake.now += 1 * SEC;
 	sync_as(a);
 	sync_as(b);
@@ -594,7 +604,6 @@ Test(measure, a_forked_child_waits_for_the_parent_s_probe_until_it_is_read)
  * a probe of its own (its process knows no length yet). Eight processes
  * starting at once went side by side, each unmeasured, far past a 30%
  * cap. */
-static struct vgpu_slot *other;
 static uint64_t other_probe, other_reads_at;
 
 static void other_reads(void)
