@@ -11,6 +11,11 @@
  *   kernel       a CUkernel (cuLibraryGetKernel) launched on an explicit
  *                stream with no current context (1 ms);
  *   threads8     8 threads launching 100 ms kernels back to back;
+ *   destroy-bad  a function's 20 us kernels, then, over and over, a new
+ *                thread launching two 100 ms ones, asking to destroy
+ *                contexts the driver refuses (NULL, a bogus handle) and
+ *                exiting unsynchronised (a refused destroy once tore
+ *                every context's launches down: 99.5% under 30%);
  *   switch       8 threads that switch one function from 20 us kernels to
  *                100 ms ones at once: each launches 40 short ones (asking
  *                cuStreamQuery after each), all meet, each launches 2
@@ -125,6 +130,25 @@ static void *long_launches(void *arg)
 		cuStreamQuery(NULL);
 	cuCtxSynchronize();
 	return NULL;
+}
+
+/* --style destroy-bad: a thread that launches two 100 ms kernels of a
+ * function known to be short, asks the driver to destroy a context it
+ * refuses (NULL, and a handle that is no context), and exits. */
+static CUstream bad_stream;
+
+static void *destroy_bad(void *arg)
+{
+	(void)arg;
+	if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+		return NULL;
+	for (int i = 0; i < 2; i++)
+		if (!launch(spin, 100000000, bad_stream))
+			return NULL;
+	if (cuCtxDestroy(NULL) == CUDA_SUCCESS ||
+	    cuCtxDestroy((CUcontext)&bad_stream) == CUDA_SUCCESS)
+		die("a refused destroy succeeded", CUDA_ERROR_UNKNOWN);
+	return NULL;	/* exits without synchronising */
 }
 
 static pthread_barrier_t meet;
@@ -259,6 +283,22 @@ static void run(const char *style)
 		}
 		cuStreamSynchronize(s);
 		cuCtxSetCurrent(ctx);
+	} else if (!strcmp(style, "destroy-bad")) {
+		pthread_t t;
+
+		if (cuStreamCreate(&bad_stream, CU_STREAM_NON_BLOCKING))
+			die("stream", CUDA_ERROR_UNKNOWN);
+		for (int i = 0; i < 50; i++) {	/* the function is short */
+			launch(spin, 20000, bad_stream);
+			cuStreamSynchronize(bad_stream);
+		}
+		while (now_ns() < end_ns) {
+			if (pthread_create(&t, NULL, destroy_bad, NULL))
+				die("thread", CUDA_ERROR_UNKNOWN);
+			pthread_join(t, NULL);
+			usleep(200000);
+		}
+		cuStreamSynchronize(bad_stream);
 	} else if (!strcmp(style, "threads8")) {
 		pthread_t t[8];
 
