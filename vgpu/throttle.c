@@ -484,6 +484,13 @@ void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe)
 				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
+bool vgpu_throttle_probe_mine(const struct vgpu_slot *s)
+{
+	uint64_t w = vgpu__ld(&s->ten->probe);
+
+	return w && (uint32_t)(w >> 32) == s->owner;
+}
+
 bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns)
 {
 	struct vgpu_ledger_compute *c = &s->ten->compute;

@@ -174,6 +174,8 @@ uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t probe);
 /* The probe was read: the next may go (nothing if it was retired
  * meanwhile). */
 void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe);
+/* Whether the tenant's probe in flight is s's process's (one load). */
+bool vgpu_throttle_probe_mine(const struct vgpu_slot *s);
 
 /* Whether s's tenant is elastic and no other tenant of the GPU has been
  * active lately: its launches are lent the GPU rather than admitted

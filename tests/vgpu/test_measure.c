@@ -558,11 +558,42 @@ Test(measure, a_probe_its_thread_leaves_unread_is_read_by_another)
 		     (unsigned long long)charged());
 }
 
-/* A probe that does not end, whose thread never reads it, holds the
- * others up to the tenant's bound (its process lives): then it is
- * retired, and the next one goes as the probe. (One that has ended is
- * read by the next thread: above.) */
-Test(measure, a_probe_never_read_holds_the_others_to_the_bound)
+/* The probe cannot start (queued behind a host function that waits for
+ * another thread of its process): that thread's first launch waits
+ * TOKEN_STALL_NS for it, then goes without it, holding a token, as a
+ * launch of unknown length; the probe stays the tenant's. It waited for
+ * the probe's bound (2 s) and the debt of its retirement before. */
+Test(measure, a_probe_that_cannot_start_holds_its_process_only_a_while)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[1]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	uint64_t t1, op = 0;
+
+	fake.ctx[1].dflt.busy = fake.now + 3600 * SEC;	/* blocked */
+	launch(a, F1, 1 * MS);
+	cr_assert_neq(newest(a, &fake.ctx[1])->probe_at, 0);
+	fake.engine = fake.now;		/* nothing of a's has started */
+	t1 = fake.now;
+	cr_assert_eq(launch(b, F2, 1 * MS), 0);
+	cr_expect_geq(fake.launched_at, t1 + VGPU_MEASURE_TOKEN_STALL_NS);
+	cr_expect_leq(fake.launched_at, t1 + VGPU_MEASURE_TOKEN_STALL_NS +
+					2 * VGPU_MEASURE_PROBE_POLL_NS,
+		      "went at +%llu ns",
+		      (unsigned long long)(fake.launched_at - t1));
+	cr_expect_eq(newest(b, &fake.ctx[0])->probe_at, 0, "not a probe");
+	cr_expect_geq(newest(b, &fake.ctx[0])->tok.tok, 0, "holds a token");
+	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	cr_expect_eq(vgpu_throttle_probe_begin(other, fake.now, &op),
+		     VGPU_THROTTLE_PROBE_BUSY, "a's probe is the tenant's");
+}
+
+/* A probe that runs and does not end, whose thread never reads it, holds
+ * its process's other threads TOKEN_MAX_WAIT_NS, as a launch holding a
+ * token does: then they go holding a token, as launches of unknown
+ * length, and the probe stays the tenant's (other processes wait for it
+ * up to the tenant's bound: below). */
+Test(measure, a_running_probe_never_read_holds_its_process_to_the_longest_wait)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
@@ -570,11 +601,14 @@ Test(measure, a_probe_never_read_holds_the_others_to_the_bound)
 
 	launch(a, F1, 3600 * SEC);
 	launch(b, F2, 1 * MS);
-	/* Polled every 200 us: the first poll past the bound (in ms). */
-	cr_expect_gt(fake.launched_at, T0 + VGPU_THROTTLE_PROBE_HOLD_NS);
-	cr_expect_leq(fake.launched_at,
-		      T0 + VGPU_THROTTLE_PROBE_HOLD_NS + 2 * MS);
-	cr_expect_neq(newest(b, &fake.ctx[0])->probe_at, 0);
+	cr_expect_geq(fake.launched_at, T0 + VGPU_MEASURE_TOKEN_MAX_WAIT_NS);
+	cr_expect_leq(fake.launched_at, T0 + VGPU_MEASURE_TOKEN_MAX_WAIT_NS +
+					2 * VGPU_MEASURE_PROBE_POLL_NS,
+		      "went at +%llu ns",
+		      (unsigned long long)(fake.launched_at - T0));
+	cr_expect_eq(newest(b, &fake.ctx[0])->probe_at, 0);
+	cr_expect_geq(newest(b, &fake.ctx[0])->tok.tok, 0);
+	cr_expect(vgpu_throttle_probe_mine(slot), "a's probe is the tenant's");
 }
 
 /* A forked child's first launch waits for the parent's probe only until
