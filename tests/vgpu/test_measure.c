@@ -885,6 +885,46 @@ Test(measure, a_context_teardown_forgets_only_that_context_s_state)
 	cr_expect_eq(fake.gone_used, 0);
 }
 
+/* A thread that makes a context per task, launches in it and tears it
+ * down unsynchronised: each torn-down state is dropped when the next
+ * context is first used, its launches charged up to then, not when a
+ * fifth context evicts it (charged the time since issued, the waits
+ * between included: a review's waits grew 72 ms, 0.3, 1.3, 5.8 s). */
+Test(measure, states_torn_down_are_dropped_at_the_next_context)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t before;
+
+	run_and_read(a, F1, 1 * MS);
+	fake.now += VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	before = charged();
+	for (int i = 0; i < 9; i++) {
+		struct fctx *x = &fake.ctx[i % 4];
+
+		a->stack[0] = x;
+		launch(a, F1, 1 * MS);
+		if (i == 8)
+			break;
+		launch(a, F1, 1 * MS);
+		fake.now = fake.kernel_end;
+		vgpu_measure_ctx_teardown((struct vgpu_prim_ctx *)x);
+		x->gen++;
+	}
+	fake.now = fake.kernel_end + VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);
+	as(a);
+	vgpu_measure_thread_exit(&a->m);
+	/* 17 kernels of 1 ms; each torn-down pair charged up to the next
+	 * task's first launch, a few us after its end. */
+	cr_expect_leq(charged() - before, 17 * MS + 100 * US,
+		      "charged %llu ns for 17 ms",
+		      (unsigned long long)(charged() - before));
+	cr_expect_geq(charged() - before, 17 * MS);
+	cr_expect_eq(fake.gone_used, 0);
+}
+
 /* A teardown of a context not known drops every context's state. */
 Test(measure, a_teardown_of_an_unknown_context_forgets_all)
 {
