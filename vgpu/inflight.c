@@ -220,10 +220,11 @@ static bool snapshot(struct token *t, uint64_t seen,
  * vgpu_inflight_quiesce, a teardown moves the epoch first. */
 static bool read_one(struct token *t, uint64_t seen, bool ended,
 		     vgpu_inflight_read_fn *read,
-		     struct vgpu_inflight_launch *l, uint64_t *ns)
+		     struct vgpu_inflight_launch *l, uint64_t *ns, bool *learn)
 {
 	bool done = false;
 
+	*learn = false;
 	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
 	if (!snapshot(t, seen, l)) {
 		/* freed meanwhile */
@@ -232,13 +233,14 @@ static bool read_one(struct token *t, uint64_t seen, bool ended,
 		*ns = l->estimate;
 		done = true;
 	} else if (ended) {
-		done = read(l, ns);
+		done = read(l, ns, learn);
 	}
 	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
 	return done;
 }
 
-unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
+unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read,
+			    vgpu_inflight_learnt_fn *learnt)
 {
 	unsigned n = 0;
 
@@ -246,8 +248,10 @@ unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 		struct token *t = &tokens[gpu][i];
 		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE), ns;
 		struct vgpu_inflight_launch l;
+		bool learn;
 
-		if ((w & 3) != ARMED || !read_one(t, w, ended, read, &l, &ns))
+		if ((w & 3) != ARMED ||
+		    !read_one(t, w, ended, read, &l, &ns, &learn))
 			continue;
 		if (!cas(&t->word, &w, (w & ~3ull) | CLAIMED))
 			continue;	/* its holder read it meanwhile */
@@ -261,6 +265,8 @@ unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read)
 		 * to fold (probe_fold, measure.c), as when it reads it. */
 		if (l.slot && l.probe_at)
 			vgpu_throttle_probe_end(l.slot, l.probe_at);
+		if (learnt)
+			learnt(&l, ns, learn);
 		__atomic_store_n(LD(t->behalf), ns + 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&t->word, (w & ~3ull) | FREE,
 				 __ATOMIC_RELEASE);

@@ -73,9 +73,16 @@ struct vgpu_inflight_launch {
 
 /* Reads a launch in its holder's place (the measuring's, measure.c):
  * false while its end has not completed, else true with *ns what it is to
- * be charged. Called while its events cannot be freed. */
+ * be charged, and *learn whether its function's estimate is to follow
+ * it. Called while its events cannot be freed; its holder may have read
+ * it meanwhile and recorded them again for another launch, so nothing is
+ * to be learnt from it until the reaper has claimed it (learnt_fn). */
 typedef bool vgpu_inflight_read_fn(const struct vgpu_inflight_launch *l,
-				   uint64_t *ns);
+				   uint64_t *ns, bool *learn);
+/* A launch read in its holder's place and claimed: what it took, ns, is
+ * charged; learn as read said. */
+typedef void vgpu_inflight_learnt_fn(const struct vgpu_inflight_launch *l,
+				     uint64_t ns, bool learn);
 
 /* Takes a free token of GPU gpu for one launch: true with *m set, false
  * if all are held. One load per token, one compare-and-swap. */
@@ -116,8 +123,10 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m);
  * tokens whose end has completed: each charged what read says (less what
  * the bucket was charged for it already), its token freed, and, if it is
  * the tenant's probe, the probe ended (the tenant's other processes wait
- * for that). Returns the number of tokens freed. */
-unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read);
+ * for that), then learnt (if not NULL) told. Returns the number of tokens
+ * freed. */
+unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read,
+			    vgpu_inflight_learnt_fn *learnt);
 
 /* The count of tokens of GPU gpu given back so far (it moves at each):
  * read before trying to take one, then passed to vgpu_inflight_wait. */

@@ -593,7 +593,8 @@ static void running(struct vgpu_measure_ctx *c, uint64_t now)
  * end is not recorded yet (settle_read's early reading). Without a
  * reference, its events' whole interval, which may include time it
  * waited behind other work: its holder's own reading corrects it. */
-static bool read_in_place(const struct vgpu_inflight_launch *l, uint64_t *ns)
+static bool read_in_place(const struct vgpu_inflight_launch *l, uint64_t *ns,
+			  bool *learn)
 {
 	uint64_t a, b, len, start, end, seen;
 
@@ -625,15 +626,24 @@ static bool read_in_place(const struct vgpu_inflight_launch *l, uint64_t *ns)
 		*ns = vgpu_timeline_exclusive(l->ledger, start, end);
 	else
 		*ns = len;
-	if (!(*ns > l->estimate && seen < end + VGPU_MEASURE_READ_GRACE_NS &&
-	      l->slot && vgpu_throttle_contended(l->slot, seen)))
-		fn_measured(l->key, *ns);
-	/* The process's first reading (of its probe, read in its holder's
-	 * place): an estimate for the launches of other functions too. */
-	if (!__atomic_load_n(&proc_avg[l->gpu][l->kind], __ATOMIC_RELAXED))
-		__atomic_store_n(&proc_avg[l->gpu][l->kind], *ns ? *ns : 1,
-				 __ATOMIC_RELAXED);
+	*learn = !(*ns > l->estimate &&
+		   seen < end + VGPU_MEASURE_READ_GRACE_NS && l->slot &&
+		   vgpu_throttle_contended(l->slot, seen));
 	return true;
+}
+
+/* A launch read in its holder's place, claimed (inflight.h): its
+ * function's estimate follows it (unless it may have waited behind
+ * another tenant's kernel: read_in_place), and the process's first
+ * reading (its probe's, maybe) is an estimate for other functions too. */
+static void learnt_in_place(const struct vgpu_inflight_launch *l, uint64_t ns,
+			    bool learn)
+{
+	if (learn)
+		fn_measured(l->key, ns);
+	if (!__atomic_load_n(&proc_avg[l->gpu][l->kind], __ATOMIC_RELAXED))
+		__atomic_store_n(&proc_avg[l->gpu][l->kind], ns ? ns : 1,
+				 __ATOMIC_RELAXED);
 }
 
 /* The launches read early (settle_read) whose interval an end recorded
@@ -1007,7 +1017,8 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		/* Holders torn down at once; ended launches once their
 		 * holders have had a wait to read them (reading one in its
 		 * holder's place as well costs the host a second reading). */
-		if (vgpu_inflight_reap(g->ordinal, waited, read_in_place))
+		if (vgpu_inflight_reap(g->ordinal, waited, read_in_place,
+				       learnt_in_place))
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
@@ -1232,7 +1243,8 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		if (r == VGPU_THROTTLE_PROBE_BUSY) {
 			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
 			collect_others(t, c);
-			vgpu_inflight_reap(g->ordinal, true, read_in_place);
+			vgpu_inflight_reap(g->ordinal, true, read_in_place,
+					   learnt_in_place);
 		}
 		now = P.now();	/* rare: only before a process's first */
 		est = estimate(c, g, call->kind, call->key);

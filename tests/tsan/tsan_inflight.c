@@ -36,11 +36,13 @@ static int query(struct vgpu_prim_event *e)
 							   : VGPU_PRIM_NOT_READY;
 }
 
-static bool read_fn(const struct vgpu_inflight_launch *l, uint64_t *ns)
+static bool read_fn(const struct vgpu_inflight_launch *l, uint64_t *ns,
+		    bool *learn)
 {
 	if (query(l->end) != VGPU_PRIM_DONE)
 		return false;
 	*ns = LEN;
+	*learn = true;
 	return true;
 }
 
@@ -61,7 +63,7 @@ static void *launcher(void *p)
 		uint64_t r;
 
 		while (!vgpu_inflight_take(0, &m)) {
-			a->reaps += vgpu_inflight_reap(0, true, read_fn);
+			a->reaps += vgpu_inflight_reap(0, true, read_fn, NULL);
 			if (rand_r(&a->seed) % 4 == 0)
 				(void)vgpu_inflight_next_due(0);
 			sched_yield();
