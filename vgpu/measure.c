@@ -174,10 +174,16 @@ static void probe_fold(struct vgpu_measure_pending *p)
 	if (!p->probe_at || p->probe_folded)
 		return;
 	r = vgpu_throttle_probe_charged(p->gpu->slot, p->probe_at);
-	if (r) {
-		p->estimate += r;
-		p->probe_folded = true;
-	}
+	/* A thread reading it in this one's place charges from its token's
+	 * copy of the estimate: the copy follows. If one has it already,
+	 * the fold waits for that charge (token_fold, then here): folded
+	 * into the estimate alone, the retirement's charge was never given
+	 * back (a review read the code). */
+	if (!r || !vgpu_inflight_hold(p->gpu->ordinal, &p->tok))
+		return;
+	p->estimate += r;
+	p->probe_folded = true;
+	vgpu_inflight_unhold(p->gpu->ordinal, &p->tok, p->estimate);
 }
 
 /* p's token back to its process (inflight.h); if another thread read p
