@@ -93,6 +93,15 @@ static bool stale(const struct vgpu_measure_ctx *c)
  * context that has measured nothing yet (atomic). */
 static uint64_t proc_avg[VGPU_MAX_DEVICES][KINDS];
 
+/* The process's first reading on a GPU, of a kind: its average until
+ * charges refine it. */
+static void proc_avg_seed(int gpu, int kind, uint64_t ns)
+{
+	if (!__atomic_load_n(&proc_avg[gpu][kind], __ATOMIC_RELAXED))
+		__atomic_store_n(&proc_avg[gpu][kind], ns ? ns : 1,
+				 __ATOMIC_RELAXED);
+}
+
 /* Per function or graph: its recent GPU time, raised at once by a longer
  * measurement and lowered slowly, so that a long kernel after short ones
  * is not admitted at the short ones' average. A small direct-mapped table
@@ -509,9 +518,7 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	m->sm_den = c->sm_den;
 	if (!m->early)
 		fn_measured(p->key, first);
-	if (!__atomic_load_n(&proc_avg[g->ordinal][p->kind], __ATOMIC_RELAXED))
-		__atomic_store_n(&proc_avg[g->ordinal][p->kind],
-				 first ? first : 1, __ATOMIC_RELAXED);
+	proc_avg_seed(g->ordinal, p->kind, first);
 	probe_done(p);
 	m->gpu = g;
 	m->kind = p->kind;
@@ -647,9 +654,7 @@ static void learnt_in_place(const struct vgpu_inflight_launch *l, uint64_t ns,
 {
 	if (learn)
 		fn_measured(l->key, ns);
-	if (!__atomic_load_n(&proc_avg[l->gpu][l->kind], __ATOMIC_RELAXED))
-		__atomic_store_n(&proc_avg[l->gpu][l->kind], ns ? ns : 1,
-				 __ATOMIC_RELAXED);
+	proc_avg_seed(l->gpu, l->kind, ns);
 }
 
 /* The launches read early (settle_read) whose interval an end recorded
@@ -997,6 +1002,16 @@ static bool own_due_first(const struct vgpu_measure_ctx *c,
 	return p->issued + p->estimate <= vgpu_inflight_next_due(g->ordinal);
 }
 
+/* Whether a thread that has waited `waited` for the launches holding
+ * g's tokens goes without them: none has started for TOKEN_STALL_NS, or
+ * TOKEN_MAX_WAIT_NS have passed (take_token(), probe_stuck()). */
+static bool holders_stuck(const struct vgpu_measure_gpu *g, uint64_t waited)
+{
+	return (waited >= VGPU_MEASURE_TOKEN_STALL_NS &&
+		!vgpu_inflight_any_running(g->ordinal, &P)) ||
+	       waited >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
+}
+
 /* Takes one of the process's tokens for the GPU (inflight.h) for a
  * launch that keeps c's thread within VGPU_MEASURE_DEPTH: while all are
  * held, reads c's own launches as they end and, once it has waited, the
@@ -1053,9 +1068,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		 * start may still wait (a start event says only that the
 		 * work before it is done), so any is given TOKEN_MAX_WAIT_NS.
 		 * Two hostile reviews hung jobs both ways. */
-		if ((now - t0 >= VGPU_MEASURE_TOKEN_STALL_NS &&
-		     !vgpu_inflight_any_running(g->ordinal, &P)) ||
-		    now - t0 >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS)
+		if (holders_stuck(g, now - t0))
 			return now;
 		/* Sleeps until a token is given back (a futex wakes it), or
 		 * at most until the first launch holding one is due to end
@@ -1197,9 +1210,7 @@ static bool probe_stuck(const struct vgpu_measure_gpu *g,
 		*since = now;
 	if (tok->tok < 0 || !vgpu_throttle_probe_mine(g->slot))
 		return false;
-	return (now - *since >= VGPU_MEASURE_TOKEN_STALL_NS &&
-		!vgpu_inflight_any_running(g->ordinal, &P)) ||
-	       now - *since >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
+	return holders_stuck(g, now - *since);
 }
 
 /* Admits, makes and measures one launch in c (one of t's), on g. */
