@@ -1102,6 +1102,30 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 	return now;
 }
 
+/* What a launch with estimate est, that has waited `waited`, is held for
+ * besides its own need (vgpu_throttle_admit_held): the time the tenant's
+ * probe has been in flight, charged to nobody until it is read. A launch
+ * with no estimate is held by the probe itself (measured()) and needs the
+ * burst (vgpu_throttle_unknown_need). One of its
+ * own process is not held once the launches holding tokens are stuck (the
+ * probe may wait for this thread: holders_stuck()); none is held past
+ * TOKEN_MAX_WAIT_NS of the probe (a longer kernel is the probe's bound's
+ * known limit). *mine: held by its own process's probe. */
+static uint64_t probe_held(const struct vgpu_measure_gpu *g, uint64_t est,
+			   uint64_t now, uint64_t waited, bool *mine)
+{
+	uint64_t held;
+
+	*mine = false;
+	if (!est)
+		return vgpu_throttle_unknown_need(g->slot, now);
+	held = vgpu_throttle_probe_running(g->slot, now,
+					   VGPU_MEASURE_TOKEN_MAX_WAIT_NS, mine);
+	if (held && *mine && holders_stuck(g, waited))
+		held = 0;
+	return held;
+}
+
 /* Waits, holding nothing, until one of the process's tokens is c's for
  * the launch (m; inflight.h, take_token()) and the bucket admits *est at
  * *now (both updated), reading c's launches that complete meanwhile. A
@@ -1119,15 +1143,17 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		  const struct vgpu_measure_call *call, uint64_t *est,
 		  uint64_t *now, struct vgpu_inflight_mark *m)
 {
-	uint64_t wait, t0 = 0, t, end;
+	uint64_t wait, t0 = 0, t, end, held;
 	uint32_t me = my_tag();
+	bool mine;
 
 	for (;;) {
 		t = *now;
 		if ((*now = take_token(c, g, m, *now)) != t)
 			*est = estimate(c, g, call->kind, call->key);
-		wait = vgpu_throttle_admit_waiting(g->slot, me, *now, *est,
-						   t0 ? *now - t0 : 0);
+		held = probe_held(g, *est, *now, t0 ? *now - t0 : 0, &mine);
+		wait = vgpu_throttle_admit_held(g->slot, me, *now, *est,
+						t0 ? *now - t0 : 0, held);
 		if (!wait)
 			break;
 		vgpu_inflight_release(g->ordinal, m);
@@ -1136,6 +1162,15 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 			t0 = P.now();
 		if (wait > VGPU_MEASURE_MAX_SLEEP_NS)
 			wait = VGPU_MEASURE_MAX_SLEEP_NS;
+		/* Held by its own process's probe: read in its holder's
+		 * place once it has ended (its thread may be waiting for
+		 * this one). */
+		if (held && mine) {
+			vgpu_inflight_reap(g->ordinal, true, read_in_place,
+					   learnt_in_place);
+			if (wait > VGPU_MEASURE_PROBE_POLL_NS)
+				wait = VGPU_MEASURE_PROBE_POLL_NS;
+		}
 		wait_ns(wait < end ? wait : end);
 		*now = collect(c);
 		*est = estimate(c, g, call->kind, call->key);

@@ -362,11 +362,20 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint32_t thread,
 				     uint64_t now_ns,
 				     uint64_t estimate_ns, uint64_t waiting_ns)
 {
+	return vgpu_throttle_admit_held(s, thread, now_ns, estimate_ns,
+					waiting_ns, 0);
+}
+
+uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
+				  uint64_t now_ns, uint64_t estimate_ns,
+				  uint64_t waiting_ns, uint64_t held_ns)
+{
 	struct vgpu_ledger_compute *c = &s->ten->compute;
 	unsigned share = capped_share(c);
 	int64_t est = (int64_t)clamp_charge(estimate_ns);
-	int64_t need = est < VGPU_THROTTLE_BURST_NS ? est
-						    : VGPU_THROTTLE_BURST_NS;
+	int64_t need = (est < VGPU_THROTTLE_BURST_NS ? est
+						     : VGPU_THROTTLE_BURST_NS) +
+		       (int64_t)clamp_charge(held_ns);
 	uint64_t wait;
 	int64_t t;
 
@@ -482,6 +491,32 @@ void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe)
 {
 	__atomic_compare_exchange_n(&s->ten->probe, &probe, 0, false,
 				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+uint64_t vgpu_throttle_unknown_need(struct vgpu_slot *s, uint64_t now_ns)
+{
+	uint64_t a = vgpu__ld(&s->ten->compute.active_ns);
+
+	return a && a + VGPU_THROTTLE_UNKNOWN_ACTIVE_NS > now_ns
+		       ? (uint64_t)VGPU_THROTTLE_BURST_NS : 0;
+}
+
+uint64_t vgpu_throttle_probe_running(struct vgpu_slot *s, uint64_t now_ns,
+				     uint64_t limit_ns, bool *mine)
+{
+	uint64_t w = vgpu__ld(&s->ten->probe), age;
+
+	*mine = false;
+	if (!w)
+		return 0;
+	/* Whole ms, rounded up: one that went within this ms holds too. */
+	age = ((uint64_t)(uint32_t)((now_ns / 1000000) - (w & UINT32_MAX)) +
+	       1) * 1000000;
+	if (age >= limit_ns || (age >= VGPU_THROTTLE_PROBE_DEAD_NS &&
+				vgpu__owner_dead(s->l, (uint32_t)(w >> 32))))
+		return 0;
+	*mine = (uint32_t)(w >> 32) == s->owner;
+	return age;
 }
 
 bool vgpu_throttle_probe_mine(const struct vgpu_slot *s)

@@ -131,6 +131,16 @@ uint64_t vgpu_throttle_admit_waiting(struct vgpu_slot *s, uint32_t thread,
 				     uint64_t now_ns,
 				     uint64_t estimate_ns, uint64_t waiting_ns);
 
+/* As vgpu_throttle_admit_waiting, for a launch admitted beside work of the
+ * tenant whose length is not charged yet (held_ns of it so far: the
+ * tenant's probe as it runs, vgpu_throttle_probe_running): it goes only
+ * when the bucket holds held_ns more than it needs. A probe of 300 ms and
+ * a 300 ms kernel admitted beside it ran in one second under a 30% cap
+ * (four processes of one tenant starting at once: a window of 60%). */
+uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
+				  uint64_t now_ns, uint64_t estimate_ns,
+				  uint64_t waiting_ns, uint64_t held_ns);
+
 /* Settles an admitted launch: measured_ns is the GPU time it really took
  * (0 if it never ran), estimate_ns exactly what admit was given for it.
  * Charges the difference to the bucket and adds measured_ns to the
@@ -174,6 +184,22 @@ uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t probe);
 /* The probe was read: the next may go (nothing if it was retired
  * meanwhile). */
 void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe);
+/* What a launch of unknown length (estimate 0) needs in the bucket
+ * beside it, as held_ns of vgpu_throttle_admit_held: the burst, as a long
+ * kernel would, if the tenant was active within UNKNOWN_ACTIVE_NS;
+ * nothing for a tenant's first launch after an idle second. A probe that
+ * went on a bucket not in debt ran its 300 ms kernel 66 ms closer to the
+ * one before than a known 300 ms kernel would have (a window at 36.6%
+ * under 30%). One load. */
+#define VGPU_THROTTLE_UNKNOWN_ACTIVE_NS	1000000000ull	/* 1 s */
+uint64_t vgpu_throttle_unknown_need(struct vgpu_slot *s, uint64_t now_ns);
+
+/* How long the tenant's probe has been in flight at now_ns (whole ms,
+ * rounded up), if less than limit_ns and its holder lives (tested only
+ * from PROBE_DEAD_NS on: a system call); else 0, as when there is none.
+ * One load while there is none. *mine: the probe is s's process's. */
+uint64_t vgpu_throttle_probe_running(struct vgpu_slot *s, uint64_t now_ns,
+				     uint64_t limit_ns, bool *mine);
 /* Whether the tenant's probe in flight is s's process's (one load). */
 bool vgpu_throttle_probe_mine(const struct vgpu_slot *s);
 

@@ -695,6 +695,85 @@ Test(measure, a_live_process_s_unread_probe_holds_the_tenant_to_its_bound)
 		     VGPU_THROTTLE_PROBE_BUSY, "this process's probe held");
 }
 
+static void run_and_read(struct fthread *t, uint64_t key, uint64_t len);
+
+/* Another process's probe read and charged its 30 ms once the clock
+ * passes other_reads_at. */
+static void other_reads_30ms(void)
+{
+	if (other_probe && fake.now >= other_reads_at) {
+		vgpu_throttle_correct(other, 0, 30 * MS);
+		vgpu_throttle_probe_end(other, other_probe);
+		other_probe = 0;
+	}
+}
+
+/* A launch with an estimate waits while another process's probe runs, as
+ * if the probe were charged as it runs: it goes once the probe is read and
+ * its length charged. Four processes starting 300 ms kernels together ran
+ * a probe and a known kernel in one second under 30% (a window of 60%):
+ * known launches went beside the probe on the bucket it left. */
+Test(measure, a_running_probe_holds_the_tenant_s_known_launches_until_read)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t x;
+
+	run_and_read(a, F1, 1 * MS);
+	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	fake.now += 100 * MS;		/* the bucket full: the burst */
+	x = fake.now;
+	cr_assert_eq(vgpu_throttle_probe_begin(other, x, &other_probe),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	/* 25 ms into the probe: more than the 20 ms the bucket holds. */
+	fake.now = x + 25 * MS;
+	other_reads_at = x + 30 * MS;
+	fake.on_sleep = other_reads_30ms;
+	cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	cr_expect_eq(other_probe, 0, "went before the probe was read");
+	/* 20 ms in the bucket, 30 charged: 1 ms needed, 11 ms at 50%, from
+	 * the last refill before the charge (x + 28 to 30 ms). */
+	expect_went_within(x + 50 * MS, 3 * MS);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 1 * MS);
+}
+
+/* The probe is a thread's first graph, its process's kernels known: one
+ * of them waits for the graph as it runs, reading it in its thread's
+ * place once it has ended (its thread does not come back: it may wait
+ * for this one), and goes once the graph's length is charged. A first
+ * 300 ms graph beside another thread's 100 ms kernels read a window of
+ * 59.9% under 30% before. */
+Test(measure, a_kernel_waits_for_its_process_s_graph_probe_and_reads_it)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[0]);
+	struct kernel k = { .len = 30 * MS };
+	struct vgpu_measure_call graph = {
+		.key = F2, .kind = VGPU_MEASURE_GRAPH,
+		.launch = f_launch, .arg = &k,
+	};
+	uint64_t x;
+
+	run_and_read(a, F1, 1 * MS);
+	fake.now += 100 * MS;		/* the bucket full: the burst */
+	x = fake.now;
+	as(b);
+	cr_assert_eq(vgpu_measure_launch(&b->m, &graph), 0);
+	cr_assert_neq(newest(b, &fake.ctx[0])->probe_at, 0, "the probe");
+	fake.now = x + 25 * MS;
+	cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	/* Read at its end (+30 ms), its 30 ms charged against the 20 ms
+	 * held: 1 ms needed, 11 ms at 50% from the last refill. */
+	expect_went_within(x + 50 * MS, 3 * MS);
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 1 * MS);
+	fake.now += 1 * SEC;
+	sync_as(a);
+	sync_as(b);
+	cr_expect_eq(charged(), 1 * MS + 30 * MS + 1 * MS,
+		     "paid once: %llu ns", (unsigned long long)charged());
+}
+
 /* ---- estimates ------------------------------------------------------------------ */
 
 /* Launches F1 of len on a and reads it once it has ended. */

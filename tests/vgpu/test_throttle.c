@@ -219,6 +219,83 @@ Test(throttle, a_dead_holder_s_probe_is_retired_at_once)
 	vgpu_ledger_close(l);
 }
 
+/* A launch admitted beside the tenant's running probe needs the probe's
+ * time in flight besides its own: four processes starting 300 ms kernels
+ * together ran a probe and a known kernel in one second under 30% (a
+ * window of 60%). The probe's own process is told it is its own; a probe
+ * past the limit, or whose holder died, holds nobody. */
+Test(throttle, a_running_probe_holds_the_tenant_s_known_launches)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *a = capped(l, "t", 50, VGPU_POLICY_HARD);
+	struct vgpu_slot *b = ledger_join_ok(l, vgpu_ledger_tenant_record(a)->name,
+					     VGPU_LEDGER_UNLIMITED);
+	struct vgpu_ledger_tenant *ten =
+		(struct vgpu_ledger_tenant *)vgpu_ledger_tenant_record(a);
+	uint64_t pa = 0, now = T0 + 40 * MS, held;
+	bool mine = true;
+
+	/* 40 ms at 50%: the bucket holds the burst, 20 ms. */
+	cr_assert_eq(vgpu_throttle_probe_running(b, now, SEC, &mine), 0);
+	cr_expect(!mine);
+	cr_assert_eq(vgpu_throttle_probe_begin(a, now, &pa),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	held = vgpu_throttle_probe_running(b, now + 25 * MS + 1, SEC, &mine);
+	cr_expect_eq(held, 26 * MS, "whole ms, rounded up: %llu",
+		     (unsigned long long)held);
+	cr_expect(!mine, "a's probe, asked by b");
+	cr_expect_neq(vgpu_throttle_admit_held(b, 0, now + 25 * MS, MS, 0,
+					       held), 0,
+		      "20 ms held: 26 ms more than 1 ms may not go");
+	cr_expect_eq(vgpu_throttle_admit_held(b, 0, now + 25 * MS, MS, 0,
+					      18 * MS), 0, "19 ms: it goes");
+	cr_expect_eq(tokens(b), 19 * (int64_t)MS, "charged its own only");
+	cr_expect_neq(vgpu_throttle_probe_running(a, now + 5 * MS, SEC, &mine),
+		      0);
+	cr_expect(mine, "a's own");
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + SEC, SEC, &mine), 0,
+		     "past the limit");
+	vgpu_throttle_probe_end(a, pa);
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 6 * MS, SEC, &mine),
+		     0, "read: nothing held");
+	/* Slot 900 of generation 3 (nobody's), 60 ms old. */
+	__atomic_store_n(&ten->probe, (uint64_t)(901u | 3u << 11) << 32 |
+			 (now / MS & UINT32_MAX), __ATOMIC_RELEASE);
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 10 * MS, SEC, &mine),
+		     11 * MS, "too young to look");
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 60 * MS, SEC, &mine),
+		     0, "its holder died");
+	vgpu_ledger_close(l);
+}
+
+/* A launch of unknown length needs the burst once the tenant is active,
+ * as a long kernel would: a probe that went on a bucket at 0 ran a 300 ms
+ * kernel 66 ms closer to the one before than a known one (36.6% in a
+ * window under 30%). A tenant's first launch needs nothing. */
+Test(throttle, an_unknown_length_needs_the_burst_once_the_tenant_is_active)
+{
+	struct vgpu_ledger *l = ledger_open_ok();
+	struct vgpu_slot *s = capped(l, "t", 30, VGPU_POLICY_HARD);
+	uint64_t now = T0, need;
+
+	cr_expect_eq(vgpu_throttle_unknown_need(s, now), 0, "a first launch");
+	cr_assert_eq(vgpu_throttle_admit_held(s, 0, now, 0, 0,
+					      vgpu_throttle_unknown_need(s, now)),
+		     0);
+	vgpu_throttle_settle(s, 300 * MS, 0);
+	need = vgpu_throttle_unknown_need(s, now + MS);
+	cr_expect_eq(need, (uint64_t)VGPU_THROTTLE_BURST_NS);
+	/* 300 ms of debt at 30%: 1 s to 0, 66.7 ms more to the burst. */
+	cr_expect_neq(vgpu_throttle_admit_held(s, 0, now + SEC, 0, 0, need), 0);
+	cr_expect_neq(vgpu_throttle_admit_held(s, 0, now + SEC + 66 * MS, 0, 0,
+					       need), 0);
+	cr_expect_eq(vgpu_throttle_admit_held(s, 0, now + SEC + 67 * MS, 0, 0,
+					      need), 0);
+	cr_expect_eq(vgpu_throttle_unknown_need(s, now + 3 * SEC), 0,
+		     "idle a second");
+	vgpu_ledger_close(l);
+}
+
 Test(throttle, an_idle_bucket_fills_to_the_burst_only)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
