@@ -48,6 +48,8 @@ check() {
 	found=$(grep -cE "$reports" "$dir/meson-logs/testlog.txt")
 	[ "$found" -eq 0 ] || rc=1
 	echo "sanitize: $name: $summary; $found sanitizer report(s)$([ $rc -eq 0 ] && echo ', clean' || echo ', FAILED')"
+	[ $rc -eq 0 ] || python3 scripts/test-summary.py --failures \
+		"$dir/meson-logs/testlog.json" >>"$digest"
 	return $rc
 }
 
@@ -73,6 +75,11 @@ run_tsan() {
 		--timeout-multiplier 3
 }
 
+# What failed, with the end of each failed test's stderr, printed last:
+# the end of a CI log is what its viewer shows.
+digest=$(mktemp)
+trap 'rm -f "$digest"' EXIT
+
 rc=0
 case $what in
 asan) run_asan || rc=1 ;;
@@ -80,4 +87,8 @@ tsan) run_tsan || rc=1 ;;
 all) run_asan || rc=1; run_tsan || rc=1 ;;
 *) echo "usage: scripts/sanitize.sh [asan|tsan|all]" >&2; exit 2 ;;
 esac
+if [ -s "$digest" ]; then
+	echo "sanitize: what failed:"
+	cat "$digest"
+fi
 exit $rc
