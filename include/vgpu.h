@@ -241,7 +241,11 @@ struct vgpu_ledger_slot {
 
 struct vgpu_ledger_timeline {
 	uint64_t head;			/* completions recorded (atomic) */
-	uint64_t reserved[7];
+	uint64_t newest_ns;		/* the latest end recorded (atomic) */
+	uint64_t late;			/* ends recorded after a later one
+					 * (atomic): a reader's result stands
+					 * while this does not change */
+	uint64_t reserved[5];
 	uint64_t end_ns[VGPU_LEDGER_TIMELINE_ENTRIES];	/* CLOCK_MONOTONIC */
 };
 
@@ -381,6 +385,8 @@ _Static_assert(VGPU_LEDGER_TIMELINE_OFFSET >= VGPU_LEDGER_HEADER_SIZE &&
 	       sizeof(struct vgpu_ledger_timeline) <= VGPU_LEDGER_TENANTS_OFFSET,
 	       "the timeline fits between the header and the tenants");
 VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, head, 0, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, newest_ns, 8, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, late, 16, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_timeline, end_ns, 64, 3072);
 _Static_assert(VGPU_LEDGER_SLOTS_OFFSET == 69632, "slots offset");
 _Static_assert(VGPU_LEDGER_SHARES_OFFSET == 331776, "shares offset");

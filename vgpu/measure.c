@@ -318,10 +318,13 @@ static uint64_t own_time(const struct vgpu_measure_done *m)
 {
 	if (m->sm_den)
 		return (m->end - m->start) * m->sm_num / m->sm_den;
-	if (m->gpu->ledger)
-		return vgpu_timeline_exclusive(m->gpu->ledger, m->start,
-					       m->end);
-	return m->end - m->start;
+	if (!m->gpu->ledger)
+		return m->end - m->start;
+	/* As read (settle_read), unless an end was recorded late since:
+	 * every other end recorded since is later than its own. */
+	if (vgpu_timeline_late(m->gpu->ledger) == m->late)
+		return m->own;
+	return vgpu_timeline_exclusive(m->gpu->ledger, m->start, m->end);
 }
 
 /* The i-th measured launch of c not yet charged (0: the oldest). */
@@ -475,18 +478,31 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	 * early, settle_read below, and waits for review()). */
 	if (c->done_count == 2 * RING)
 		charge_some(c, 0, true, 1);
-	/* A first reading of its own time, from the ends recorded so far
-	 * (ends recorded later can only shorten it): the estimate it was
-	 * admitted with is corrected to it now rather than at the charge,
-	 * so that an estimate too high does not hold up the tenant for
-	 * CHARGE_DELAY_NS or until this thread launches again. An interval
-	 * within the estimate is read as it is (the charge refines it), which
-	 * spares the timeline's scan on most launches. */
-	first = c->sm_den ? len * c->sm_num / c->sm_den
-	      : len <= p->estimate || !g->ledger
-		      ? len
-		      : vgpu_timeline_exclusive(g->ledger, start, start + len);
 	m = done_at(c, c->done_count);
+	/* Its end in the GPU's timeline, then its own time from the ends
+	 * recorded so far (the charge reads it again only if an end is
+	 * recorded late meanwhile: own_time()). A green context's launch did
+	 * not hold the whole device: its end says nothing of when others
+	 * could run. An opportunistic tenant's ends are not recorded either:
+	 * a guaranteed tenant's charge is never cut by a scavenger's kernels
+	 * (a CI run under load charged a hard 30% tenant so little beside
+	 * one that it ran at 47.6%); it may be charged for time it waited
+	 * behind them, which errs under its cap. */
+	if (g->ledger && !c->sm_den) {
+		m->late = vgpu_timeline_late(g->ledger);
+		if (!(g->slot && vgpu_throttle_opportunistic(g->slot)))
+			vgpu_timeline_record(g->ledger, start + len);
+		m->own = vgpu_timeline_exclusive(g->ledger, start, start + len);
+	} else {
+		m->own = c->sm_den ? len * c->sm_num / c->sm_den : len;
+	}
+	/* A first reading of its own time (ends recorded later can only
+	 * shorten it): the estimate it was admitted with is corrected to it
+	 * now rather than at the charge, so that an estimate too high does
+	 * not hold up the tenant for CHARGE_DELAY_NS or until this thread
+	 * launches again. An interval within the estimate is read as it is
+	 * (the charge refines it). */
+	first = c->sm_den || len > p->estimate ? m->own : len;
 	/* Longer than it was admitted for, and read within READ_GRACE_NS of
 	 * its end: it may have waited behind another process's kernel whose
 	 * end is not recorded yet. It stays charged as it was (its admission
@@ -523,15 +539,6 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	m->gpu = g;
 	m->kind = p->kind;
 	c->done_count++;
-	/* A green context's launch did not hold the whole device: its end
-	 * says nothing of when others could run. An opportunistic tenant's
-	 * ends are not recorded either: a guaranteed tenant's charge is never
-	 * cut by a scavenger's kernels (a CI run under load charged a hard
-	 * 30% tenant so little beside one that it ran at 47.6%); it may be
-	 * charged for time it waited behind them, which errs under its cap. */
-	if (g->ledger && !c->sm_den &&
-	    !(g->slot && vgpu_throttle_opportunistic(g->slot)))
-		vgpu_timeline_record(g->ledger, m->end);
 	/* A first estimate, until charges refine it. */
 	if (!c->avg_ns[p->kind])
 		c->avg_ns[p->kind] = first ? first : 1;

@@ -177,6 +177,8 @@ struct vgpu_measure_done {		/* read, to be charged */
 	uint64_t start, end;		/* host time, ns */
 	uint64_t key;
 	uint64_t estimate;		/* what the bucket is charged so far */
+	uint64_t own;			/* its own time when read (own_time) */
+	uint64_t late;			/* the timeline's late count then */
 	const struct vgpu_measure_gpu *gpu;
 	int kind;
 	unsigned sm_num, sm_den;	/* SM-weighted (a green context) */

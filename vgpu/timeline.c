@@ -8,13 +8,31 @@ static struct vgpu_ledger_timeline *timeline(const struct vgpu_ledger *l)
 					       VGPU_LEDGER_TIMELINE_OFFSET);
 }
 
+/* A newest end this far ahead of one recorded now is from another boot (a
+ * ledger file kept on disk): replaced, not counted against. */
+#define SKEW_NS 60000000000ull
+
 void vgpu_timeline_record(struct vgpu_ledger *l, uint64_t end_ns)
 {
 	struct vgpu_ledger_timeline *t = timeline(l);
-	uint64_t i = __atomic_fetch_add(&t->head, 1, __ATOMIC_RELAXED);
+	uint64_t i = __atomic_fetch_add(&t->head, 1, __ATOMIC_RELAXED), n;
 
 	__atomic_store_n(&t->end_ns[i % VGPU_LEDGER_TIMELINE_ENTRIES], end_ns,
 			 __ATOMIC_RELEASE);
+	/* After the end's store, both ways: a reader that raised the newest
+	 * end after this one (acquire) or sees the count sees this end. */
+	n = __atomic_load_n(&t->newest_ns, __ATOMIC_ACQUIRE);
+	while ((n < end_ns || n > end_ns + SKEW_NS) &&
+	       !__atomic_compare_exchange_n(&t->newest_ns, &n, end_ns, false,
+					    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		;
+	if (end_ns < n && n <= end_ns + SKEW_NS)
+		__atomic_fetch_add(&t->late, 1, __ATOMIC_RELEASE);
+}
+
+uint64_t vgpu_timeline_late(const struct vgpu_ledger *l)
+{
+	return __atomic_load_n(&timeline(l)->late, __ATOMIC_ACQUIRE);
 }
 
 /* Ends are appended roughly in time order (processes record them a few

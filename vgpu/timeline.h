@@ -17,8 +17,18 @@
 
 struct vgpu_ledger;
 
-/* Records that a launch on this GPU ended at end_ns. */
+/* Records that a launch on this GPU ended at end_ns. One recorded after a
+ * later end (its process read it later than another process read a later
+ * one) is counted late. */
 void vgpu_timeline_record(struct vgpu_ledger *l, uint64_t end_ns);
+
+/* The count of ends recorded late so far. A reading of the part of
+ * [start, end] after the latest end before `end`, made after `end` itself
+ * was recorded, stays true while this count has not changed: any end
+ * recorded since is later than `end`. So a launch read once is not read
+ * again at its charge (the scan ran back over every end recorded in the
+ * 20 ms since). Acquire: the ends of the late counted are seen. */
+uint64_t vgpu_timeline_late(const struct vgpu_ledger *l);
 
 /* The part of [start_ns, end_ns] after the latest recorded end before
  * end_ns (its own end excluded). */

@@ -1,6 +1,7 @@
 /* tsan_throttle.c - the compute throttle under TSan: two tenants (a hard
  * 30% and an elastic 50%), four threads each, admitting, settling and
- * accounting waits on one ledger at once. */
+ * accounting waits on one ledger at once; then eight threads recording
+ * ends in the GPU's timeline out of order, the newest end kept exact. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -9,6 +10,7 @@
 #include "ledger.h"
 #include "options.h"
 #include "throttle.h"
+#include "timeline.h"
 #include "tsan_check.h"
 
 #define THREADS		8
@@ -25,6 +27,31 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#define ENDS		20000
+
+struct ends {
+	struct vgpu_ledger *l;
+	unsigned seed;
+	uint64_t max;
+};
+
+/* Ends near a common clock, each thread's out of order with the others'
+ * and now and then with its own. */
+static void *record_ends(void *p)
+{
+	struct ends *e = p;
+
+	for (int i = 0; i < ENDS; i++) {
+		uint64_t end = 1000000000ull + (uint64_t)i * 100 +
+			       rand_r(&e->seed) % 5000;
+
+		vgpu_timeline_record(e->l, end);
+		if (end > e->max)
+			e->max = end;
+	}
+	return NULL;
 }
 
 static void *admit_settle(void *p)
@@ -75,6 +102,23 @@ int main(void)
 	for (int i = 0; i < THREADS; i++)
 		waited += a[i].waited;
 	CHECK(waited > 0);
+	{
+		struct ends e[THREADS];
+		const struct vgpu_ledger_timeline *tl = (const void *)(
+			(const char *)vgpu_ledger_header(l) +
+			VGPU_LEDGER_TIMELINE_OFFSET);
+		uint64_t max = 0;
+
+		for (int i = 0; i < THREADS; i++)
+			e[i] = (struct ends){ l, (unsigned)i + 1, 0 };
+		tsan_run_threads(THREADS, record_ends, e, sizeof(e[0]));
+		for (int i = 0; i < THREADS; i++)
+			max = e[i].max > max ? e[i].max : max;
+		CHECK(__atomic_load_n(&tl->newest_ns, __ATOMIC_ACQUIRE) ==
+		      max);
+		CHECK(vgpu_timeline_late(l) > 0);
+		CHECK(vgpu_timeline_late(l) < (uint64_t)THREADS * ENDS);
+	}
 	vgpu_ledger_leave(s[0]);
 	vgpu_ledger_leave(s[1]);
 	vgpu_ledger_close(l);

@@ -1198,6 +1198,33 @@ Test(measure, the_estimate_is_corrected_at_once_and_the_charge_waits_for_late_en
 		     (unsigned long long)(charged() - 11 * MS));
 }
 
+/* The timeline counts an end recorded after a later one as late, so that a
+ * launch read once is read again at its charge only then; the newest end
+ * is kept, and one from another boot (a minute ahead) is replaced. */
+Test(measure, the_timeline_counts_ends_recorded_late)
+{
+	start(100);
+	const struct vgpu_ledger_timeline *tl = (const void *)(
+		(const char *)vgpu_ledger_header(ledger) +
+		VGPU_LEDGER_TIMELINE_OFFSET);
+
+	vgpu_timeline_record(ledger, T0 + 10);
+	vgpu_timeline_record(ledger, T0 + 20);
+	vgpu_timeline_record(ledger, T0 + 20);
+	cr_expect_eq(vgpu_timeline_late(ledger), 0, "in order");
+	vgpu_timeline_record(ledger, T0 + 15);
+	cr_expect_eq(vgpu_timeline_late(ledger), 1);
+	cr_expect_eq(tl->newest_ns, T0 + 20);
+	vgpu_timeline_record(ledger, T0 + 25);
+	cr_expect_eq(vgpu_timeline_late(ledger), 1);
+	cr_expect_eq(tl->newest_ns, T0 + 25);
+	vgpu_timeline_record(ledger, T0 + 61 * SEC);
+	vgpu_timeline_record(ledger, T0 + 30);
+	cr_expect_eq(vgpu_timeline_late(ledger), 1, "another boot's");
+	cr_expect_eq(tl->newest_ns, T0 + 30);
+	cr_expect_eq(timeline_head(), 7);
+}
+
 /* ---- the reference ---------------------------------------------------------------- */
 
 /* The next `reads` readings of a reference event are seen `late` ns after
