@@ -2,7 +2,11 @@
  *
  * Each entry point the benchmark uses returns at once, so the time of a
  * call through libvgpu.so minus the time of the same call made directly is
- * what the shim adds. Device pointers are handed out from a counter.
+ * what the shim adds. Device pointers are handed out from a counter, and
+ * a freed range is handed out again to the next allocation that fits, as
+ * a real driver reuses a freed address: never reusing them made
+ * every pair touch a new part of the shim's allocation table, and the
+ * benchmark measured the kernel's page faults.
  */
 #include <cuda.h>
 #include <stdint.h>
@@ -38,16 +42,44 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
+/* The last allocations (to find a freed one's size) and the freed ranges,
+ * newest last. Not thread-safe: the benchmark allocates from one thread
+ * (and thread-local state would cost a dynamic TLS lookup per call in a
+ * library the benchmark dlopens). */
+#define KEPT 64
+struct range {
+	CUdeviceptr p;
+	size_t size;
+};
+static struct range made[KEPT], freed[KEPT];
+static unsigned nmade, nfreed;
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
 {
-	*p = __atomic_fetch_add(&next_ptr, (bytes + 4095) & ~4095ull,
-				__ATOMIC_RELAXED);
+	size_t size = (bytes + 4095) & ~(size_t)4095;
+
+	if (nfreed && freed[nfreed - 1].size >= size) {
+		*p = freed[--nfreed].p;
+		size = freed[nfreed].size;
+	} else {
+		*p = __atomic_fetch_add(&next_ptr, size, __ATOMIC_RELAXED);
+	}
+	made[nmade++ % KEPT] = (struct range){ *p, size };
 	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
-	(void)p;
+	for (unsigned i = 0; i < KEPT && i < nmade; i++) {
+		struct range *r = &made[(nmade - 1 - i) % KEPT];
+
+		if (r->p == p && r->size) {
+			if (nfreed < KEPT)
+				freed[nfreed++] = *r;
+			r->size = 0;
+			break;
+		}
+	}
 	return CUDA_SUCCESS;
 }
 
