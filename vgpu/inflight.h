@@ -71,7 +71,7 @@ struct vgpu_inflight_launch {
 	unsigned sm_num, sm_den;	/* a green context's share; 0: all */
 };
 
-/* Reads a launch in its holder's place (the measuring's, measure.c):
+/* Reads a launch in its holder's place (the measuring's, measure_read.c):
  * false while its end has not completed, else true with *ns what it is to
  * be charged, and *learn whether its function's estimate is to follow
  * it. Called while its events cannot be freed; its holder may have read

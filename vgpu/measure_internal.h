@@ -1,0 +1,73 @@
+/* measure_internal.h - what the two halves of the measuring core share:
+ * measure.c (a launch: its admission, tokens and probe, a thread's state
+ * per context, synchronisation, exits, fork) and measure_read.c (the
+ * estimates, placing events on the host's clock, reading launches and
+ * charging them, settling what is left). See measure.h for the steps.
+ * The names below are the core's own (vgpu__m_), not an interface. */
+#ifndef VGPU_MEASURE_INTERNAL_H
+#define VGPU_MEASURE_INTERNAL_H
+
+#include "measure.h"
+
+#define RING	VGPU_MEASURE_RING
+#define CTXS	VGPU_MEASURE_CTXS
+#define KINDS	VGPU_MEASURE_KINDS
+
+/* The driver, the clock and sleeping, reached only through the primitives
+ * (prim.h): a copy set by vgpu_measure_use before any launch, so that a
+ * call through it costs one load, as a call through the front end's own
+ * table of the driver does. */
+extern struct vgpu_prim vgpu__m_prim;
+#define P vgpu__m_prim
+
+/* ---- measure.c ------------------------------------------------------------ */
+
+/* Whether c's context may have been torn down since c was made: then its
+ * handles may be freed, or name another context's objects. */
+bool vgpu__m_stale(const struct vgpu_measure_ctx *c);
+
+/* ---- measure_read.c ------------------------------------------------------- */
+
+/* What a launch is admitted with: its function's or graph's recent time,
+ * else this thread's average in the context, else the process's. */
+uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
+			  const struct vgpu_measure_gpu *g, int kind,
+			  uint64_t key);
+
+/* Whether c's reference is to be read again at now; reads it (false:
+ * the driver failed). */
+bool vgpu__m_cal_due(const struct vgpu_measure_ctx *c, uint64_t now);
+bool vgpu__m_calibrate(struct vgpu_measure_ctx *c);
+
+/* The i-th measured launch of c not yet charged (0: the oldest). */
+struct vgpu_measure_done *vgpu__m_done_at(struct vgpu_measure_ctx *c,
+					  unsigned i);
+
+/* Charges c's measured launches that ended CHARGE_DELAY_NS before now
+ * (all, if force). */
+void vgpu__m_charge_done(struct vgpu_measure_ctx *c, uint64_t now,
+			 bool force);
+
+/* Takes the oldest launch of c off the ring once it has completed (wait:
+ * blocking for it); false if it has not (and wait is false). */
+bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c, bool wait);
+
+/* Reads c's completed launches and charges those due; never blocks.
+ * Returns now, read after the queries. */
+uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c);
+
+/* Another thread's launch read in its holder's place, and what is learnt
+ * from it once claimed (vgpu_inflight_reap's callbacks). */
+bool vgpu__m_read_in_place(const struct vgpu_inflight_launch *l,
+			   uint64_t *ns, bool *learn);
+void vgpu__m_learnt_in_place(const struct vgpu_inflight_launch *l,
+			     uint64_t ns, bool learn);
+
+/* Ending c: its unread launches settled without a driver call
+ * (settle_unread), c dropped without one (forget), or its launches read
+ * until deadline and its events given back (retire). */
+void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now);
+void vgpu__m_forget(struct vgpu_measure_ctx *c);
+void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline);
+
+#endif
