@@ -19,7 +19,7 @@
  *
  * The driver is reached only through prim.h's measuring primitives, the
  * clock and sleeping too, so every decision runs against a fake driver and
- * a fake clock (tests/vgpu/test_measure.c).
+ * a fake clock (tests/vgpu/measure_fake.c, test_measure*.c).
  *
  * Threads: a thread's state (struct vgpu_measure_thread) is its own, used
  * only by it (the front end keeps it in thread-local storage); the

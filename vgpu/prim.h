@@ -4,7 +4,7 @@
  * Each vendor's front end fills a struct vgpu_prim over its table of the
  * real driver's functions (intercept/prim.c for CUDA) and hands it to the
  * core once (vgpu_account_use, vgpu_measure_use); the core's tests hand it
- * a fake driver (tests/vgpu/test_account.c, tests/vgpu/test_measure.c), so
+ * a fake driver (tests/vgpu/test_account.c, tests/vgpu/measure_fake.c), so
  * the policy is tested without a device, and with a fake clock.
  *
  * Common contract: a primitive may call the driver and may take the
