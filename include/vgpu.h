@@ -190,7 +190,12 @@ struct vgpu_ledger_tenant {
 	 * since it went). Its own process, if it reads it after all, charges
 	 * only the rest. */
 	uint64_t probe_charged;
-	uint64_t reserved[16];
+	/* What the tenant's last launch with an estimate needed in the bucket
+	 * (its estimate, at most the burst; ns): a launch of no known length
+	 * needs as much, so that it goes no nearer the launch before it than
+	 * a known one would. Stored only when it changes. */
+	uint64_t probe_need;
+	uint64_t reserved[15];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -355,7 +360,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved0, 356, 4);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, opp_queue_ns, 360, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe, 368, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_charged, 376, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 384, 128);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_need, 384, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 392, 120);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

@@ -28,10 +28,10 @@
  *    measuring events given back (launch.c, vgpu/measure.c), unless the
  *    process is leaving.
  * 5. exit (a library destructor): the control thread (VGPU_CONTROL,
- *    control.c) is stopped after its pass; then every ledger is left, its
- *    slots given back; from then on thread-exit handlers do nothing
- *    (vgpu__leaving). A pass that does not end within a second leaves
- *    the ledgers as a killed process does.
+ *    control.c) and the watch on a probe (prim.c) are stopped after their
+ *    passes; then every ledger is left, its slots given back; from then
+ *    on thread-exit handlers do nothing (vgpu__leaving). A pass that does
+ *    not end in time leaves the ledgers as a killed process does.
  *    A process killed by a signal never gets here: the others reclaim its
  *    usage when they notice (the ledger's per-slot locks).
  */
@@ -100,6 +100,6 @@ __attribute__((destructor)) static void at_exit(void)
 	 * thread that never looked a device up: the slots given back below
 	 * are in a ledger's mapping. */
 	vgpu__bus_open_slow();
-	if (vgpu__control_exit())
+	if (vgpu__control_exit() && vgpu__prim_exit())
 		vgpu__dev_leave_all();
 }

@@ -386,12 +386,14 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 
 /* What a launch with estimate est, that has waited `waited`, is held for
  * besides its own need (vgpu_throttle_admit_held): the time the tenant's
- * probe has been in flight, charged to nobody until it is read. A launch
- * with no estimate is held by the probe itself (measured()) and needs the
- * burst (vgpu_throttle_unknown_need). One of its
- * own process is not held once the launches holding tokens are stuck (the
- * probe may wait for this thread: holders_stuck()); none is held past
- * TOKEN_MAX_WAIT_NS of the probe (a longer kernel is the probe's bound's
+ * probe has been in flight, charged to nobody until it is read (its own
+ * process reads it as soon as it ends, whatever its threads do:
+ * vgpu_measure_probe_poll). A launch with no estimate is held by the probe
+ * itself (measured()) and needs what the tenant's last known launch did
+ * (vgpu_throttle_unknown_need). One of the probe's own process is not held
+ * once the launches holding tokens are stuck (the probe may wait for this
+ * thread: holders_stuck()); none is held past TOKEN_MAX_WAIT_NS of the
+ * probe (a longer kernel, or a process stopped, is the probe's bound's
  * known limit). *mine: held by its own process's probe. */
 static uint64_t probe_held(const struct vgpu_measure_gpu *g, uint64_t est,
 			   uint64_t now, uint64_t waited, bool *mine)
@@ -400,7 +402,7 @@ static uint64_t probe_held(const struct vgpu_measure_gpu *g, uint64_t est,
 
 	*mine = false;
 	if (!est)
-		return vgpu_throttle_unknown_need(g->slot, now);
+		return vgpu_throttle_unknown_need(g->slot);
 	held = vgpu_throttle_probe_running(
 		g->slot, now, VGPU_MEASURE_TOKEN_MAX_WAIT_NS, mine);
 	if (held && *mine && holders_stuck(g, waited))
@@ -531,6 +533,43 @@ static bool probe_stuck(const struct vgpu_measure_gpu *g,
 	return holders_stuck(g, now - *since);
 }
 
+/* This process's probe in flight, for vgpu_measure_probe_poll: its GPU
+ * and when it went (atomic; NULL: none watched). */
+static const struct vgpu_measure_gpu *watched;
+static uint64_t watched_since;
+
+/* A probe that went on g at now, holding a token (so that another thread
+ * can read it in its holder's place): watched until it is read. */
+static void watch_probe(const struct vgpu_measure_gpu *g, uint64_t now)
+{
+	if (!P.probe_watch)
+		return;
+	__atomic_store_n(&watched_since, now, __ATOMIC_RELAXED);
+	__atomic_store_n(&watched, g, __ATOMIC_RELEASE);
+	P.probe_watch();
+}
+
+bool vgpu_measure_probe_poll(void)
+{
+	const struct vgpu_measure_gpu *g =
+		__atomic_load_n(&watched, __ATOMIC_ACQUIRE);
+
+	if (g && vgpu_throttle_probe_mine(g->slot) &&
+	    P.now() - __atomic_load_n(&watched_since, __ATOMIC_RELAXED) <
+		    VGPU_THROTTLE_PROBE_HOLD_NS) {
+		vgpu_inflight_reap(g->ordinal, true, vgpu__m_read_in_place,
+				   vgpu__m_learnt_in_place);
+		if (vgpu_throttle_probe_mine(g->slot))
+			return true;
+	}
+	if (!g)
+		return false;
+	/* Read (or retired, or past the bound): done, unless another probe
+	 * went meanwhile (watched for next). */
+	return !__atomic_compare_exchange_n(&watched, &g, NULL, false,
+					    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 /* Admits, makes and measures one launch in c (one of t's), on g. */
 static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -645,6 +684,8 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 				.ledger = g->ledger, .sm_num = c->sm_num,
 				.sm_den = c->sm_den });
 	c->count++;
+	if (probe_at && recorded && p->tok.tok >= 0)
+		watch_probe(g, now);
 	return r;
 }
 
@@ -746,6 +787,7 @@ void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 {
 	memset(t, 0, sizeof(*t));
 	vgpu_inflight_fork_child();
+	__atomic_store_n(&watched, NULL, __ATOMIC_RELAXED);
 	/* A probe the parent had in flight is the tenant's, the parent's to
 	 * read (vgpu_throttle_probe_begin). The estimates (proc_avg) are the
 	 * parent's and stay: they are good. */

@@ -256,4 +256,15 @@ void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx);
  * events, which are not the child's: forgotten. */
 void vgpu_measure_fork_child(struct vgpu_measure_thread *t);
 
+/* One pass of the watch on this process's probe (prim->probe_watch runs
+ * it every VGPU_MEASURE_PROBE_POLL_NS from a thread of its own): reads
+ * the probe in its holder's place once it has ended, so that the tenant's
+ * launches it holds (vgpu_throttle_admit_held) go when it ends, not when
+ * the job's threads next reach the shim (a process that launched its
+ * first kernel and then worked on the host for a second held its
+ * tenant's other processes that second). True while there is more to
+ * watch: the probe is in flight and went less than PROBE_HOLD_NS ago.
+ * Any thread; never blocks. */
+bool vgpu_measure_probe_poll(void);
+
 #endif

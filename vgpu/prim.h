@@ -128,6 +128,12 @@ struct vgpu_prim {
 	 * vgpu_measure_thread_exit for its state (measure.h). Idempotent,
 	 * and cheap after the first call. */
 	void (*thread_watch)(void);
+	/* Runs vgpu_measure_probe_poll (measure.h) about every
+	 * VGPU_MEASURE_PROBE_POLL_NS from a thread of the library's own
+	 * until it returns false; one such thread at a time. Called when
+	 * this process's probe goes. Never blocks. Optional (NULL: the probe
+	 * is read when the job's threads next reach the shim). */
+	void (*probe_watch)(void);
 };
 
 #endif

@@ -377,7 +377,7 @@ uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
 						     : VGPU_THROTTLE_BURST_NS) +
 		       (int64_t)clamp_charge(held_ns);
 	uint64_t wait;
-	int64_t t;
+	int64_t t, own;
 
 	if (opportunistic(c)) {
 		/* Yields to the guaranteed, keeps little queued across its
@@ -431,6 +431,9 @@ uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
 	}
 	give_turn(c, turn_of(s, thread));
 	admitted(s, c, now_ns);
+	own = est < VGPU_THROTTLE_BURST_NS ? est : VGPU_THROTTLE_BURST_NS;
+	if (own && (uint64_t)own != vgpu__ld(&s->ten->probe_need))
+		vgpu__st(&s->ten->probe_need, (uint64_t)own);
 	return 0;
 }
 
@@ -493,12 +496,11 @@ void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe)
 				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-uint64_t vgpu_throttle_unknown_need(struct vgpu_slot *s, uint64_t now_ns)
+uint64_t vgpu_throttle_unknown_need(const struct vgpu_slot *s)
 {
-	uint64_t a = vgpu__ld(&s->ten->compute.active_ns);
+	uint64_t n = vgpu__ld(&s->ten->probe_need);
 
-	return a && a + VGPU_THROTTLE_UNKNOWN_ACTIVE_NS > now_ns
-		       ? (uint64_t)VGPU_THROTTLE_BURST_NS : 0;
+	return n < VGPU_THROTTLE_BURST_NS ? n : VGPU_THROTTLE_BURST_NS;
 }
 
 uint64_t vgpu_throttle_probe_running(struct vgpu_slot *s, uint64_t now_ns,

@@ -184,15 +184,15 @@ uint64_t vgpu_throttle_probe_charged(struct vgpu_slot *s, uint64_t probe);
 /* The probe was read: the next may go (nothing if it was retired
  * meanwhile). */
 void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe);
-/* What a launch of unknown length (estimate 0) needs in the bucket
- * beside it, as held_ns of vgpu_throttle_admit_held: the burst, as a long
- * kernel would, if the tenant was active within UNKNOWN_ACTIVE_NS;
- * nothing for a tenant's first launch after an idle second. A probe that
- * went on a bucket not in debt ran its 300 ms kernel 66 ms closer to the
- * one before than a known 300 ms kernel would have (a window at 36.6%
- * under 30%). One load. */
-#define VGPU_THROTTLE_UNKNOWN_ACTIVE_NS	1000000000ull	/* 1 s */
-uint64_t vgpu_throttle_unknown_need(struct vgpu_slot *s, uint64_t now_ns);
+/* What a launch of no known length (estimate 0) needs in the bucket, as
+ * held_ns of vgpu_throttle_admit_held: what the tenant's last launch with
+ * an estimate needed (the tenant record's probe_need, at most the burst;
+ * 0 before any). Going on a bucket at 0, a process's first 100 ms kernel
+ * went 66 ms nearer the known one before it than a known one would (a
+ * window of 33.3% under 30%); waiting for the whole burst instead kept
+ * every new process of a busy tenant 66 ms at 30%, and left the burst it
+ * waited for to be spent after it (windows 2 points over). One load. */
+uint64_t vgpu_throttle_unknown_need(const struct vgpu_slot *s);
 
 /* How long the tenant's probe has been in flight at now_ns (whole ms,
  * rounded up), if less than limit_ns and its holder lives (tested only

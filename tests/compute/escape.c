@@ -28,6 +28,16 @@
  *                until a common moment, then 2 of 100 ms of the same
  *                function at once, then synchronising and exiting;
  *                judged over the processes' run;
+ *   first-procs  4 processes of one tenant starting together, each with a
+ *                kernel of --long-ms (its first: its length unknown) and
+ *                then more of them, synchronised (a known kernel went
+ *                beside the next process's first: 40% with 100 ms);
+ *   lazy-probe   a process launching 1 ms kernels (synchronised), and
+ *                beside it, 0.5 s in, one that launches its first 1 ms
+ *                kernel and then works on the host for 1.5 s before it
+ *                synchronises; the busy one must also get at least the
+ *                cap less 3 points (the first kernel held it until read:
+ *                a second at a time, 24% of 30);
  *   green        two green contexts of half the SMs each, a thread on each
  *                launching 1 ms kernels side by side (each runs twice as
  *                long on half the device: a kernel counts half its time,
@@ -398,9 +408,8 @@ static uint64_t busy(const uint64_t *t, size_t n, uint64_t a, uint64_t b)
 	return (uint64_t)((double)sum * weight);
 }
 
-/* switch-procs, in each child: 20 us kernels until the clock passes
- * `at`, then two of 100 ms, then a synchronisation. */
-static void switch_child(uint64_t at)
+/* In a child process: its context, the kernel and its stamps. */
+static void child_start(void)
 {
 	CUdevice dev;
 	CUmodule mod;
@@ -413,6 +422,27 @@ static void switch_child(uint64_t at)
 	    (r = cuModuleGetFunction(&spin, mod, "vgpu_spin")) ||
 	    (r = cuMemAlloc(&times, 4096 * 2 * sizeof(uint64_t))))
 		die("child start", r);
+}
+
+/* Kernels of ns, each synchronised, until the clock passes end. */
+static void child_loop(uint64_t ns, uint64_t end)
+{
+	CUresult r;
+
+	while (now_ns() < end && next_slot < 4000) {
+		launch(spin, ns, NULL);
+		if ((r = cuCtxSynchronize()))
+			die("child sync", r);
+	}
+}
+
+/* switch-procs, in each child: 20 us kernels until the clock passes
+ * `at`, then two of 100 ms, then a synchronisation. */
+static void switch_child(uint64_t at)
+{
+	CUresult r;
+
+	child_start();
 	while (now_ns() < at && next_slot < 4000) {
 		launch(spin, 20000, NULL);
 		cuCtxSynchronize();
@@ -424,20 +454,70 @@ static void switch_child(uint64_t at)
 	exit(0);
 }
 
-/* switch-procs, in the parent: the children, then the record. */
-static int switch_procs(double cap, double tol)
-{
-	uint64_t t0 = now_ns(), at = t0 + 1500000000ull, t1;
-	struct record rec1;
-	double all, worst = 0;
+/* A style of several processes, in each: its index, the run's start and
+ * its planned end. Exits. */
+typedef void procs_child_fn(int i, uint64_t t0, uint64_t end);
 
-	for (int i = 0; i < 8; i++) {
+static void switch_child_of(int i, uint64_t t0, uint64_t end)
+{
+	(void)i;
+	(void)end;
+	switch_child(t0 + 1500000000ull);
+}
+
+static void first_child(int i, uint64_t t0, uint64_t end)
+{
+	(void)i;
+	(void)t0;
+	child_start();
+	child_loop(long_ms * 1000000, end);
+	exit(0);
+}
+
+/* lazy-probe: process 0 is busy throughout; process 1 comes 0.5 s in,
+ * launches its first kernel and leaves it unread for 1.5 s. */
+static void lazy_child(int i, uint64_t t0, uint64_t end)
+{
+	struct timespec host = { 1, 500000000 }, first = { 0, 500000000 };
+	CUresult r;
+
+	(void)t0;
+	if (i == 0) {
+		child_start();
+		child_loop(1000000, end);
+		exit(0);
+	}
+	nanosleep(&first, NULL);
+	child_start();
+	launch(spin, 1000000, NULL);
+	nanosleep(&host, NULL);		/* no driver call */
+	if ((r = cuCtxSynchronize()))
+		die("child sync", r);
+	exit(0);
+}
+
+/* A style of n processes of the tenant, in the parent: the children,
+ * then the record: every 1-second window within tol of the cap, and
+ * process `busy` (its index; -1: none) at least the cap less 3 points
+ * over the run. */
+static int procs(const char *style, procs_child_fn *child, int n, int busy,
+		 double seconds, double cap, double tol)
+{
+	uint64_t t0 = now_ns(), t1;
+	uint64_t end = t0 + (uint64_t)(seconds * 1e9);
+	struct record rec1;
+	double all, worst = 0, got = -1;
+	pid_t busy_pid = 0;
+
+	for (int i = 0; i < n; i++) {
 		pid_t p = fork();
 
 		if (p == 0)
-			switch_child(at);
+			child(i, t0, end);
 		if (p < 0)
 			die("fork", CUDA_ERROR_UNKNOWN);
+		if (i == busy)
+			busy_pid = p;
 	}
 	while (wait(NULL) > 0)
 		;
@@ -455,10 +535,15 @@ static int switch_procs(double cap, double tol)
 		if (x > worst)
 			worst = x;
 	}
-	printf("escape switch-procs: %.2f%% over %.2f s, the busiest "
-	       "1-second window %.2f%%; cap %.0f%%\n", all,
-	       (double)(t1 - t0) / 1e9, worst, cap);
-	return worst > cap + tol ? 1 : 0;
+	if (busy_pid)
+		got = 100.0 * (double)record_busy_of(&rec1, busy_pid, t0, t1) /
+		      (double)(t1 - t0);
+	printf("escape %s: %.2f%% over %.2f s, the busiest 1-second window "
+	       "%.2f%%", style, all, (double)(t1 - t0) / 1e9, worst);
+	if (busy_pid)
+		printf(", the busy process %.2f%%", got);
+	printf("; cap %.0f%%\n", cap);
+	return worst > cap + tol || (busy_pid && got < cap - 3) ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -490,7 +575,11 @@ int main(int argc, char **argv)
 		setenv("VGPU_LEDGER_DIR", ledger, 1);
 	}
 	if (!strcmp(style, "switch-procs"))
-		return switch_procs(cap, tol);
+		return procs(style, switch_child_of, 8, -1, seconds, cap, tol);
+	if (!strcmp(style, "first-procs"))
+		return procs(style, first_child, 4, -1, seconds, cap, tol);
+	if (!strcmp(style, "lazy-probe"))
+		return procs(style, lazy_child, 2, 0, seconds, cap, tol);
 	if ((r = cuInit(0)) || (r = cuDeviceGet(&dev, 0)) ||
 	    (r = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
 	    (r = cuCtxSetCurrent(ctx)))

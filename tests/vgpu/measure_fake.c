@@ -196,6 +196,11 @@ static void f_thread_watch(void)
 	fake.cur->watched++;
 }
 
+static void f_probe_watch(void)
+{
+	fake.probe_watches++;
+}
+
 static const struct vgpu_prim fake_prim = {
 	.ctx_current = f_ctx_current,
 	.ctx_push = f_ctx_push,
@@ -214,6 +219,7 @@ static const struct vgpu_prim fake_prim = {
 	.now = f_now,
 	.sleep = f_sleep,
 	.thread_watch = f_thread_watch,
+	.probe_watch = f_probe_watch,
 };
 
 

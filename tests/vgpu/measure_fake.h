@@ -70,6 +70,7 @@ struct fake_state {
 	struct fstream st[16];
 	struct fctx ctx[4];
 	unsigned events_made, streams_made, syncs, sleeps, gone_used;
+	unsigned probe_watches;	/* prim->probe_watch calls */
 	uint64_t launched_at, kernel_end;
 	unsigned late_reads;	/* the next reference readings seen late */
 	uint64_t late;		/* by this much */

@@ -115,7 +115,8 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, opp_queue_ns, 360, 8);
 	PIN(vgpu_ledger_tenant, probe, 368, 8);
 	PIN(vgpu_ledger_tenant, probe_charged, 376, 8);
-	PIN(vgpu_ledger_tenant, reserved, 384, 128);
+	PIN(vgpu_ledger_tenant, probe_need, 384, 8);
+	PIN(vgpu_ledger_tenant, reserved, 392, 120);
 }
 
 Test(ledger_abi, compute)
@@ -153,6 +154,19 @@ Test(ledger_abi, slot)
 	PIN(vgpu_ledger_slot, launch_wait_ns, 208, 8);
 	PIN(vgpu_ledger_slot, gpu_time_ns, 216, 8);
 	PIN(vgpu_ledger_slot, reserved, 224, 32);
+}
+
+/* The GPU's timeline of kernel ends, between the header and the tenants
+ * (docs/ledger-abi.md, "Timeline"). */
+Test(ledger_abi, timeline)
+{
+	cr_expect_eq(VGPU_LEDGER_TIMELINE_OFFSET, 512);
+	cr_expect_eq(VGPU_LEDGER_TIMELINE_ENTRIES, 384);
+	PIN(vgpu_ledger_timeline, head, 0, 8);
+	PIN(vgpu_ledger_timeline, newest_ns, 8, 8);
+	PIN(vgpu_ledger_timeline, late, 16, 8);
+	PIN(vgpu_ledger_timeline, reserved, 24, 40);
+	PIN(vgpu_ledger_timeline, end_ns, 64, 3072);
 }
 
 /* The bits of vgpu_ledger_tenant.ctl_fields, as readers decode them. */

@@ -304,6 +304,60 @@ Test(measure, a_running_probe_holds_the_tenant_s_known_launches_until_read)
 	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 1 * MS);
 }
 
+/* The probe's thread makes no driver call after it (it works on the host,
+ * or is stopped): the watch the probe started reads it once it has ended,
+ * so that the launches it holds in the tenant's other processes go then,
+ * not when its thread comes back. A process that launched its first 1 ms
+ * kernel and then worked on the host for 1.5 s held its tenant's other
+ * process for nearly a second (a hostile review: 987 ms; at 70%, 14 such
+ * processes in turn halved its tenant's share). */
+Test(measure, a_probe_left_unread_by_its_threads_is_read_by_the_watch)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t op = 0;
+
+	cr_assert_eq(launch(a, F1, 3 * MS), 0);
+	cr_assert_neq(newest(a, &fake.ctx[0])->probe_at, 0, "the probe");
+	cr_expect_eq(fake.probe_watches, 1, "watched");
+	fake.now = T0 + 1 * MS;
+	cr_expect(vgpu_measure_probe_poll(), "running: watched on");
+	cr_expect(vgpu_throttle_probe_mine(slot));
+	fake.now = T0 + 3 * MS;
+	cr_expect(!vgpu_measure_probe_poll(), "ended: read, the watch ends");
+	cr_expect(!vgpu_throttle_probe_mine(slot), "the tenant's probe ended");
+	other = ledger_join_ok(ledger, "team", VGPU_LEDGER_UNLIMITED);
+	cr_expect_eq(vgpu_throttle_probe_running(other, fake.now, SEC,
+						 &(bool){ false }), 0,
+		     "nothing held");
+	cr_expect_eq(vgpu_throttle_probe_begin(other, fake.now, &op),
+		     VGPU_THROTTLE_PROBE_TAKEN);
+	vgpu_throttle_probe_end(other, op);
+	/* Paid once, when its thread reads it after all. */
+	fake.now += 1 * SEC;
+	sync_as(a);
+	cr_expect_eq(charged(), 3 * MS, "charged %llu ns",
+		     (unsigned long long)charged());
+	cr_expect(!vgpu_measure_probe_poll(), "nothing to watch");
+}
+
+/* A probe whose kernel runs past the tenant's bound on a probe
+ * (PROBE_HOLD_NS) is watched no longer: the other processes may retire
+ * it by then, and the thread watching would poll for as long as it
+ * runs. */
+Test(measure, the_watch_on_a_probe_ends_at_the_probe_s_bound)
+{
+	start(50);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+
+	launch(a, F1, 3600 * SEC);
+	fake.now = T0 + VGPU_THROTTLE_PROBE_HOLD_NS - 1;
+	cr_expect(vgpu_measure_probe_poll());
+	fake.now = T0 + VGPU_THROTTLE_PROBE_HOLD_NS;
+	cr_expect(!vgpu_measure_probe_poll());
+	cr_expect(vgpu_throttle_probe_mine(slot), "still the tenant's");
+}
+
 /* The probe is a thread's first graph, its process's kernels known: one
  * of them waits for the graph as it runs, reading it in its thread's
  * place once it has ended (its thread does not come back: it may wait

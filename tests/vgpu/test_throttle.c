@@ -268,31 +268,40 @@ Test(throttle, a_running_probe_holds_the_tenant_s_known_launches)
 	vgpu_ledger_close(l);
 }
 
-/* A launch of unknown length needs the burst once the tenant is active,
- * as a long kernel would: a probe that went on a bucket at 0 ran a 300 ms
- * kernel 66 ms closer to the one before than a known one (36.6% in a
- * window under 30%). A tenant's first launch needs nothing. */
-Test(throttle, an_unknown_length_needs_the_burst_once_the_tenant_is_active)
+/* A launch of no known length needs what the tenant's last launch with an
+ * estimate needed (at most the burst), stored when it changes: a
+ * process's first 100 ms kernel, on a bucket at 0, went 66 ms nearer the
+ * known one before it than a known one would (a window of 33.3% under
+ * 30%). Nothing before any. */
+Test(throttle, an_unknown_length_needs_what_the_last_known_launch_did)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
 	struct vgpu_slot *s = capped(l, "t", 30, VGPU_POLICY_HARD);
-	uint64_t now = T0, need;
+	int64_t *tok = &compute(s)->tokens_ns;
+	uint64_t *refill = &compute(s)->refill_ns;
+	uint64_t now = T0 + SEC;
 
-	cr_expect_eq(vgpu_throttle_unknown_need(s, now), 0, "a first launch");
-	cr_assert_eq(vgpu_throttle_admit_held(s, 0, now, 0, 0,
-					      vgpu_throttle_unknown_need(s, now)),
+	cr_expect_eq(vgpu_throttle_unknown_need(s), 0, "none yet");
+	cr_assert_eq(vgpu_throttle_admit(s, now, 3 * MS), 0);
+	cr_expect_eq(vgpu_throttle_unknown_need(s), 3 * MS);
+	cr_assert_eq(vgpu_throttle_admit(s, now, 0), 0, "unknown: no change");
+	cr_expect_eq(vgpu_throttle_unknown_need(s), 3 * MS);
+	__atomic_store_n(tok, 20 * (int64_t)MS, __ATOMIC_RELAXED);
+	cr_assert_eq(vgpu_throttle_admit(s, now, 100 * MS), 0);
+	cr_expect_eq(vgpu_throttle_unknown_need(s),
+		     (uint64_t)VGPU_THROTTLE_BURST_NS, "at most the burst");
+	/* The bucket at 0, refilled now: 20 ms take 66.7 ms at 30%. */
+	now += SEC;
+	__atomic_store_n(tok, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(refill, now, __ATOMIC_RELAXED);
+	cr_expect_neq(vgpu_throttle_admit_held(s, 0, now + 66 * MS, 0, 0,
+					       vgpu_throttle_unknown_need(s)),
+		      0);
+	cr_expect_eq(vgpu_throttle_admit_held(s, 0, now + 67 * MS, 0, 0,
+					      vgpu_throttle_unknown_need(s)),
 		     0);
-	vgpu_throttle_settle(s, 300 * MS, 0);
-	need = vgpu_throttle_unknown_need(s, now + MS);
-	cr_expect_eq(need, (uint64_t)VGPU_THROTTLE_BURST_NS);
-	/* 300 ms of debt at 30%: 1 s to 0, 66.7 ms more to the burst. */
-	cr_expect_neq(vgpu_throttle_admit_held(s, 0, now + SEC, 0, 0, need), 0);
-	cr_expect_neq(vgpu_throttle_admit_held(s, 0, now + SEC + 66 * MS, 0, 0,
-					       need), 0);
-	cr_expect_eq(vgpu_throttle_admit_held(s, 0, now + SEC + 67 * MS, 0, 0,
-					      need), 0);
-	cr_expect_eq(vgpu_throttle_unknown_need(s, now + 3 * SEC), 0,
-		     "idle a second");
+	cr_expect_eq(tokens(s), VGPU_THROTTLE_BURST_NS, "charged nothing: %lld",
+		     (long long)tokens(s));
 	vgpu_ledger_close(l);
 }
 
