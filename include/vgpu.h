@@ -195,7 +195,12 @@ struct vgpu_ledger_tenant {
 	 * needs as much, so that it goes no nearer the launch before it than
 	 * a known one would. Stored only when it changes. */
 	uint64_t probe_need;
-	uint64_t reserved[15];
+	/* CLOCK_MONOTONIC ns when the probe's process last showed that it
+	 * watches its probe (at its start, then about every millisecond
+	 * while it runs): one that stops showing it (a process stopped or
+	 * frozen) holds the tenant's known launches no longer. */
+	uint64_t probe_beat;
+	uint64_t reserved[14];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -361,7 +366,8 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, opp_queue_ns, 360, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe, 368, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_charged, 376, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_need, 384, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 392, 120);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_beat, 392, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 400, 112);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

@@ -554,13 +554,17 @@ bool vgpu_measure_probe_poll(void)
 	const struct vgpu_measure_gpu *g =
 		__atomic_load_n(&watched, __ATOMIC_ACQUIRE);
 
+	uint64_t now = P.now();
+
 	if (g && vgpu_throttle_probe_mine(g->slot) &&
-	    P.now() - __atomic_load_n(&watched_since, __ATOMIC_RELAXED) <
+	    now - __atomic_load_n(&watched_since, __ATOMIC_RELAXED) <
 		    VGPU_THROTTLE_PROBE_HOLD_NS) {
 		vgpu_inflight_reap(g->ordinal, true, vgpu__m_read_in_place,
 				   vgpu__m_learnt_in_place);
-		if (vgpu_throttle_probe_mine(g->slot))
+		if (vgpu_throttle_probe_mine(g->slot)) {
+			vgpu_throttle_probe_beat(g->slot, now);
 			return true;
+		}
 	}
 	if (!g)
 		return false;

@@ -462,6 +462,7 @@ int vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
 						 __ATOMIC_ACQ_REL,
 						 __ATOMIC_RELAXED))
 			return VGPU_THROTTLE_PROBE_BUSY;
+		vgpu__st(&s->ten->probe_beat, now_ns);
 		*probe = want;
 		return VGPU_THROTTLE_PROBE_TAKEN;
 	}
@@ -514,11 +515,22 @@ uint64_t vgpu_throttle_probe_running(struct vgpu_slot *s, uint64_t now_ns,
 	/* Whole ms, rounded up: one that went within this ms holds too. */
 	age = ((uint64_t)(uint32_t)((now_ns / 1000000) - (w & UINT32_MAX)) +
 	       1) * 1000000;
-	if (age >= limit_ns || (age >= VGPU_THROTTLE_PROBE_DEAD_NS &&
-				vgpu__owner_dead(s->l, (uint32_t)(w >> 32))))
+	/* Past PROBE_DEAD_NS, only while its process shows it watches it
+	 * (a process stopped, frozen or dead does not): no system call. */
+	if (age >= limit_ns ||
+	    (age >= VGPU_THROTTLE_PROBE_DEAD_NS &&
+	     now_ns >= vgpu__ld(&s->ten->probe_beat) +
+			       VGPU_THROTTLE_PROBE_DEAD_NS))
 		return 0;
 	*mine = (uint32_t)(w >> 32) == s->owner;
 	return age;
+}
+
+void vgpu_throttle_probe_beat(struct vgpu_slot *s, uint64_t now_ns)
+{
+	if (vgpu_throttle_probe_mine(s) &&
+	    now_ns >= vgpu__ld(&s->ten->probe_beat) + VGPU_THROTTLE_BEAT_NS)
+		vgpu__st(&s->ten->probe_beat, now_ns);
 }
 
 bool vgpu_throttle_probe_mine(const struct vgpu_slot *s)

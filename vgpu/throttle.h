@@ -195,11 +195,19 @@ void vgpu_throttle_probe_end(struct vgpu_slot *s, uint64_t probe);
 uint64_t vgpu_throttle_unknown_need(const struct vgpu_slot *s);
 
 /* How long the tenant's probe has been in flight at now_ns (whole ms,
- * rounded up), if less than limit_ns and its holder lives (tested only
- * from PROBE_DEAD_NS on: a system call); else 0, as when there is none.
- * One load while there is none. *mine: the probe is s's process's. */
+ * rounded up), if less than limit_ns and, from PROBE_DEAD_NS on, its
+ * process showed within PROBE_DEAD_NS that it watches it
+ * (vgpu_throttle_probe_beat); else 0, as when there is none. Loads only.
+ * *mine: the probe is s's process's. */
 uint64_t vgpu_throttle_probe_running(struct vgpu_slot *s, uint64_t now_ns,
 				     uint64_t limit_ns, bool *mine);
+
+/* s's process watches the tenant's probe, its own, at now_ns: stored
+ * (the tenant record's probe_beat) at most every BEAT_NS. A process
+ * stopped with its probe in flight (SIGSTOP) held the tenant's other
+ * processes for the whole second of the hold's limit. */
+#define VGPU_THROTTLE_BEAT_NS	1000000ull	/* 1 ms */
+void vgpu_throttle_probe_beat(struct vgpu_slot *s, uint64_t now_ns);
 /* Whether the tenant's probe in flight is s's process's (one load). */
 bool vgpu_throttle_probe_mine(const struct vgpu_slot *s);
 

@@ -38,6 +38,10 @@
  *                synchronises; the busy one must also get at least the
  *                cap less 3 points (the first kernel held it until read:
  *                a second at a time, 24% of 30);
+ *   stopped-probe the same, but the second process stops itself
+ *                (SIGSTOP) right after its first 10 ms kernel, and is
+ *                continued 1.5 s later (it held the busy one a second:
+ *                21.9% of 30);
  *   green        two green contexts of half the SMs each, a thread on each
  *                launching 1 ms kernels side by side (each runs twice as
  *                long on half the device: a kernel counts half its time,
@@ -64,6 +68,7 @@
  */
 #include <cuda.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -474,14 +479,14 @@ static void first_child(int i, uint64_t t0, uint64_t end)
 	exit(0);
 }
 
-/* lazy-probe: process 0 is busy throughout; process 1 comes 0.5 s in,
- * launches its first kernel and leaves it unread for 1.5 s. */
-static void lazy_child(int i, uint64_t t0, uint64_t end)
+/* lazy-probe, stopped-probe: process 0 is busy throughout; process 1
+ * comes 0.5 s in, launches its first kernel and leaves it unread for
+ * 1.5 s, working on the host, or stopped (the parent continues it). */
+static void probe_child(int i, uint64_t end, uint64_t first_ns, bool stop)
 {
 	struct timespec host = { 1, 500000000 }, first = { 0, 500000000 };
 	CUresult r;
 
-	(void)t0;
 	if (i == 0) {
 		child_start();
 		child_loop(1000000, end);
@@ -489,11 +494,26 @@ static void lazy_child(int i, uint64_t t0, uint64_t end)
 	}
 	nanosleep(&first, NULL);
 	child_start();
-	launch(spin, 1000000, NULL);
-	nanosleep(&host, NULL);		/* no driver call */
+	launch(spin, first_ns, NULL);
+	if (stop)
+		raise(SIGSTOP);
+	else
+		nanosleep(&host, NULL);		/* no driver call */
 	if ((r = cuCtxSynchronize()))
 		die("child sync", r);
 	exit(0);
+}
+
+static void lazy_child(int i, uint64_t t0, uint64_t end)
+{
+	(void)t0;
+	probe_child(i, end, 1000000, false);
+}
+
+static void stopped_child(int i, uint64_t t0, uint64_t end)
+{
+	(void)t0;
+	probe_child(i, end, 10000000, true);
 }
 
 /* A style of n processes of the tenant, in the parent: the children,
@@ -505,11 +525,12 @@ static int procs(const char *style, procs_child_fn *child, int n, int busy,
 {
 	uint64_t t0 = now_ns(), t1;
 	uint64_t end = t0 + (uint64_t)(seconds * 1e9);
+	struct timespec cont = { 2, 0 };	/* a stopped child's */
 	struct record rec1;
 	double all, worst = 0, got = -1;
-	pid_t busy_pid = 0;
+	pid_t busy_pid = 0, pids[8];
 
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && i < 8; i++) {
 		pid_t p = fork();
 
 		if (p == 0)
@@ -518,6 +539,12 @@ static int procs(const char *style, procs_child_fn *child, int n, int busy,
 			die("fork", CUDA_ERROR_UNKNOWN);
 		if (i == busy)
 			busy_pid = p;
+		pids[i] = p;
+	}
+	if (child == stopped_child) {
+		nanosleep(&cont, NULL);
+		for (int i = 0; i < n && i < 8; i++)
+			kill(pids[i], SIGCONT);
 	}
 	while (wait(NULL) > 0)
 		;
@@ -580,6 +607,8 @@ int main(int argc, char **argv)
 		return procs(style, first_child, 4, -1, seconds, cap, tol);
 	if (!strcmp(style, "lazy-probe"))
 		return procs(style, lazy_child, 2, 0, seconds, cap, tol);
+	if (!strcmp(style, "stopped-probe"))
+		return procs(style, stopped_child, 2, 0, seconds, cap, tol);
 	if ((r = cuInit(0)) || (r = cuDeviceGet(&dev, 0)) ||
 	    (r = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
 	    (r = cuCtxSetCurrent(ctx)))

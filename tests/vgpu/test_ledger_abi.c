@@ -116,7 +116,8 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, probe, 368, 8);
 	PIN(vgpu_ledger_tenant, probe_charged, 376, 8);
 	PIN(vgpu_ledger_tenant, probe_need, 384, 8);
-	PIN(vgpu_ledger_tenant, reserved, 392, 120);
+	PIN(vgpu_ledger_tenant, probe_beat, 392, 8);
+	PIN(vgpu_ledger_tenant, reserved, 400, 112);
 }
 
 Test(ledger_abi, compute)

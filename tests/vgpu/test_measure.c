@@ -323,6 +323,8 @@ Test(measure, a_probe_left_unread_by_its_threads_is_read_by_the_watch)
 	fake.now = T0 + 1 * MS;
 	cr_expect(vgpu_measure_probe_poll(), "running: watched on");
 	cr_expect(vgpu_throttle_probe_mine(slot));
+	cr_expect_eq(vgpu_ledger_tenant_record(slot)->probe_beat, T0 + 1 * MS,
+		     "the watch shows itself to the tenant's other processes");
 	fake.now = T0 + 3 * MS;
 	cr_expect(!vgpu_measure_probe_poll(), "ended: read, the watch ends");
 	cr_expect(!vgpu_throttle_probe_mine(slot), "the tenant's probe ended");

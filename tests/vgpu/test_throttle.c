@@ -223,7 +223,8 @@ Test(throttle, a_dead_holder_s_probe_is_retired_at_once)
  * time in flight besides its own: four processes starting 300 ms kernels
  * together ran a probe and a known kernel in one second under 30% (a
  * window of 60%). The probe's own process is told it is its own; a probe
- * past the limit, or whose holder died, holds nobody. */
+ * past the limit, or whose process stopped showing that it watches it
+ * (stopped, frozen or dead: it held the tenant a second), holds nobody. */
 Test(throttle, a_running_probe_holds_the_tenant_s_known_launches)
 {
 	struct vgpu_ledger *l = ledger_open_ok();
@@ -253,18 +254,27 @@ Test(throttle, a_running_probe_holds_the_tenant_s_known_launches)
 	cr_expect_neq(vgpu_throttle_probe_running(a, now + 5 * MS, SEC, &mine),
 		      0);
 	cr_expect(mine, "a's own");
+	/* Past PROBE_DEAD_NS it holds only while its process shows that it
+	 * watches it (a process stopped, frozen or dead does not). */
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 49 * MS, SEC, &mine),
+		     50 * MS, "young: held");
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 50 * MS, SEC, &mine),
+		     0, "no sign for 50 ms");
+	vgpu_throttle_probe_beat(b, now + 50 * MS);
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 50 * MS, SEC, &mine),
+		     0, "only its own process's sign counts");
+	vgpu_throttle_probe_beat(a, now + 50 * MS);
+	cr_expect_eq(ten->probe_beat, now + 50 * MS);
+	vgpu_throttle_probe_beat(a, now + 50 * MS + MS - 1);
+	cr_expect_eq(ten->probe_beat, now + 50 * MS, "once a ms at most");
+	cr_expect_eq(vgpu_throttle_probe_running(b, now + 99 * MS, SEC, &mine),
+		     100 * MS, "watched: held");
+	vgpu_throttle_probe_beat(a, now + SEC - 10 * MS);
 	cr_expect_eq(vgpu_throttle_probe_running(b, now + SEC, SEC, &mine), 0,
 		     "past the limit");
 	vgpu_throttle_probe_end(a, pa);
 	cr_expect_eq(vgpu_throttle_probe_running(b, now + 6 * MS, SEC, &mine),
 		     0, "read: nothing held");
-	/* Slot 900 of generation 3 (nobody's), 60 ms old. */
-	__atomic_store_n(&ten->probe, (uint64_t)(901u | 3u << 11) << 32 |
-			 (now / MS & UINT32_MAX), __ATOMIC_RELEASE);
-	cr_expect_eq(vgpu_throttle_probe_running(b, now + 10 * MS, SEC, &mine),
-		     11 * MS, "too young to look");
-	cr_expect_eq(vgpu_throttle_probe_running(b, now + 60 * MS, SEC, &mine),
-		     0, "its holder died");
 	vgpu_ledger_close(l);
 }
 
