@@ -140,11 +140,6 @@ static inline struct vgpu_dev *vgpu__dev_current(void)
 extern const struct vgpu_pool_ops vgpu__pool_ops;
 /* prim.c: the core's primitives over this driver. */
 extern const struct vgpu_prim vgpu__prim;
-/* In a forked child: no watch on a probe runs (prim.c). */
-void vgpu__prim_fork_child(void);
-/* At exit, before the ledgers are left: the watch on a probe stops; false
- * if a pass of it did not end within a second. */
-bool vgpu__prim_exit(void);
 
 
 /* The core's answer (VGPU_ACCOUNT_*) as the driver's error. */

@@ -200,9 +200,8 @@ void vgpu__launch_process_exit(void)
 
 void vgpu__launch_fork_child(void)
 {
-	/* The parent's events are not the child's, nor its probe's watch. */
+	/* The parent's events are not the child's. */
 	vgpu_measure_fork_child(&tls_meter);
-	vgpu__prim_fork_child();
 	pthread_mutex_init(&param_lock, NULL);
 }
 

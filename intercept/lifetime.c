@@ -28,7 +28,7 @@
  *    measuring events given back (launch.c, vgpu/measure.c), unless the
  *    process is leaving.
  * 5. exit (a library destructor): the control thread (VGPU_CONTROL,
- *    control.c) and the watch on a probe (prim.c) are stopped after their
+ *    control.c) and the watch on a probe (vgpu/measure.c) are stopped after their
  *    passes; then every ledger is left, its slots given back; from then
  *    on thread-exit handlers do nothing (vgpu__leaving). A pass that does
  *    not end in time leaves the ledgers as a killed process does.
@@ -100,6 +100,6 @@ __attribute__((destructor)) static void at_exit(void)
 	 * thread that never looked a device up: the slots given back below
 	 * are in a ledger's mapping. */
 	vgpu__bus_open_slow();
-	if (vgpu__control_exit() && vgpu__prim_exit())
+	if (vgpu__control_exit() && vgpu_measure_watch_stop())
 		vgpu__dev_leave_all();
 }

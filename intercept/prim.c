@@ -2,11 +2,7 @@
  * handles are the driver's, cast; its answers the driver's, translated. */
 #include "devices.h"
 
-#include <pthread.h>
 #include <string.h>
-#include <time.h>
-
-#include "thread.h"
 
 /* Pools keep freed blocks until trimmed or synchronised: at the slice's
  * edge they are trimmed and their charge read again (pools.c). */
@@ -181,81 +177,6 @@ static bool event_elapsed(struct vgpu_prim_event *a, struct vgpu_prim_event *b,
 	return true;
 }
 
-/* ---- the watch on this process's probe ----------------------------------- */
-
-/* A thread of the library's own (vgpu/thread.c: no signal of the job's)
- * runs while this process's probe is in flight, so that it is read when
- * it ends even if the job's threads make no driver call (measure.h,
- * vgpu_measure_probe_poll): a process's first launch comes once, so the
- * thread is made for it and ends with it (2 s at most). */
-static int watching;		/* a watcher runs (atomic) */
-static bool stopping;		/* the process is exiting (atomic) */
-static pthread_mutex_t pass_mu = PTHREAD_MUTEX_INITIALIZER;
-
-/* One pass, unless the process is exiting: the ledgers a pass reads are
- * left at exit (vgpu__prim_exit waits for a pass in progress). */
-static bool watch_pass(void)
-{
-	bool more = false;
-
-	pthread_mutex_lock(&pass_mu);
-	if (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
-		more = vgpu_measure_probe_poll();
-	pthread_mutex_unlock(&pass_mu);
-	return more;
-}
-
-static void *probe_watcher(void *arg)
-{
-	(void)arg;
-	vgpu_thread_mine(true);
-	for (;;) {
-		do
-			vgpu_host_sleep(VGPU_MEASURE_PROBE_POLL_NS);
-		while (watch_pass());
-		__atomic_store_n(&watching, 0, __ATOMIC_RELEASE);
-		/* A probe that went as this one stopped: watched here still,
-		 * unless its own launch started another watcher. */
-		if (!watch_pass() ||
-		    __atomic_exchange_n(&watching, 1, __ATOMIC_ACQ_REL))
-			break;
-	}
-	vgpu_thread_mine(false);
-	return NULL;
-}
-
-static void probe_watch(void)
-{
-	if (__atomic_exchange_n(&watching, 1, __ATOMIC_ACQ_REL))
-		return;
-	if (vgpu_thread_start(probe_watcher, NULL) != 0)
-		__atomic_store_n(&watching, 0, __ATOMIC_RELEASE);
-}
-
-void vgpu__prim_fork_child(void)
-{
-	__atomic_store_n(&watching, 0, __ATOMIC_RELAXED);	/* no thread */
-	pthread_mutex_init(&pass_mu, NULL);
-}
-
-bool vgpu__prim_exit(void)
-{
-	struct timespec until;
-
-	__atomic_store_n(&stopping, true, __ATOMIC_RELEASE);
-	if (!__atomic_load_n(&watching, __ATOMIC_ACQUIRE))
-		return true;
-	/* A pass never blocks (event queries); one stuck in the driver
-	 * anyway is not waited for past a second: the ledgers are not left
-	 * then, and the others reclaim this process's charges. */
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += 1;
-	if (!vgpu_mutex_lock_by(&pass_mu, &until))
-		return false;
-	pthread_mutex_unlock(&pass_mu);
-	return true;
-}
-
 const struct vgpu_prim vgpu__prim = {
 	.reclaim = reclaim,
 	.ctx_current = ctx_current,
@@ -279,5 +200,5 @@ const struct vgpu_prim vgpu__prim = {
 	.wait_on = vgpu_host_wait_on,
 	/* lifetime.c runs vgpu__launch_thread_exit at the thread's exit. */
 	.thread_watch = vgpu__lifetime_watch_thread,
-	.probe_watch = probe_watch,
+	.probe_watch = vgpu_measure_watch,
 };

@@ -10,11 +10,12 @@
 #include "measure_internal.h"
 #include "log.h"
 #include "options.h"
+#include "thread.h"
 #include "throttle.h"
-#include "timeline.h"
 
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 struct vgpu_prim vgpu__m_prim;
 
@@ -574,6 +575,69 @@ bool vgpu_measure_probe_poll(void)
 					    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
+/* The watch's thread, one of the library's own (thread.c: no signal of
+ * the job's): made when a probe goes, ended with it (2 s at most), a
+ * pass every PROBE_POLL_NS under watch_mu, so that an exit waits for the
+ * pass in progress before the ledgers it reads are left. */
+static int watch_running;	/* a watcher thread runs (atomic) */
+static bool watch_stopping;	/* the process is exiting (atomic) */
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool watch_pass(void)
+{
+	bool more = false;
+
+	pthread_mutex_lock(&watch_mu);
+	if (!__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE))
+		more = vgpu_measure_probe_poll();
+	pthread_mutex_unlock(&watch_mu);
+	return more;
+}
+
+static void *watcher(void *arg)
+{
+	(void)arg;
+	vgpu_thread_mine(true);
+	for (;;) {
+		do
+			P.sleep(VGPU_MEASURE_PROBE_POLL_NS);
+		while (watch_pass());
+		__atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
+		/* A probe that went as this one stopped: watched here still,
+		 * unless its own launch started another watcher. */
+		if (!watch_pass() ||
+		    __atomic_exchange_n(&watch_running, 1, __ATOMIC_ACQ_REL))
+			break;
+	}
+	vgpu_thread_mine(false);
+	return NULL;
+}
+
+void vgpu_measure_watch(void)
+{
+	if (__atomic_exchange_n(&watch_running, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (vgpu_thread_start(watcher, NULL) != 0)
+		__atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
+}
+
+bool vgpu_measure_watch_stop(void)
+{
+	struct timespec until;
+
+	__atomic_store_n(&watch_stopping, true, __ATOMIC_RELEASE);
+	if (!__atomic_load_n(&watch_running, __ATOMIC_ACQUIRE))
+		return true;
+	/* A pass never blocks (event queries); one stuck in the driver
+	 * anyway is not waited for past a second. */
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += 1;
+	if (!vgpu_mutex_lock_by(&watch_mu, &until))
+		return false;
+	pthread_mutex_unlock(&watch_mu);
+	return true;
+}
+
 /* Admits, makes and measures one launch in c (one of t's), on g. */
 static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -791,7 +855,10 @@ void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 {
 	memset(t, 0, sizeof(*t));
 	vgpu_inflight_fork_child();
+	/* The parent's watch on its probe: no thread runs it here. */
 	__atomic_store_n(&watched, NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&watch_running, 0, __ATOMIC_RELAXED);
+	pthread_mutex_init(&watch_mu, NULL);
 	/* A probe the parent had in flight is the tenant's, the parent's to
 	 * read (vgpu_throttle_probe_begin). The estimates (proc_avg) are the
 	 * parent's and stay: they are good. */

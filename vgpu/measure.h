@@ -267,4 +267,14 @@ void vgpu_measure_fork_child(struct vgpu_measure_thread *t);
  * Any thread; never blocks. */
 bool vgpu_measure_probe_poll(void);
 
+/* The front ends' prim->probe_watch: a thread of the library's own
+ * (thread.c) runs vgpu_measure_probe_poll every PROBE_POLL_NS until it
+ * returns false; one at a time; never blocks. */
+void vgpu_measure_watch(void);
+
+/* At exit, before the ledgers are left: the watch stops, a pass in
+ * progress waited for; false if it did not end within a second (then the
+ * ledgers are left as a killed process leaves them). */
+bool vgpu_measure_watch_stop(void);
+
 #endif

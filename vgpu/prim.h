@@ -131,8 +131,10 @@ struct vgpu_prim {
 	/* Runs vgpu_measure_probe_poll (measure.h) about every
 	 * VGPU_MEASURE_PROBE_POLL_NS from a thread of the library's own
 	 * until it returns false; one such thread at a time. Called when
-	 * this process's probe goes. Never blocks. Optional (NULL: the probe
-	 * is read when the job's threads next reach the shim). */
+	 * this process's probe goes. Never blocks. The front ends give
+	 * vgpu_measure_watch, which does it (their exits call
+	 * vgpu_measure_watch_stop); a test gives a counter. Optional (NULL:
+	 * the probe is read when the job's threads next reach the shim). */
 	void (*probe_watch)(void);
 };
 

@@ -525,4 +525,5 @@ const struct vgpu_prim vgpu__hip_prim = {
 	.sleep = vgpu_host_sleep,
 	.wait_on = vgpu_host_wait_on,
 	.thread_watch = vgpu__hip_watch_thread,
+	.probe_watch = vgpu_measure_watch,
 };

@@ -130,12 +130,16 @@ void vgpu__hip_watch_thread(void)
 	pthread_setspecific(exit_key, &tls_watched);
 }
 
-/* The exiting thread's launches, then every ledger left. */
+/* The watch on a probe stopped (a pass that does not end in time leaves
+ * the ledgers as a killed process does), the exiting thread's launches,
+ * then every ledger left. */
 __attribute__((destructor)) static void process_exit(void)
 {
 	if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE))
 		return;
 	vgpu__bus_open_slow();	/* as libvgpu.so's (lifetime.c) */
+	if (!vgpu_measure_watch_stop())
+		return;
 	vgpu__hip_launch_process_exit();
 	vgpu__hip_dev_leave_all();
 }
