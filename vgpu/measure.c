@@ -284,6 +284,14 @@ static bool own_due_first(const struct vgpu_measure_ctx *c,
 	return p->issued + p->estimate <= vgpu_inflight_next_due(g->ordinal);
 }
 
+/* Reads g's launches holding tokens in their holders' place
+ * (vgpu_inflight_reap): those torn down, and those ended if `ended`. */
+static unsigned reap(const struct vgpu_measure_gpu *g, bool ended)
+{
+	return vgpu_inflight_reap(g->ordinal, ended, vgpu__m_read_in_place,
+				  vgpu__m_learnt_in_place);
+}
+
 /* Whether a thread that has waited `waited` for the launches holding
  * g's tokens goes without them: none has started for TOKEN_STALL_NS, or
  * TOKEN_MAX_WAIT_NS have passed (take_token(), probe_stuck()). */
@@ -320,9 +328,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		/* Holders torn down at once; ended launches once their
 		 * holders have had a wait to read them (reading one in its
 		 * holder's place as well costs the host a second reading). */
-		if (vgpu_inflight_reap(g->ordinal, waited,
-				       vgpu__m_read_in_place,
-				       vgpu__m_learnt_in_place))
+		if (reap(g, waited))
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
@@ -451,9 +457,7 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		 * place once it has ended (its thread may be waiting for
 		 * this one). */
 		if (held && mine) {
-			vgpu_inflight_reap(g->ordinal, true,
-					   vgpu__m_read_in_place,
-					   vgpu__m_learnt_in_place);
+			reap(g, true);
 			if (wait > VGPU_MEASURE_PROBE_POLL_NS)
 				wait = VGPU_MEASURE_PROBE_POLL_NS;
 		}
@@ -554,14 +558,12 @@ bool vgpu_measure_probe_poll(void)
 {
 	const struct vgpu_measure_gpu *g =
 		__atomic_load_n(&watched, __ATOMIC_ACQUIRE);
-
 	uint64_t now = P.now();
 
 	if (g && vgpu_throttle_probe_mine(g->slot) &&
 	    now - __atomic_load_n(&watched_since, __ATOMIC_RELAXED) <
 		    VGPU_THROTTLE_PROBE_HOLD_NS) {
-		vgpu_inflight_reap(g->ordinal, true, vgpu__m_read_in_place,
-				   vgpu__m_learnt_in_place);
+		reap(g, true);
 		if (vgpu_throttle_probe_mine(g->slot)) {
 			vgpu_throttle_probe_beat(g->slot, now);
 			return true;
@@ -686,9 +688,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		if (r == VGPU_THROTTLE_PROBE_BUSY) {
 			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
 			collect_others(t, c);
-			vgpu_inflight_reap(g->ordinal, true,
-					   vgpu__m_read_in_place,
-					   vgpu__m_learnt_in_place);
+			reap(g, true);
 		}
 		now = P.now();	/* rare: only before a process's first */
 		est = vgpu__m_estimate(c, g, call->kind, call->key);

@@ -373,11 +373,11 @@ uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
 	struct vgpu_ledger_compute *c = &s->ten->compute;
 	unsigned share = capped_share(c);
 	int64_t est = (int64_t)clamp_charge(estimate_ns);
-	int64_t need = (est < VGPU_THROTTLE_BURST_NS ? est
-						     : VGPU_THROTTLE_BURST_NS) +
-		       (int64_t)clamp_charge(held_ns);
+	int64_t own = est < VGPU_THROTTLE_BURST_NS ? est
+						   : VGPU_THROTTLE_BURST_NS;
+	int64_t need = own + (int64_t)clamp_charge(held_ns);
 	uint64_t wait;
-	int64_t t, own;
+	int64_t t;
 
 	if (opportunistic(c)) {
 		/* Yields to the guaranteed, keeps little queued across its
@@ -431,7 +431,6 @@ uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
 	}
 	give_turn(c, turn_of(s, thread));
 	admitted(s, c, now_ns);
-	own = est < VGPU_THROTTLE_BURST_NS ? est : VGPU_THROTTLE_BURST_NS;
 	if (own && (uint64_t)own != vgpu__ld(&s->ten->probe_need))
 		vgpu__st(&s->ten->probe_need, (uint64_t)own);
 	return 0;
@@ -443,6 +442,12 @@ uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
 static uint64_t probe_word(const struct vgpu_slot *s, uint64_t now_ns)
 {
 	return (uint64_t)s->owner << 32 | (now_ns / 1000000 & UINT32_MAX);
+}
+
+/* A probe word's age at now_ns in whole ms (wrapping with its 32 bits). */
+static uint64_t probe_age_ms(uint64_t word, uint64_t now_ns)
+{
+	return (uint32_t)((now_ns / 1000000) - (word & UINT32_MAX));
 }
 
 /* What identifies a probe in probe_charged: 32 bits of its word. */
@@ -468,7 +473,7 @@ int vgpu_throttle_probe_begin(struct vgpu_slot *s, uint64_t now_ns,
 	}
 	/* Its age (ms, wrapping); a holder alive holds it up to HOLD_NS,
 	 * one that died is retired as soon as that can be seen. */
-	ms = (uint32_t)((now_ns / 1000000) - (w & UINT32_MAX));
+	ms = probe_age_ms(w, now_ns);
 	if (ms * 1000000 < VGPU_THROTTLE_PROBE_DEAD_NS ||
 	    (ms * 1000000 <= VGPU_THROTTLE_PROBE_HOLD_NS &&
 	     !vgpu__owner_dead(s->l, (uint32_t)(w >> 32))))
@@ -513,8 +518,7 @@ uint64_t vgpu_throttle_probe_running(struct vgpu_slot *s, uint64_t now_ns,
 	if (!w)
 		return 0;
 	/* Whole ms, rounded up: one that went within this ms holds too. */
-	age = ((uint64_t)(uint32_t)((now_ns / 1000000) - (w & UINT32_MAX)) +
-	       1) * 1000000;
+	age = (probe_age_ms(w, now_ns) + 1) * 1000000;
 	/* Past PROBE_DEAD_NS, only while its process shows it watches it
 	 * (a process stopped, frozen or dead does not): no system call. */
 	if (age >= limit_ns ||

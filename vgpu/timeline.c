@@ -1,6 +1,7 @@
 /* timeline.c - see timeline.h. */
 #include "timeline.h"
 #include "ledger.h"
+#include "throttle.h"
 
 static struct vgpu_ledger_timeline *timeline(const struct vgpu_ledger *l)
 {
@@ -8,9 +9,10 @@ static struct vgpu_ledger_timeline *timeline(const struct vgpu_ledger *l)
 					       VGPU_LEDGER_TIMELINE_OFFSET);
 }
 
-/* A newest end this far ahead of one recorded now is from another boot (a
- * ledger file kept on disk): replaced, not counted against. */
-#define SKEW_NS 60000000000ull
+/* A newest end more than the throttle's clock skew ahead of one recorded
+ * now is from another boot (a ledger file kept on disk): replaced, not
+ * counted against. */
+#define SKEW_NS VGPU_THROTTLE_CLOCK_SKEW_NS
 
 void vgpu_timeline_record(struct vgpu_ledger *l, uint64_t end_ns)
 {

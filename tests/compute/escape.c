@@ -516,16 +516,16 @@ static void stopped_child(int i, uint64_t t0, uint64_t end)
 	probe_child(i, end, 10000000, true);
 }
 
-/* A style of n processes of the tenant, in the parent: the children,
- * then the record: every 1-second window within tol of the cap, and
- * process `busy` (its index; -1: none) at least the cap less 3 points
- * over the run. */
+/* A style of n processes of the tenant, in the parent: the children
+ * (continued 2 s in, if cont: one may stop itself), then the record:
+ * every 1-second window within tol of the cap, and process `busy` (its
+ * index; -1: none) at least the cap less 3 points over the run. */
 static int procs(const char *style, procs_child_fn *child, int n, int busy,
-		 double seconds, double cap, double tol)
+		 bool cont, double seconds, double cap, double tol)
 {
 	uint64_t t0 = now_ns(), t1;
 	uint64_t end = t0 + (uint64_t)(seconds * 1e9);
-	struct timespec cont = { 2, 0 };	/* a stopped child's */
+	struct timespec cont_at = { 2, 0 };
 	struct record rec1;
 	double all, worst = 0, got = -1;
 	pid_t busy_pid = 0, pids[8];
@@ -541,8 +541,8 @@ static int procs(const char *style, procs_child_fn *child, int n, int busy,
 			busy_pid = p;
 		pids[i] = p;
 	}
-	if (child == stopped_child) {
-		nanosleep(&cont, NULL);
+	if (cont) {
+		nanosleep(&cont_at, NULL);
 		for (int i = 0; i < n && i < 8; i++)
 			kill(pids[i], SIGCONT);
 	}
@@ -602,13 +602,14 @@ int main(int argc, char **argv)
 		setenv("VGPU_LEDGER_DIR", ledger, 1);
 	}
 	if (!strcmp(style, "switch-procs"))
-		return procs(style, switch_child_of, 8, -1, seconds, cap, tol);
+		return procs(style, switch_child_of, 8, -1, false, seconds, cap,
+			     tol);
 	if (!strcmp(style, "first-procs"))
-		return procs(style, first_child, 4, -1, seconds, cap, tol);
+		return procs(style, first_child, 4, -1, false, seconds, cap, tol);
 	if (!strcmp(style, "lazy-probe"))
-		return procs(style, lazy_child, 2, 0, seconds, cap, tol);
+		return procs(style, lazy_child, 2, 0, false, seconds, cap, tol);
 	if (!strcmp(style, "stopped-probe"))
-		return procs(style, stopped_child, 2, 0, seconds, cap, tol);
+		return procs(style, stopped_child, 2, 0, true, seconds, cap, tol);
 	if ((r = cuInit(0)) || (r = cuDeviceGet(&dev, 0)) ||
 	    (r = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
 	    (r = cuCtxSetCurrent(ctx)))
