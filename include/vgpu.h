@@ -200,7 +200,20 @@ struct vgpu_ledger_tenant {
 	 * while it runs): one that stops showing it (a process stopped or
 	 * frozen) holds the tenant's known launches no longer. */
 	uint64_t probe_beat;
-	uint64_t reserved[14];
+	/* The tenant's lanes (docs/compute.md, "Lanes"): a capped launch
+	 * in flight holds one from its admission until its end is read, so
+	 * that the tenant's processes together keep at most two launches of
+	 * unknown length in flight. 0: free; else the holder slot's owner
+	 * word (as in `lock`) in the high 32 bits and, in the low 32, the
+	 * CLOCK_MONOTONIC milliseconds its process last showed that it
+	 * watches the launch (taken over once that is 50 ms old). Changed by
+	 * compare-and-swap only. */
+	uint64_t lane[2];
+	/* CLOCK_MONOTONIC ns when a process last waited for a lane: the
+	 * holders then read their ended launches without waiting for the
+	 * threads that made them. */
+	uint64_t lane_want;
+	uint64_t reserved[11];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -367,7 +380,9 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe, 368, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_charged, 376, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_need, 384, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_beat, 392, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 400, 112);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lane, 400, 16);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lane_want, 416, 8);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 424, 88);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

@@ -41,12 +41,21 @@ struct token {
 	struct vgpu_ledger *ledger;
 	unsigned sm_num, sm_den;
 	uint64_t *behalf;		/* the holder's mark's field */
+	/* The tenant's lane it holds (throttle.h; -1: none), and the slot it
+	 * is of: set by its holder at the take, given back by whoever frees
+	 * the token, before the token is free (atomic). */
+	int lane;
+	struct vgpu_slot *lane_slot;
 };
 
 #define ST(f, v)	__atomic_store_n(&(f), (v), __ATOMIC_RELEASE)
 #define LD(f)		__atomic_load_n(&(f), __ATOMIC_ACQUIRE)
 
-static struct token tokens[VGPU_MAX_DEVICES][TOKENS];
+static struct token tokens[VGPU_MAX_DEVICES][TOKENS] = {
+	[0 ... VGPU_MAX_DEVICES - 1] = { [0 ... TOKENS - 1] = { .lane = -1 } },
+};
+/* Lanes this process holds, all GPUs (its watch runs while any is). */
+static unsigned lanes_held;
 /* Threads reading another thread's events now (vgpu_inflight_quiesce). */
 static unsigned readers;
 /* Tokens given back, per GPU (a futex word), and threads waiting on it. */
@@ -94,17 +103,66 @@ static bool cas(uint64_t *w, uint64_t *expected, uint64_t want)
 					   __ATOMIC_ACQUIRE);
 }
 
-bool vgpu_inflight_take(int gpu, struct vgpu_inflight_mark *m)
+/* t's lane given back (by whoever frees t, before it is free). */
+static void give_lane(struct token *t)
+{
+	int lane = __atomic_exchange_n(&t->lane, -1, __ATOMIC_ACQ_REL);
+
+	if (lane < 0)
+		return;
+	vgpu_throttle_lane_give(LD(t->lane_slot), lane);
+	__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
+}
+
+/* Takes a lane of slot's tenant for t (TAKEN by this thread): false if
+ * none is free. Another token of the process that still names the same
+ * lane lost it (taken over while its launch waited): it gives back
+ * nothing. */
+static bool take_lane(struct token *t, int gpu, struct vgpu_slot *slot,
+		      uint64_t now)
+{
+	int lane = vgpu_throttle_lane_take(slot, now);
+
+	if (lane < 0)
+		return false;
+	for (int j = 0; j < TOKENS; j++) {
+		struct token *o = &tokens[gpu][j];
+		int l = lane;
+
+		if (o != t && LD(o->lane_slot) == slot &&
+		    __atomic_compare_exchange_n(&o->lane, &l, -1, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
+	}
+	ST(t->lane_slot, slot);
+	__atomic_add_fetch(&lanes_held, 1, __ATOMIC_ACQ_REL);
+	ST(t->lane, lane);
+	return true;
+}
+
+bool vgpu_inflight_take(int gpu, struct vgpu_slot *slot, uint64_t now,
+			struct vgpu_inflight_mark *m)
 {
 	m->tok = -1;
+	m->lanes_full = false;
 	for (int i = 0; i < TOKENS; i++) {
 		struct token *t = &tokens[gpu][i];
 		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
+		uint32_t gen = (uint32_t)(w >> 2) + 1;
 
 		if ((w & 3) != FREE)
 			continue;
-		if (!cas(&t->word, &w, word_of((uint32_t)(w >> 2) + 1, TAKEN)))
+		if (!cas(&t->word, &w, word_of(gen, TAKEN)))
 			continue;
+		if (slot && !take_lane(t, gpu, slot, now)) {
+			/* Back, as it was: nobody waits for a token
+			 * that was free. */
+			__atomic_store_n(&t->word, word_of(gen, FREE),
+					 __ATOMIC_RELEASE);
+			m->lanes_full = true;
+			return false;
+		}
 		m->tok = i;
 		m->gen = (uint32_t)(w >> 2) + 1;
 		m->armed = false;
@@ -173,7 +231,12 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
 		return UINT64_MAX;
 	t = &tokens[gpu][m->tok];
 	w = word_of(m->gen, m->armed ? ARMED : TAKEN);
-	if (cas(&t->word, &w, word_of(m->gen, FREE))) {
+	/* Claimed first, so that no reaper frees it while its lane is
+	 * given back. */
+	if (cas(&t->word, &w, word_of(m->gen, CLAIMED))) {
+		give_lane(t);
+		__atomic_store_n(&t->word, word_of(m->gen, FREE),
+				 __ATOMIC_RELEASE);
 		freed(gpu);
 	} else {
 		/* A reaper has it (only an armed one is claimed): it writes
@@ -268,6 +331,7 @@ unsigned vgpu_inflight_reap(int gpu, bool ended, vgpu_inflight_read_fn *read,
 		if (learnt)
 			learnt(&l, ns, learn);
 		__atomic_store_n(LD(t->behalf), ns + 1, __ATOMIC_RELEASE);
+		give_lane(t);
 		__atomic_store_n(&t->word, (w & ~3ull) | FREE,
 				 __ATOMIC_RELEASE);
 		freed(gpu);
@@ -321,10 +385,86 @@ void vgpu_inflight_quiesce(void)
 
 void vgpu_inflight_fork_child(void)
 {
+	/* The parent's lanes stay the parent's: the child gives back none. */
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
-		for (int i = 0; i < TOKENS; i++)
+		for (int i = 0; i < TOKENS; i++) {
 			tokens[g][i].word &= ~3ull;	/* FREE */
+			tokens[g][i].lane = -1;
+		}
+	lanes_held = 0;
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
 		waiting[g] = 0;
 	readers = 0;
+}
+
+/* Whether t's launch (ARMED, word w) was made less than LANE_STALE_NS / 2
+ * before now, or (*running) runs: its start event has completed. */
+static bool lane_young(struct token *t, uint64_t w, uint64_t now,
+		       const struct vgpu_prim *P, bool *running)
+{
+	struct vgpu_inflight_launch l;
+	bool young = false;
+
+	*running = false;
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	if (snapshot(t, w, &l) &&
+	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch) {
+		young = now <= l.issued ||
+			now - l.issued < VGPU_THROTTLE_LANE_STALE_NS / 2;
+		*running = P->event_query(l.start) == VGPU_PRIM_DONE;
+	}
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	return young;
+}
+
+unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
+				   vgpu_inflight_read_fn *read,
+				   vgpu_inflight_learnt_fn *learnt)
+{
+	if (!__atomic_load_n(&lanes_held, __ATOMIC_ACQUIRE))
+		return 0;
+	for (int g = 0; g < VGPU_MAX_DEVICES; g++) {
+		bool live[TOKENS], running = false, wanted = false;
+
+		/* A launch shown as watched: one made lately, and all while
+		 * one of the process's runs on the GPU (those queued behind
+		 * it wait for nothing but it). One that waits longer for
+		 * something else (a host function, another process's work)
+		 * is not: its lane is taken over, and the tenant's other
+		 * processes go on. */
+		for (int i = 0; i < TOKENS; i++) {
+			struct token *t = &tokens[g][i];
+			uint64_t w = __atomic_load_n(&t->word,
+						     __ATOMIC_ACQUIRE);
+			bool r = false;
+
+			live[i] = (w & 3) != ARMED ||
+				  lane_young(t, w, now, P, &r);
+			running |= r;
+		}
+		for (int i = 0; i < TOKENS; i++) {
+			struct token *t = &tokens[g][i];
+			uint64_t w = __atomic_load_n(&t->word,
+						     __ATOMIC_ACQUIRE);
+			int lane = LD(t->lane);
+			struct vgpu_slot *slot = LD(t->lane_slot);
+
+			if (lane < 0 || (w & 3) == FREE ||
+			    (!live[i] && !running))
+				continue;
+			/* Taken over (its process seemed gone): given back
+			 * by nobody. */
+			if (!vgpu_throttle_lane_beat(slot, lane, now) &&
+			    __atomic_compare_exchange_n(&t->lane, &lane, -1,
+							false,
+							__ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE))
+				__atomic_sub_fetch(&lanes_held, 1,
+						   __ATOMIC_RELEASE);
+			wanted |= vgpu_throttle_lane_wanted(slot, now);
+		}
+		if (wanted)
+			vgpu_inflight_reap(g, true, read, learnt);
+	}
+	return __atomic_load_n(&lanes_held, __ATOMIC_ACQUIRE);
 }

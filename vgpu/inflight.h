@@ -50,6 +50,7 @@ struct vgpu_inflight_mark {
 	/* What a reaper charged for the launch, + 1 (0: none yet):
 	 * written by the reaper, read by the holder only. */
 	uint64_t behalf;
+	bool lanes_full;		/* the take failed for a lane */
 };
 
 /* What a reaper needs to read a launch in its holder's place: its events,
@@ -84,9 +85,13 @@ typedef bool vgpu_inflight_read_fn(const struct vgpu_inflight_launch *l,
 typedef void vgpu_inflight_learnt_fn(const struct vgpu_inflight_launch *l,
 				     uint64_t ns, bool learn);
 
-/* Takes a free token of GPU gpu for one launch: true with *m set, false
- * if all are held. One load per token, one compare-and-swap. */
-bool vgpu_inflight_take(int gpu, struct vgpu_inflight_mark *m);
+/* Takes a free token of GPU gpu for one launch and, with slot, a lane of
+ * slot's tenant with it (throttle.h) at now: true with *m set, false if
+ * all tokens are held or (m->lanes_full) every lane is. A load per token,
+ * a compare-and-swap; with slot, a lane's load and compare-and-swap. The
+ * lane is given back with the token, by whoever frees it. */
+bool vgpu_inflight_take(int gpu, struct vgpu_slot *slot, uint64_t now,
+			struct vgpu_inflight_mark *m);
 
 /* The launch holding m has been made and its events recorded: another
  * thread may read it from now on (m->armed). */
@@ -148,6 +153,16 @@ uint64_t vgpu_inflight_next_due(int gpu);
  * context's teardown count moved, and before events of launches that
  * held tokens are destroyed. */
 void vgpu_inflight_quiesce(void);
+
+/* The process's watch (measure.c's watch thread) at now, once a
+ * millisecond or so: shows each lane its launches hold as watched
+ * (vgpu_throttle_lane_beat) while the launch runs or was made less than
+ * LANE_STALE_NS / 2 ago, and, while another process of the tenant wants a
+ * lane, reads the ended launches holding them in their holders' place
+ * (vgpu_inflight_reap). Returns the number of lanes the process holds. */
+unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *prim,
+				   vgpu_inflight_read_fn *read,
+				   vgpu_inflight_learnt_fn *learnt);
 
 /* In a child after fork: every token free (the parent's threads and
  * their launches are not the child's). */

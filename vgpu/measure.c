@@ -302,6 +302,42 @@ static bool holders_stuck(const struct vgpu_measure_gpu *g, uint64_t waited)
 	       waited >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
 }
 
+static void watch_lanes(void);
+
+/* One wait of a launch of c for a lane of its tenant, every one held by
+ * another launch (the tenant's other processes': the process's own
+ * tokens were free). The holders read their ended launches from their
+ * watch threads while one is wanted; a token of the process given back
+ * meanwhile wakes the wait. Not bounded by the holders' stall as a wait
+ * for a token is (take_token()): a lane whose holder does not show that
+ * it watches a launch that runs is taken over after LANE_STALE_NS, and
+ * the wait ends at TOKEN_MAX_WAIT_NS. Returns now. */
+static uint64_t wait_lane(struct vgpu_measure_ctx *c,
+			  const struct vgpu_measure_gpu *g, uint32_t seq,
+			  uint64_t now)
+{
+	vgpu_throttle_lane_want(g->slot, now);
+	/* Its own oldest launch running (it holds a lane, or another
+	 * process does): blocks for its end, as a full ring does, so that
+	 * its lane comes back the moment it ends. */
+	if (c->count &&
+	    P.event_query(c->ring[c->head].start) == VGPU_PRIM_DONE) {
+		vgpu__m_settle_oldest(c, true);
+		return P.now();
+	}
+	if (cancel_in_waits) {
+		pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+		pthread_testcancel();
+	}
+	vgpu_inflight_wait(g->ordinal, seq, VGPU_MEASURE_TOKEN_POLL_NS,
+			   P.wait_on, P.sleep);
+	if (cancel_in_waits) {
+		pthread_testcancel();
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	}
+	return vgpu__m_collect(c);
+}
+
 /* Takes one of the process's tokens for the GPU (inflight.h) for a
  * launch that keeps c's thread within VGPU_MEASURE_DEPTH: while all are
  * held, reads c's own launches as they end and, once it has waited, the
@@ -323,8 +359,16 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 	if (!g->slot || c->count >= VGPU_MEASURE_DEPTH ||
 	    vgpu_throttle_opportunistic(g->slot))
 		return now;
-	for (bool waited = false; !vgpu_inflight_take(g->ordinal, m);
+	for (bool waited = false;
+	     !vgpu_inflight_take(g->ordinal, g->slot, now, m);
 	     waited = true, seq = vgpu_inflight_seq(g->ordinal)) {
+		if (m->lanes_full) {
+			if (vgpu_throttle_lent(g->slot, now) ||
+			    now - t0 >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS)
+				return now;
+			now = wait_lane(c, g, seq, now);
+			continue;
+		}
 		/* Holders torn down at once; ended launches once their
 		 * holders have had a wait to read them (reading one in its
 		 * holder's place as well costs the host a second reading). */
@@ -388,6 +432,8 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		}
 		now = vgpu__m_collect(c);
 	}
+	if (m->tok >= 0)
+		watch_lanes();
 	return now;
 }
 
@@ -584,35 +630,61 @@ bool vgpu_measure_probe_poll(void)
 static int watch_running;	/* a watcher thread runs (atomic) */
 static bool watch_stopping;	/* the process is exiting (atomic) */
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t watch_lanes_seen;	/* the last pass that saw a lane held */
 
-static bool watch_pass(void)
+/* One pass: the probe, then the lanes (inflight.h). Whether to go on:
+ * a probe is watched, or a lane was held within LANE_LINGER_NS (a busy
+ * process takes and gives them back at every launch: its watcher stays,
+ * rather than a thread made per launch). *probe: a probe is watched. */
+static bool watch_pass(bool *probe)
 {
+	uint64_t now;
 	bool more = false;
 
+	*probe = false;
 	pthread_mutex_lock(&watch_mu);
-	if (!__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE))
-		more = vgpu_measure_probe_poll();
+	if (!__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE)) {
+		more = *probe = vgpu_measure_probe_poll();
+		now = P.now();
+		if (vgpu_inflight_lanes_watch(now, &P, vgpu__m_read_in_place,
+					      vgpu__m_learnt_in_place))
+			watch_lanes_seen = now;
+		more |= now - watch_lanes_seen < VGPU_MEASURE_LANE_LINGER_NS;
+	}
 	pthread_mutex_unlock(&watch_mu);
 	return more;
 }
 
 static void *watcher(void *arg)
 {
+	bool probe = true;
+
 	(void)arg;
 	vgpu_thread_mine(true);
 	for (;;) {
+		/* A probe is read as soon as it ends; lanes need showing
+		 * only well within LANE_STALE_NS. */
 		do
-			P.sleep(VGPU_MEASURE_PROBE_POLL_NS);
-		while (watch_pass());
+			P.sleep(probe ? VGPU_MEASURE_PROBE_POLL_NS
+				      : VGPU_MEASURE_LANE_POLL_NS);
+		while (watch_pass(&probe));
 		__atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
 		/* A probe that went as this one stopped: watched here still,
 		 * unless its own launch started another watcher. */
-		if (!watch_pass() ||
+		if (!watch_pass(&probe) ||
 		    __atomic_exchange_n(&watch_running, 1, __ATOMIC_ACQ_REL))
 			break;
 	}
 	vgpu_thread_mine(false);
 	return NULL;
+}
+
+/* A launch took a lane: the watch runs while the process holds one (one
+ * load when it does already). */
+static void watch_lanes(void)
+{
+	if (P.probe_watch && !__atomic_load_n(&watch_running, __ATOMIC_ACQUIRE))
+		P.probe_watch();
 }
 
 void vgpu_measure_watch(void)

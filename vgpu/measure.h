@@ -112,6 +112,11 @@ struct vgpu_slot;
  * and at most POLL_NS at a time; POLL_NS once every holder is past due
  * (measure.c, take_token()). */
 #define VGPU_MEASURE_TOKEN_POLL_NS	100000ull	/* 100 us */
+/* The watch thread's pass while it shows the process's lanes held
+ * (throttle.h, LANE_STALE_NS 50 ms), and how long it stays once the
+ * process holds none. */
+#define VGPU_MEASURE_LANE_POLL_NS	1000000ull	/* 1 ms */
+#define VGPU_MEASURE_LANE_LINGER_NS	200000000ull	/* 200 ms */
 #define VGPU_MEASURE_TOKEN_MIN_WAIT_NS	10000ull	/* 10 us */
 /* A launch that has waited this long for a token while none of the
  * launches holding them runs goes without one (measure.c, take_token()). */

@@ -544,6 +544,71 @@ bool vgpu_throttle_probe_mine(const struct vgpu_slot *s)
 	return w && (uint32_t)(w >> 32) == s->owner;
 }
 
+/* A lane's word: the holder slot's owner word in the high 32 bits, the
+ * CLOCK_MONOTONIC milliseconds it was last shown in the low 32. */
+static uint64_t lane_word(const struct vgpu_slot *s, uint64_t now_ns)
+{
+	return (uint64_t)s->owner << 32 | (now_ns / 1000000 & UINT32_MAX);
+}
+
+int vgpu_throttle_lane_take(struct vgpu_slot *s, uint64_t now_ns)
+{
+	uint64_t want = lane_word(s, now_ns);
+
+	for (int i = 0; i < VGPU_THROTTLE_LANES; i++) {
+		uint64_t *p = &s->ten->lane[i], w = vgpu__ld(p);
+
+		/* Shown within LANE_STALE_NS (ms, wrapping): held. */
+		if (w && probe_age_ms(w, now_ns) * 1000000 <
+				 VGPU_THROTTLE_LANE_STALE_NS)
+			continue;
+		if (__atomic_compare_exchange_n(p, &w, want, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED))
+			return i;
+	}
+	return -1;
+}
+
+void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane)
+{
+	uint64_t *p = &s->ten->lane[lane], w = vgpu__ld(p);
+
+	while ((uint32_t)(w >> 32) == s->owner &&
+	       !__atomic_compare_exchange_n(p, &w, 0, false, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		;
+}
+
+bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, uint64_t now_ns)
+{
+	uint64_t *p = &s->ten->lane[lane], w = vgpu__ld(p);
+	uint64_t want = lane_word(s, now_ns);
+
+	for (;;) {
+		if ((uint32_t)(w >> 32) != s->owner)
+			return false;
+		if (w == want ||
+		    __atomic_compare_exchange_n(p, &w, want, false,
+						__ATOMIC_RELAXED,
+						__ATOMIC_RELAXED))
+			return true;
+	}
+}
+
+void vgpu_throttle_lane_want(struct vgpu_slot *s, uint64_t now_ns)
+{
+	if (now_ns >= vgpu__ld(&s->ten->lane_want) + 1000000)
+		vgpu__st(&s->ten->lane_want, now_ns);
+}
+
+bool vgpu_throttle_lane_wanted(const struct vgpu_slot *s, uint64_t now_ns)
+{
+	uint64_t w = vgpu__ld(&s->ten->lane_want);
+
+	return w && now_ns < w + VGPU_THROTTLE_LANE_WANT_NS;
+}
+
 bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns)
 {
 	struct vgpu_ledger_compute *c = &s->ten->compute;

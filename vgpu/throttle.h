@@ -211,6 +211,37 @@ void vgpu_throttle_probe_beat(struct vgpu_slot *s, uint64_t now_ns);
 /* Whether the tenant's probe in flight is s's process's (one load). */
 bool vgpu_throttle_probe_mine(const struct vgpu_slot *s);
 
+/* The tenant's lanes (docs/compute.md, "Lanes"): a capped launch holds
+ * one of VGPU_THROTTLE_LANES from its admission until its end is read, so
+ * that the tenant's processes together keep as many launches of unknown
+ * length in flight as one process does. Eight processes that each ran
+ * 20 us kernels and then two of 100 ms at one moment had sixteen long
+ * kernels admitted on the short estimate: a 1-second window of 57% under
+ * a 30% cap. A holder process shows that it watches its lanes (its watch
+ * thread, vgpu_throttle_lane_beat); one not shown for LANE_STALE_NS (the
+ * process dead or stopped, or its launch waiting for something) is taken
+ * over by the next process that wants one. */
+#define VGPU_THROTTLE_LANES		2
+#define VGPU_THROTTLE_LANE_STALE_NS	50000000ull	/* 50 ms */
+/* How long a wish for a lane (vgpu_throttle_lane_want) keeps the holders
+ * reading their ended launches from their watch threads. */
+#define VGPU_THROTTLE_LANE_WANT_NS	10000000ull	/* 10 ms */
+
+/* Takes a lane of s's tenant at now_ns for one launch: its index, or -1
+ * when every lane is held by a process that showed within LANE_STALE_NS
+ * that it watches it. A load per lane and a compare-and-swap. */
+int vgpu_throttle_lane_take(struct vgpu_slot *s, uint64_t now_ns);
+/* s's process holds lane no longer (nothing if it was taken over). */
+void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane);
+/* s's process watches its launch on lane at now_ns: shown in the lane's
+ * word if the shown time is a millisecond old (false: the lane is no
+ * longer s's process's, it was taken over). */
+bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, uint64_t now_ns);
+/* A launch of s's process waits for a lane at now_ns (stored at most once
+ * a millisecond); and whether one did within LANE_WANT_NS of now_ns. */
+void vgpu_throttle_lane_want(struct vgpu_slot *s, uint64_t now_ns);
+bool vgpu_throttle_lane_wanted(const struct vgpu_slot *s, uint64_t now_ns);
+
 /* Whether s's tenant is elastic and no other tenant of the GPU has been
  * active lately: its launches are lent the GPU rather than admitted
  * against its share. Reads the other tenants' records (at most

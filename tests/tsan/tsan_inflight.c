@@ -62,7 +62,7 @@ static void *launcher(void *p)
 		unsigned mine;
 		uint64_t r;
 
-		while (!vgpu_inflight_take(0, &m)) {
+		while (!vgpu_inflight_take(0, NULL, 0, &m)) {
 			a->reaps += vgpu_inflight_reap(0, true, read_fn, NULL);
 			if (rand_r(&a->seed) % 4 == 0)
 				(void)vgpu_inflight_next_due(0);
@@ -140,7 +140,7 @@ int main(void)
 	for (int i = 0; i < VGPU_INFLIGHT_TOKENS; i++) {
 		struct vgpu_inflight_mark m;
 
-		CHECK(vgpu_inflight_take(0, &m));	/* all free again */
+		CHECK(vgpu_inflight_take(0, NULL, 0, &m));	/* all free again */
 	}
 	printf("tsan-inflight: %d threads, %ld launches: %ld read by their "
 	       "holders, %ld in their place, %ld torn down: ok\n", THREADS,

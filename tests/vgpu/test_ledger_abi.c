@@ -117,7 +117,9 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, probe_charged, 376, 8);
 	PIN(vgpu_ledger_tenant, probe_need, 384, 8);
 	PIN(vgpu_ledger_tenant, probe_beat, 392, 8);
-	PIN(vgpu_ledger_tenant, reserved, 400, 112);
+	PIN(vgpu_ledger_tenant, lane, 400, 16);
+	PIN(vgpu_ledger_tenant, lane_want, 416, 8);
+	PIN(vgpu_ledger_tenant, reserved, 424, 88);
 }
 
 Test(ledger_abi, compute)

@@ -580,6 +580,11 @@ Test(measure, a_forked_child_starts_with_every_token_free)
 	launch(a, F1, 100 * MS);
 	launch(a, F1, 100 * MS);
 	vgpu_measure_fork_child(&a->m);
+	/* The parent reads its launches meanwhile and gives its lanes back
+	 * (a child joins as a slot of its own; here the fake's one slot is
+	 * both). */
+	for (int i = 0; i < VGPU_THROTTLE_LANES; i++)
+		vgpu_throttle_lane_give(slot, i);
 	fake.engine = fake.now;	/* the child's GPU is idle */
 	fake.ctx[0].dflt.busy = fake.now;
 	t1 = fake.now;
