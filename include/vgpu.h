@@ -205,15 +205,20 @@ struct vgpu_ledger_tenant {
 	 * that the tenant's processes together keep at most two launches of
 	 * unknown length in flight. 0: free; else the holder slot's owner
 	 * word (as in `lock`) in the high 32 bits and, in the low 32, the
-	 * CLOCK_MONOTONIC milliseconds its process last showed that it
-	 * watches the launch (taken over once that is 50 ms old). Changed by
-	 * compare-and-swap only. */
+	 * holder's tag (8 bits: which of its process's launches) over the
+	 * CLOCK_MONOTONIC milliseconds (24 bits, wrapping) its process last
+	 * showed that it watches the launch (taken over once that is 50 ms
+	 * old). Changed by compare-and-swap only. */
 	uint64_t lane[2];
 	/* CLOCK_MONOTONIC ns when a process last waited for a lane: the
 	 * holders then read their ended launches without waiting for the
 	 * threads that made them. */
 	uint64_t lane_want;
-	uint64_t reserved[11];
+	/* Lanes given back so far (wrapping), a futex word the waiters of
+	 * the tenant's processes sleep on; and how many sleep now. */
+	uint32_t lane_seq;
+	uint32_t lane_sleepers;
+	uint64_t reserved[10];
 };
 
 /* Which terms a change set (vgpu_ledger_tenant.ctl_fields). */
@@ -382,7 +387,9 @@ VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_need, 384, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, probe_beat, 392, 8);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lane, 400, 16);
 VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lane_want, 416, 8);
-VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 424, 88);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lane_seq, 424, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, lane_sleepers, 428, 4);
+VGPU_LEDGER_PIN_(struct vgpu_ledger_tenant, reserved, 432, 80);
 
 _Static_assert(sizeof(struct vgpu_ledger_slot) == VGPU_LEDGER_SLOT_SIZE,
 	       "slot size");

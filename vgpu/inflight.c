@@ -46,6 +46,7 @@ struct token {
 	 * the token, before the token is free (atomic). */
 	int lane;
 	struct vgpu_slot *lane_slot;
+	unsigned tag;			/* its index: the lane's holder tag */
 };
 
 #define ST(f, v)	__atomic_store_n(&(f), (v), __ATOMIC_RELEASE)
@@ -110,31 +111,22 @@ static void give_lane(struct token *t)
 
 	if (lane < 0)
 		return;
-	vgpu_throttle_lane_give(LD(t->lane_slot), lane);
+	vgpu_throttle_lane_give(LD(t->lane_slot), lane, t->tag);
 	__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
 }
 
-/* Takes a lane of slot's tenant for t (TAKEN by this thread): false if
- * none is free. Another token of the process that still names the same
- * lane lost it (taken over while its launch waited): it gives back
- * nothing. */
-static bool take_lane(struct token *t, int gpu, struct vgpu_slot *slot,
+/* Takes a lane of slot's tenant for t (TAKEN by this thread), tagged
+ * with t's index (i): false if none is free. Another token of the process
+ * whose lane this was (taken over while its launch waited) gives back
+ * nothing: the tag is not its own. */
+static bool take_lane(struct token *t, int i, struct vgpu_slot *slot,
 		      uint64_t now)
 {
-	int lane = vgpu_throttle_lane_take(slot, now);
+	int lane = vgpu_throttle_lane_take(slot, (unsigned)i, now);
 
 	if (lane < 0)
 		return false;
-	for (int j = 0; j < TOKENS; j++) {
-		struct token *o = &tokens[gpu][j];
-		int l = lane;
-
-		if (o != t && LD(o->lane_slot) == slot &&
-		    __atomic_compare_exchange_n(&o->lane, &l, -1, false,
-						__ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE))
-			__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
-	}
+	t->tag = (unsigned)i;
 	ST(t->lane_slot, slot);
 	__atomic_add_fetch(&lanes_held, 1, __ATOMIC_ACQ_REL);
 	ST(t->lane, lane);
@@ -146,6 +138,7 @@ bool vgpu_inflight_take(int gpu, struct vgpu_slot *slot, uint64_t now,
 {
 	m->tok = -1;
 	m->lanes_full = false;
+	m->lane = -1;
 	for (int i = 0; i < TOKENS; i++) {
 		struct token *t = &tokens[gpu][i];
 		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
@@ -155,7 +148,7 @@ bool vgpu_inflight_take(int gpu, struct vgpu_slot *slot, uint64_t now,
 			continue;
 		if (!cas(&t->word, &w, word_of(gen, TAKEN)))
 			continue;
-		if (slot && !take_lane(t, gpu, slot, now)) {
+		if (slot && !take_lane(t, i, slot, now)) {
 			/* Back, as it was: nobody waits for a token
 			 * that was free. */
 			__atomic_store_n(&t->word, word_of(gen, FREE),
@@ -222,11 +215,29 @@ void vgpu_inflight_unhold(int gpu, const struct vgpu_inflight_mark *m,
 	__atomic_store_n(&t->word, word_of(m->gen, ARMED), __ATOMIC_RELEASE);
 }
 
-uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
+/* t's lane into m, to be given back later (keep_lane). */
+static void keep_lane(struct token *t, struct vgpu_inflight_mark *m)
+{
+	m->lane = __atomic_exchange_n(&t->lane, -1, __ATOMIC_ACQ_REL);
+	m->lane_tag = t->tag;
+	m->lane_slot = LD(t->lane_slot);
+}
+
+void vgpu_inflight_give_lane(struct vgpu_inflight_mark *m)
+{
+	if (m->lane < 0)
+		return;
+	vgpu_throttle_lane_give(m->lane_slot, m->lane, m->lane_tag);
+	__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
+	m->lane = -1;
+}
+
+static uint64_t release(int gpu, struct vgpu_inflight_mark *m, bool keep)
 {
 	struct token *t;
 	uint64_t w, r = UINT64_MAX;
 
+	m->lane = -1;
 	if (m->tok < 0)
 		return UINT64_MAX;
 	t = &tokens[gpu][m->tok];
@@ -234,7 +245,10 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
 	/* Claimed first, so that no reaper frees it while its lane is
 	 * given back. */
 	if (cas(&t->word, &w, word_of(m->gen, CLAIMED))) {
-		give_lane(t);
+		if (keep)
+			keep_lane(t, m);
+		else
+			give_lane(t);
 		__atomic_store_n(&t->word, word_of(m->gen, FREE),
 				 __ATOMIC_RELEASE);
 		freed(gpu);
@@ -250,6 +264,17 @@ uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
 	}
 	m->tok = -1;
 	return r;
+}
+
+uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m)
+{
+	return release(gpu, m, false);
+}
+
+uint64_t vgpu_inflight_release_keep_lane(int gpu,
+					 struct vgpu_inflight_mark *m)
+{
+	return release(gpu, m, true);
 }
 
 /* A copy of t's launch, true if it is the one of word `seen` (else what
@@ -397,24 +422,24 @@ void vgpu_inflight_fork_child(void)
 	readers = 0;
 }
 
-/* Whether t's launch (ARMED, word w) was made less than LANE_STALE_NS / 2
- * before now, or (*running) runs: its start event has completed. */
-static bool lane_young(struct token *t, uint64_t w, uint64_t now,
-		       const struct vgpu_prim *P, bool *running)
+/* Whether t's launch (ARMED, word w) is shown as watched at now: it
+ * runs (its start event has completed), or was made less than
+ * LANE_UNSTARTED_NS ago. One that waits longer for something (a host
+ * function, another process's work) is not: its lane is taken over, and
+ * the tenant's other processes go on. */
+static bool lane_live(struct token *t, uint64_t w, uint64_t now,
+		      const struct vgpu_prim *P)
 {
 	struct vgpu_inflight_launch l;
-	bool young = false;
+	bool live = true;
 
-	*running = false;
 	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
 	if (snapshot(t, w, &l) &&
-	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch) {
-		young = now <= l.issued ||
-			now - l.issued < VGPU_THROTTLE_LANE_STALE_NS / 2;
-		*running = P->event_query(l.start) == VGPU_PRIM_DONE;
-	}
+	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch &&
+	    now > l.issued && now - l.issued >= VGPU_THROTTLE_LANE_UNSTARTED_NS)
+		live = P->event_query(l.start) == VGPU_PRIM_DONE;
 	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	return young;
+	return live;
 }
 
 unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
@@ -424,24 +449,8 @@ unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
 	if (!__atomic_load_n(&lanes_held, __ATOMIC_ACQUIRE))
 		return 0;
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++) {
-		bool live[TOKENS], running = false, wanted = false;
+		bool wanted = false;
 
-		/* A launch shown as watched: one made lately, and all while
-		 * one of the process's runs on the GPU (those queued behind
-		 * it wait for nothing but it). One that waits longer for
-		 * something else (a host function, another process's work)
-		 * is not: its lane is taken over, and the tenant's other
-		 * processes go on. */
-		for (int i = 0; i < TOKENS; i++) {
-			struct token *t = &tokens[g][i];
-			uint64_t w = __atomic_load_n(&t->word,
-						     __ATOMIC_ACQUIRE);
-			bool r = false;
-
-			live[i] = (w & 3) != ARMED ||
-				  lane_young(t, w, now, P, &r);
-			running |= r;
-		}
 		for (int i = 0; i < TOKENS; i++) {
 			struct token *t = &tokens[g][i];
 			uint64_t w = __atomic_load_n(&t->word,
@@ -450,11 +459,11 @@ unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
 			struct vgpu_slot *slot = LD(t->lane_slot);
 
 			if (lane < 0 || (w & 3) == FREE ||
-			    (!live[i] && !running))
+			    ((w & 3) == ARMED && !lane_live(t, w, now, P)))
 				continue;
 			/* Taken over (its process seemed gone): given back
 			 * by nobody. */
-			if (!vgpu_throttle_lane_beat(slot, lane, now) &&
+			if (!vgpu_throttle_lane_beat(slot, lane, t->tag, now) &&
 			    __atomic_compare_exchange_n(&t->lane, &lane, -1,
 							false,
 							__ATOMIC_ACQ_REL,

@@ -51,6 +51,11 @@ struct vgpu_inflight_mark {
 	 * written by the reaper, read by the holder only. */
 	uint64_t behalf;
 	bool lanes_full;		/* the take failed for a lane */
+	/* A lane kept past the token's release (vgpu_inflight_release's
+	 * keep_lane): -1 none. */
+	int lane;
+	unsigned lane_tag;
+	struct vgpu_slot *lane_slot;
 };
 
 /* What a reaper needs to read a launch in its holder's place: its events,
@@ -121,6 +126,14 @@ bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *prim);
  * token was still the launch's. Waits (yielding) while a reaper is in the
  * middle of reading it. m->tok is -1 after. */
 uint64_t vgpu_inflight_release(int gpu, struct vgpu_inflight_mark *m);
+/* The same, but the token's lane, if it still has one, stays held in m
+ * until vgpu_inflight_give_lane(m): the holder gives it back once it has
+ * charged what it read (given with the token, another process's launch
+ * took it and was admitted before the charge, and three long kernels ran
+ * back to back). */
+uint64_t vgpu_inflight_release_keep_lane(int gpu,
+					 struct vgpu_inflight_mark *m);
+void vgpu_inflight_give_lane(struct vgpu_inflight_mark *m);
 
 /* Frees GPU gpu's tokens held by launches whose context was torn down
  * (charged as they were: nothing of them runs any more) and, if ended,

@@ -122,10 +122,14 @@ static void probe_fold(struct vgpu_measure_pending *p)
 }
 
 /* p's token back to its process (inflight.h); if another thread read p
- * in its place meanwhile, what it charged counts as charged. */
-static void token_fold(struct vgpu_measure_pending *p)
+ * in its place meanwhile, what it charged counts as charged. Its lane, if
+ * keep_lane, stays p's until vgpu_inflight_give_lane (settle_read: once
+ * charged). */
+static void token_fold(struct vgpu_measure_pending *p, bool keep_lane)
 {
-	uint64_t ns = vgpu_inflight_release(p->gpu->ordinal, &p->tok);
+	uint64_t ns = keep_lane
+		? vgpu_inflight_release_keep_lane(p->gpu->ordinal, &p->tok)
+		: vgpu_inflight_release(p->gpu->ordinal, &p->tok);
 
 	if (ns != UINT64_MAX)
 		p->estimate = ns;
@@ -397,7 +401,7 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	struct vgpu_measure_done *m;
 	uint64_t start, len, first;
 
-	token_fold(p);
+	token_fold(p, true);
 	probe_fold(p);
 	/* An event whose record failed holds an old time: not read. */
 	place(c, p, q == VGPU_PRIM_DONE && p->recorded, seen, &start, &len);
@@ -454,6 +458,7 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 		vgpu_throttle_correct(g->slot, p->estimate, first);
 		m->estimate = first;
 	}
+	vgpu_inflight_give_lane(&p->tok);
 	m->start = start;
 	m->end = start + len;
 	m->key = p->key;
@@ -660,7 +665,7 @@ void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
 		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
 		uint64_t t;
 
-		token_fold(p);
+		token_fold(p, false);
 		probe_fold(p);
 		t = share;
 		/* A probe's length is not known at all: charged as if it ran

@@ -23,6 +23,11 @@
 #include "ledger_internal.h"
 #include "options.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 _Static_assert((int)VGPU_POLICY_HARD == (int)VGPU_LEDGER_POLICY_HARD &&
 	       (int)VGPU_POLICY_ELASTIC == (int)VGPU_LEDGER_POLICY_ELASTIC &&
 	       (int)VGPU_POLICY_OFF == (int)VGPU_LEDGER_POLICY_OFF &&
@@ -544,23 +549,60 @@ bool vgpu_throttle_probe_mine(const struct vgpu_slot *s)
 	return w && (uint32_t)(w >> 32) == s->owner;
 }
 
-/* A lane's word: the holder slot's owner word in the high 32 bits, the
- * CLOCK_MONOTONIC milliseconds it was last shown in the low 32. */
-static uint64_t lane_word(const struct vgpu_slot *s, uint64_t now_ns)
+/* A lane's word: the holder slot's owner word in the high 32 bits; in
+ * the low 32, the holder's tag (which of its process's launches: 8 bits)
+ * over the CLOCK_MONOTONIC milliseconds it was last shown (24 bits,
+ * wrapping every 4.6 hours; only ages under a second matter). */
+#define LANE_MS_MASK	0xffffffu
+
+static uint64_t lane_word(const struct vgpu_slot *s, unsigned tag,
+			  uint64_t now_ns)
 {
-	return (uint64_t)s->owner << 32 | (now_ns / 1000000 & UINT32_MAX);
+	return (uint64_t)s->owner << 32 | (uint64_t)(tag & 0xffu) << 24 |
+	       (now_ns / 1000000 & LANE_MS_MASK);
 }
 
-int vgpu_throttle_lane_take(struct vgpu_slot *s, uint64_t now_ns)
+/* The word's holder: owner and tag. */
+static uint64_t lane_holder(uint64_t w)
 {
-	uint64_t want = lane_word(s, now_ns);
+	return w & ~(uint64_t)LANE_MS_MASK;
+}
+
+/* Whether a lane's word was shown within LANE_STALE_NS of now_ns (ms,
+ * wrapping: a word from the future, garbage, reads as old). */
+static bool lane_shown(uint64_t w, uint64_t now_ns)
+{
+	uint32_t age = (uint32_t)(now_ns / 1000000 - (w & LANE_MS_MASK)) &
+		       LANE_MS_MASK;
+
+	return (uint64_t)age * 1000000 < VGPU_THROTTLE_LANE_STALE_NS;
+}
+
+/* A lane was given back: one sleeper of the tenant woken, if any sleeps
+ * and one wanted a lane lately (by the coarse clock: its 4 ms ticks
+ * allowed for). A count of sleepers left high (a process killed asleep,
+ * garbage) costs a wake call only while lanes are wanted. */
+static void wake_lane_sleeper(struct vgpu_ledger_tenant *t)
+{
+	uint64_t w;
+
+	if (!__atomic_load_n(&t->lane_sleepers, __ATOMIC_SEQ_CST))
+		return;
+	w = vgpu__ld(&t->lane_want);
+	if (w && vgpu__coarse_ns() < w + VGPU_THROTTLE_LANE_WANT_NS +
+					     VGPU_THROTTLE_COARSE_NS)
+		syscall(SYS_futex, &t->lane_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+int vgpu_throttle_lane_take(struct vgpu_slot *s, unsigned tag,
+			    uint64_t now_ns)
+{
+	uint64_t want = lane_word(s, tag, now_ns);
 
 	for (int i = 0; i < VGPU_THROTTLE_LANES; i++) {
 		uint64_t *p = &s->ten->lane[i], w = vgpu__ld(p);
 
-		/* Shown within LANE_STALE_NS (ms, wrapping): held. */
-		if (w && probe_age_ms(w, now_ns) * 1000000 <
-				 VGPU_THROTTLE_LANE_STALE_NS)
+		if (w && lane_shown(w, now_ns))
 			continue;
 		if (__atomic_compare_exchange_n(p, &w, want, false,
 						__ATOMIC_ACQ_REL,
@@ -570,23 +612,34 @@ int vgpu_throttle_lane_take(struct vgpu_slot *s, uint64_t now_ns)
 	return -1;
 }
 
-void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane)
+void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane, unsigned tag)
 {
 	uint64_t *p = &s->ten->lane[lane], w = vgpu__ld(p);
+	uint64_t me = lane_word(s, tag, 0) & ~(uint64_t)LANE_MS_MASK;
 
-	while ((uint32_t)(w >> 32) == s->owner &&
-	       !__atomic_compare_exchange_n(p, &w, 0, false, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED))
-		;
+	while (lane_holder(w) == me) {
+		if (__atomic_compare_exchange_n(p, &w, 0, false,
+						__ATOMIC_RELEASE,
+						__ATOMIC_RELAXED)) {
+			/* Waiters of the tenant's processes sleep on the
+			 * count of lanes given back (a futex shared through
+			 * the file's mapping): woken only if there are. */
+			__atomic_add_fetch(&s->ten->lane_seq, 1,
+					   __ATOMIC_SEQ_CST);
+			wake_lane_sleeper(s->ten);
+			return;
+		}
+	}
 }
 
-bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, uint64_t now_ns)
+bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, unsigned tag,
+			     uint64_t now_ns)
 {
 	uint64_t *p = &s->ten->lane[lane], w = vgpu__ld(p);
-	uint64_t want = lane_word(s, now_ns);
+	uint64_t want = lane_word(s, tag, now_ns);
 
 	for (;;) {
-		if ((uint32_t)(w >> 32) != s->owner)
+		if (lane_holder(w) != lane_holder(want))
 			return false;
 		if (w == want ||
 		    __atomic_compare_exchange_n(p, &w, want, false,
@@ -598,7 +651,10 @@ bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, uint64_t now_ns)
 
 void vgpu_throttle_lane_want(struct vgpu_slot *s, uint64_t now_ns)
 {
-	if (now_ns >= vgpu__ld(&s->ten->lane_want) + 1000000)
+	uint64_t w = vgpu__ld(&s->ten->lane_want);
+
+	/* At most once a ms; a value far ahead (garbage) replaced. */
+	if (now_ns >= w + 1000000 || w > now_ns + VGPU_THROTTLE_LANE_WANT_NS)
 		vgpu__st(&s->ten->lane_want, now_ns);
 }
 
@@ -606,7 +662,26 @@ bool vgpu_throttle_lane_wanted(const struct vgpu_slot *s, uint64_t now_ns)
 {
 	uint64_t w = vgpu__ld(&s->ten->lane_want);
 
-	return w && now_ns < w + VGPU_THROTTLE_LANE_WANT_NS;
+	return w && now_ns < w + VGPU_THROTTLE_LANE_WANT_NS &&
+	       w < now_ns + VGPU_THROTTLE_LANE_WANT_NS;
+}
+
+uint32_t vgpu_throttle_lane_seq(const struct vgpu_slot *s)
+{
+	return __atomic_load_n(&s->ten->lane_seq, __ATOMIC_SEQ_CST);
+}
+
+void vgpu_throttle_lane_sleep(struct vgpu_slot *s, uint32_t seq,
+			      uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000),
+			       (long)(ns % 1000000000) };
+
+	__atomic_add_fetch(&s->ten->lane_sleepers, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->ten->lane_seq, __ATOMIC_SEQ_CST) == seq)
+		syscall(SYS_futex, &s->ten->lane_seq, FUTEX_WAIT, seq, &ts,
+			NULL, 0);
+	__atomic_sub_fetch(&s->ten->lane_sleepers, 1, __ATOMIC_SEQ_CST);
 }
 
 bool vgpu_throttle_lent(struct vgpu_slot *s, uint64_t now_ns)

@@ -223,24 +223,44 @@ bool vgpu_throttle_probe_mine(const struct vgpu_slot *s);
  * over by the next process that wants one. */
 #define VGPU_THROTTLE_LANES		2
 #define VGPU_THROTTLE_LANE_STALE_NS	50000000ull	/* 50 ms */
+/* A launch that has not started this long after it was made is shown as
+ * watched no longer: it waits for something (maybe for another process
+ * of the tenant, which may wait for a lane). Shown while it was under
+ * 25 ms, eight processes that each queued a host function sleeping
+ * 150 ms before their two long kernels had their lanes taken over and
+ * ran seven long kernels back to back (a hostile review). */
+#define VGPU_THROTTLE_LANE_UNSTARTED_NS	1000000000ull	/* 1 s */
 /* How long a wish for a lane (vgpu_throttle_lane_want) keeps the holders
  * reading their ended launches from their watch threads. */
 #define VGPU_THROTTLE_LANE_WANT_NS	10000000ull	/* 10 ms */
+/* CLOCK_MONOTONIC_COARSE's tick, at most (a giver reads that clock). */
+#define VGPU_THROTTLE_COARSE_NS		10000000ull	/* 10 ms */
 
-/* Takes a lane of s's tenant at now_ns for one launch: its index, or -1
- * when every lane is held by a process that showed within LANE_STALE_NS
- * that it watches it. A load per lane and a compare-and-swap. */
-int vgpu_throttle_lane_take(struct vgpu_slot *s, uint64_t now_ns);
-/* s's process holds lane no longer (nothing if it was taken over). */
-void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane);
-/* s's process watches its launch on lane at now_ns: shown in the lane's
- * word if the shown time is a millisecond old (false: the lane is no
- * longer s's process's, it was taken over). */
-bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, uint64_t now_ns);
+/* Takes a lane of s's tenant at now_ns for one launch, tag naming it
+ * among its process's (its token: 0..255): the lane's index, or -1 when
+ * every lane is held by a process that showed within LANE_STALE_NS that
+ * it watches it. A load per lane and a compare-and-swap. */
+int vgpu_throttle_lane_take(struct vgpu_slot *s, unsigned tag,
+			    uint64_t now_ns);
+/* s's process's launch `tag` holds lane no longer (nothing if it was
+ * taken over): a sleeper of the tenant woken (vgpu_throttle_lane_sleep;
+ * a system call only when one sleeps). */
+void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane, unsigned tag);
+/* s's process watches its launch `tag` on lane at now_ns: shown in the
+ * lane's word (false: the lane is no longer that launch's, it was taken
+ * over). */
+bool vgpu_throttle_lane_beat(struct vgpu_slot *s, int lane, unsigned tag,
+			     uint64_t now_ns);
 /* A launch of s's process waits for a lane at now_ns (stored at most once
- * a millisecond); and whether one did within LANE_WANT_NS of now_ns. */
+ * a millisecond); and whether one did within LANE_WANT_NS of now_ns (a
+ * time far ahead of now_ns, garbage, does not count and is replaced). */
 void vgpu_throttle_lane_want(struct vgpu_slot *s, uint64_t now_ns);
 bool vgpu_throttle_lane_wanted(const struct vgpu_slot *s, uint64_t now_ns);
+/* The count of s's tenant's lanes given back (read before trying to take
+ * one), and a sleep of at most ns until it moves from seq (a futex in the
+ * ledger's mapping, shared by the tenant's processes). */
+uint32_t vgpu_throttle_lane_seq(const struct vgpu_slot *s);
+void vgpu_throttle_lane_sleep(struct vgpu_slot *s, uint32_t seq, uint64_t ns);
 
 /* Whether s's tenant is elastic and no other tenant of the GPU has been
  * active lately: its launches are lent the GPU rather than admitted

@@ -119,7 +119,9 @@ Test(ledger_abi, tenant)
 	PIN(vgpu_ledger_tenant, probe_beat, 392, 8);
 	PIN(vgpu_ledger_tenant, lane, 400, 16);
 	PIN(vgpu_ledger_tenant, lane_want, 416, 8);
-	PIN(vgpu_ledger_tenant, reserved, 424, 88);
+	PIN(vgpu_ledger_tenant, lane_seq, 424, 4);
+	PIN(vgpu_ledger_tenant, lane_sleepers, 428, 4);
+	PIN(vgpu_ledger_tenant, reserved, 432, 80);
 }
 
 Test(ledger_abi, compute)
