@@ -698,6 +698,16 @@ bool vgpu_throttle_contended(struct vgpu_slot *s, uint64_t now_ns)
 	return others_active(s, now_ns);
 }
 
+void vgpu_throttle_refill(struct vgpu_slot *s, uint64_t now_ns)
+{
+	struct vgpu_ledger_compute *c = &s->ten->compute;
+	unsigned share = capped_share(c);
+
+	if (share && now_ns)	/* 0: no time (refill() would read it as
+				 * another boot's, and restart accrual) */
+		refill(c, share, now_ns);
+}
+
 void vgpu_throttle_correct(struct vgpu_slot *s, uint64_t charged_ns,
 			   uint64_t now_ns)
 {

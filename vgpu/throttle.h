@@ -148,6 +148,16 @@ uint64_t vgpu_throttle_admit_held(struct vgpu_slot *s, uint32_t thread,
 void vgpu_throttle_settle(struct vgpu_slot *s, uint64_t measured_ns,
 			  uint64_t estimate_ns);
 
+/* Brings s's bucket up to now_ns (what accrued since its last refill,
+ * up to the burst), as an admission that does not fit does: called before
+ * a charge larger than what was admitted (vgpu_throttle_correct,
+ * _settle). The refill is lazy, so a debt charged after a pause without
+ * admissions was offset by the pause's whole accrual at the next refill:
+ * a process's second long kernel after its first, read after 600 ms of
+ * its tenant waiting, went at once (a hostile review's gated kernels).
+ * One load when refilled lately. */
+void vgpu_throttle_refill(struct vgpu_slot *s, uint64_t now_ns);
+
 /* Moves an admitted launch's charge from charged_ns (what the bucket was
  * charged for it so far) to now_ns, counting nothing: a refund may not fill
  * the bucket past the burst. Settle it later with now_ns as its estimate. */

@@ -858,8 +858,12 @@ Test(measure, a_probe_retired_while_it_runs_is_charged_once)
 
 	cr_assert_eq(vgpu_throttle_probe_begin(b, fake.now, &bp),
 		     VGPU_THROTTLE_PROBE_RETIRED);
-	int64_t after_retire = tokens();
 	fake.now = fake.kernel_end;
+	/* The read brings the bucket up to now before it charges the
+	 * rest (vgpu_throttle_refill): done here first, so that only the
+	 * charge is seen. */
+	vgpu_throttle_refill(slot, fake.now);
+	int64_t after_retire = tokens();
 	sync_as(a);
 	cr_expect_eq(tokens(), after_retire - (int64_t)(2 * SEC),
 		     "the read charged %lld ns more, want the 2 s left",
@@ -886,4 +890,35 @@ Test(measure, an_unread_probe_at_exit_is_charged_at_most_the_hold_bound)
 	cr_expect_eq(charged() - was, VGPU_THROTTLE_PROBE_HOLD_NS,
 		     "charged %llu ns at exit",
 		     (unsigned long long)(charged() - was));
+}
+
+/* A launch that runs past its estimate after a pause with no admission:
+ * the bucket is brought up to the read before the debt is charged, so
+ * the pause's accrual (clamped at the burst) does not pay for it. The refill
+ * is lazy; charged first, a debt of 99 ms read after 700 ms without an
+ * admission was offset by all 210 ms the pause accrued at 30%, and the
+ * next launch went at once (a hostile review's gated kernels: three long
+ * ones back to back). */
+Test(measure, a_debt_after_a_pause_is_not_offset_by_the_pause)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1, due;
+	int64_t debt;
+
+	run_and_read(a, F1, 1 * MS);
+	/* Admitted on the 1 ms estimate, it starts 600 ms later (the GPU
+	 * busy with other work: a host function before it, say), and is
+	 * read at its end, 700 ms after the last refill. */
+	fake.engine = fake.now + 600 * MS;
+	run_and_read(a, F1, 100 * MS);
+	t1 = fake.now;
+	debt = -tokens();
+	cr_assert_gt(debt, 0, "in debt after the read");
+	cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	/* The next goes once the debt and its own 1 ms are repaid at 30%,
+	 * not earlier: the pause accrued nothing more for it. */
+	due = t1 + ((uint64_t)debt + 1 * MS) * 100 / 30;
+	cr_expect_geq(fake.launched_at + 1 * MS, due, "went %llu ms early",
+		      (unsigned long long)(due - fake.launched_at) / MS);
 }
