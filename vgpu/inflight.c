@@ -55,8 +55,6 @@ struct token {
 static struct token tokens[VGPU_MAX_DEVICES][TOKENS] = {
 	[0 ... VGPU_MAX_DEVICES - 1] = { [0 ... TOKENS - 1] = { .lane = -1 } },
 };
-/* Lanes this process holds, all GPUs (its watch runs while any is). */
-static unsigned lanes_held;
 /* Threads reading another thread's events now (vgpu_inflight_quiesce). */
 static unsigned readers;
 /* Tokens given back, per GPU (a futex word), and threads waiting on it. */
@@ -112,7 +110,6 @@ static void give_lane(struct token *t)
 	if (lane < 0)
 		return;
 	vgpu_throttle_lane_give(LD(t->lane_slot), lane, t->tag);
-	__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
 }
 
 /* Takes a lane of slot's tenant for t (TAKEN by this thread), tagged
@@ -128,7 +125,6 @@ static bool take_lane(struct token *t, int i, struct vgpu_slot *slot,
 		return false;
 	t->tag = (unsigned)i;
 	ST(t->lane_slot, slot);
-	__atomic_add_fetch(&lanes_held, 1, __ATOMIC_ACQ_REL);
 	ST(t->lane, lane);
 	return true;
 }
@@ -228,7 +224,6 @@ void vgpu_inflight_give_lane(struct vgpu_inflight_mark *m)
 	if (m->lane < 0)
 		return;
 	vgpu_throttle_lane_give(m->lane_slot, m->lane, m->lane_tag);
-	__atomic_sub_fetch(&lanes_held, 1, __ATOMIC_RELEASE);
 	m->lane = -1;
 }
 
@@ -416,7 +411,6 @@ void vgpu_inflight_fork_child(void)
 			tokens[g][i].word &= ~3ull;	/* FREE */
 			tokens[g][i].lane = -1;
 		}
-	lanes_held = 0;
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
 		waiting[g] = 0;
 	readers = 0;
@@ -446,8 +440,8 @@ unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
 				   vgpu_inflight_read_fn *read,
 				   vgpu_inflight_learnt_fn *learnt)
 {
-	if (!__atomic_load_n(&lanes_held, __ATOMIC_ACQUIRE))
-		return 0;
+	unsigned held = 0;
+
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++) {
 		bool wanted = false;
 
@@ -458,22 +452,22 @@ unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
 			int lane = LD(t->lane);
 			struct vgpu_slot *slot = LD(t->lane_slot);
 
-			if (lane < 0 || (w & 3) == FREE ||
-			    ((w & 3) == ARMED && !lane_live(t, w, now, P)))
+			if (lane < 0 || (w & 3) == FREE)
+				continue;
+			held++;
+			if ((w & 3) == ARMED && !lane_live(t, w, now, P))
 				continue;
 			/* Taken over (its process seemed gone): given back
 			 * by nobody. */
-			if (!vgpu_throttle_lane_beat(slot, lane, t->tag, now) &&
-			    __atomic_compare_exchange_n(&t->lane, &lane, -1,
-							false,
-							__ATOMIC_ACQ_REL,
-							__ATOMIC_ACQUIRE))
-				__atomic_sub_fetch(&lanes_held, 1,
-						   __ATOMIC_RELEASE);
+			if (!vgpu_throttle_lane_beat(slot, lane, t->tag, now))
+				__atomic_compare_exchange_n(&t->lane, &lane, -1,
+							    false,
+							    __ATOMIC_ACQ_REL,
+							    __ATOMIC_ACQUIRE);
 			wanted |= vgpu_throttle_lane_wanted(slot, now);
 		}
 		if (wanted)
 			vgpu_inflight_reap(g, true, read, learnt);
 	}
-	return __atomic_load_n(&lanes_held, __ATOMIC_ACQUIRE);
+	return held;
 }

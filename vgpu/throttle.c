@@ -586,8 +586,12 @@ static void wake_lane_sleeper(struct vgpu_ledger_tenant *t)
 {
 	uint64_t w;
 
+	/* Nobody asleep (the common case): no store on the shared word. A
+	 * waiter that counts itself just after this load sleeps its bounded
+	 * sleep out. */
 	if (!__atomic_load_n(&t->lane_sleepers, __ATOMIC_SEQ_CST))
 		return;
+	__atomic_add_fetch(&t->lane_seq, 1, __ATOMIC_SEQ_CST);
 	w = vgpu__ld(&t->lane_want);
 	if (w && vgpu__coarse_ns() < w + VGPU_THROTTLE_LANE_WANT_NS +
 					     VGPU_THROTTLE_COARSE_NS)
@@ -619,13 +623,8 @@ void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane, unsigned tag)
 
 	while (lane_holder(w) == me) {
 		if (__atomic_compare_exchange_n(p, &w, 0, false,
-						__ATOMIC_RELEASE,
+						__ATOMIC_SEQ_CST,
 						__ATOMIC_RELAXED)) {
-			/* Waiters of the tenant's processes sleep on the
-			 * count of lanes given back (a futex shared through
-			 * the file's mapping): woken only if there are. */
-			__atomic_add_fetch(&s->ten->lane_seq, 1,
-					   __ATOMIC_SEQ_CST);
 			wake_lane_sleeper(s->ten);
 			return;
 		}
