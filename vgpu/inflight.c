@@ -112,18 +112,21 @@ static void give_lane(struct token *t)
 	vgpu_throttle_lane_give(LD(t->lane_slot), lane, t->tag);
 }
 
-/* Takes a lane of slot's tenant for t (TAKEN by this thread), tagged
- * with t's index (i): false if none is free. Another token of the process
- * whose lane this was (taken over while its launch waited) gives back
- * nothing: the tag is not its own. */
-static bool take_lane(struct token *t, int i, struct vgpu_slot *slot,
-		      uint64_t now)
+/* Takes a lane of slot's tenant for t (TAKEN by this thread, index i, at
+ * generation gen): false if none is free. Its tag is the token's index
+ * and the low bits of its generation, so that a launch of the process
+ * whose lane this was (taken over while it waited, or while its reader
+ * kept it past its token: vgpu_inflight_release_keep_lane) gives back
+ * nothing, be it another token's or an earlier take of this one's. */
+static bool take_lane(struct token *t, int i, uint32_t gen,
+		      struct vgpu_slot *slot, uint64_t now)
 {
-	int lane = vgpu_throttle_lane_take(slot, (unsigned)i, now);
+	unsigned tag = (gen * TOKENS + (unsigned)i) & 0xffu;
+	int lane = vgpu_throttle_lane_take(slot, tag, now);
 
 	if (lane < 0)
 		return false;
-	t->tag = (unsigned)i;
+	t->tag = tag;
 	ST(t->lane_slot, slot);
 	ST(t->lane, lane);
 	return true;
@@ -144,7 +147,7 @@ bool vgpu_inflight_take(int gpu, struct vgpu_slot *slot, uint64_t now,
 			continue;
 		if (!cas(&t->word, &w, word_of(gen, TAKEN)))
 			continue;
-		if (slot && !take_lane(t, i, slot, now)) {
+		if (slot && !take_lane(t, i, gen, slot, now)) {
 			/* Back, as it was: nobody waits for a token
 			 * that was free. */
 			__atomic_store_n(&t->word, word_of(gen, FREE),

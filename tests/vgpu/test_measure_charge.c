@@ -584,7 +584,7 @@ Test(measure, a_forked_child_starts_with_every_token_free)
 	 * (a child joins as a slot of its own; here the fake's one slot is
 	 * both). */
 	for (int i = 0; i < VGPU_THROTTLE_LANES; i++)
-		for (unsigned tag = 0; tag < VGPU_INFLIGHT_TOKENS; tag++)
+		for (unsigned tag = 0; tag < 256; tag++)	/* any */
 			vgpu_throttle_lane_give(slot, i, tag);
 	fake.engine = fake.now;	/* the child's GPU is idle */
 	fake.ctx[0].dflt.busy = fake.now;

@@ -196,8 +196,12 @@ Test(lanes, a_give_wakes_a_sleeper)
 	while (!__atomic_load_n(&vgpu_ledger_tenant_record(b)->lane_sleepers,
 				__ATOMIC_SEQ_CST))
 		sched_yield();
+	/* Asleep by now, most likely; if not, the moved count keeps it
+	 * from sleeping. */
+	usleep(20000);
 	/* A waiter wishes for a lane before it sleeps (measure.c): the
-	 * giver wakes sleepers only while one does, by the real clock. */
+	 * giver wakes sleepers only while one did within 10 ms, by the real
+	 * clock (a wish made here 20 ms before the give woke nobody). */
 	{
 		struct timespec now;
 
@@ -205,9 +209,6 @@ Test(lanes, a_give_wakes_a_sleeper)
 		vgpu_throttle_lane_want(b, (uint64_t)now.tv_sec * SEC +
 					   (uint64_t)now.tv_nsec);
 	}
-	/* Asleep by now, most likely; if not, the moved count keeps it
-	 * from sleeping. */
-	usleep(20000);
 	vgpu_throttle_lane_give(a, 0, 0);
 	cr_expect_eq(vgpu_throttle_lane_seq(b), sleeper_seq + 1);
 	clock_gettime(CLOCK_REALTIME, &limit);
