@@ -46,7 +46,8 @@ struct token {
 	 * the token, before the token is free (atomic). */
 	int lane;
 	struct vgpu_slot *lane_slot;
-	unsigned tag;			/* its index: the lane's holder tag */
+	unsigned tag;			/* the lane's holder tag: its index and
+					 * generation (atomic) */
 };
 
 #define ST(f, v)	__atomic_store_n(&(f), (v), __ATOMIC_RELEASE)
@@ -109,7 +110,7 @@ static void give_lane(struct token *t)
 
 	if (lane < 0)
 		return;
-	vgpu_throttle_lane_give(LD(t->lane_slot), lane, t->tag);
+	vgpu_throttle_lane_give(LD(t->lane_slot), lane, LD(t->tag));
 }
 
 /* Takes a lane of slot's tenant for t (TAKEN by this thread, index i, at
@@ -126,7 +127,7 @@ static bool take_lane(struct token *t, int i, uint32_t gen,
 
 	if (lane < 0)
 		return false;
-	t->tag = tag;
+	ST(t->tag, tag);
 	ST(t->lane_slot, slot);
 	ST(t->lane, lane);
 	return true;
@@ -218,7 +219,7 @@ void vgpu_inflight_unhold(int gpu, const struct vgpu_inflight_mark *m,
 static void keep_lane(struct token *t, struct vgpu_inflight_mark *m)
 {
 	m->lane = __atomic_exchange_n(&t->lane, -1, __ATOMIC_ACQ_REL);
-	m->lane_tag = t->tag;
+	m->lane_tag = LD(t->tag);
 	m->lane_slot = LD(t->lane_slot);
 }
 
@@ -462,7 +463,8 @@ unsigned vgpu_inflight_lanes_watch(uint64_t now, const struct vgpu_prim *P,
 				continue;
 			/* Taken over (its process seemed gone): given back
 			 * by nobody. */
-			if (!vgpu_throttle_lane_beat(slot, lane, t->tag, now))
+			if (!vgpu_throttle_lane_beat(slot, lane, LD(t->tag),
+						     now))
 				__atomic_compare_exchange_n(&t->lane, &lane, -1,
 							    false,
 							    __ATOMIC_ACQ_REL,
