@@ -321,14 +321,11 @@ static uint64_t wait_lane(struct vgpu_measure_ctx *c,
 	uint64_t due;
 
 	vgpu_throttle_lane_want(g->slot, now);
-	/* Its own oldest launch running (it holds a lane, or another
-	 * process does): blocks for its end, as a full ring does, so that
-	 * its lane comes back the moment it ends. */
-	if (c->count &&
-	    P.event_query(c->ring[c->head].start) == VGPU_PRIM_DONE) {
-		vgpu__m_settle_oldest(c, true);
-		return P.now();
-	}
+	/* Never blocked in the driver on its own running launch: that one
+	 * may wait for this very launch (a kernel spinning on a flag that a
+	 * later kernel of the thread sets, on another stream), and the
+	 * lanes held elsewhere would make the wait a hang. It sleeps until
+	 * its launches are due instead (below). */
 	if (cancel_in_waits) {
 		pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
 		pthread_testcancel();
