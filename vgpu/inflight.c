@@ -103,16 +103,6 @@ static bool cas(uint64_t *w, uint64_t *expected, uint64_t want)
 					   __ATOMIC_ACQUIRE);
 }
 
-/* t's lane given back (by whoever frees t, before it is free). */
-static void give_lane(struct token *t)
-{
-	int lane = __atomic_exchange_n(&t->lane, -1, __ATOMIC_ACQ_REL);
-
-	if (lane < 0)
-		return;
-	vgpu_throttle_lane_give(LD(t->lane_slot), lane, LD(t->tag));
-}
-
 /* Takes a lane of slot's tenant for t (TAKEN by this thread, index i, at
  * generation gen): false if none is free. Its tag is the token's index
  * and the low bits of its generation, so that a launch of the process
@@ -229,6 +219,15 @@ void vgpu_inflight_give_lane(struct vgpu_inflight_mark *m)
 		return;
 	vgpu_throttle_lane_give(m->lane_slot, m->lane, m->lane_tag);
 	m->lane = -1;
+}
+
+/* t's lane given back (by whoever frees t, before it is free). */
+static void give_lane(struct token *t)
+{
+	struct vgpu_inflight_mark m;
+
+	keep_lane(t, &m);
+	vgpu_inflight_give_lane(&m);
 }
 
 static uint64_t release(int gpu, struct vgpu_inflight_mark *m, bool keep)

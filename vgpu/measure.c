@@ -304,6 +304,34 @@ static bool holders_stuck(const struct vgpu_measure_gpu *g, uint64_t waited)
 
 static void watch_lanes(void);
 
+/* How long a wait for a token or a lane of g sleeps at now: until the
+ * first of the process's launches holding a token is due to end
+ * (admission time plus estimate), at least TOKEN_MIN_WAIT_NS; once all
+ * are past due, TOKEN_POLL_NS; never more than most. */
+static uint64_t until_due(const struct vgpu_measure_gpu *g, uint64_t now,
+			  uint64_t most)
+{
+	uint64_t due = vgpu_inflight_next_due(g->ordinal);
+
+	due = due > now ? due - now : VGPU_MEASURE_TOKEN_POLL_NS;
+	if (due < VGPU_MEASURE_TOKEN_MIN_WAIT_NS)
+		due = VGPU_MEASURE_TOKEN_MIN_WAIT_NS;
+	return due < most ? due : most;
+}
+
+/* Around a wait: a thread that had cancellation enabled (the launch
+ * disabled it: vgpu_measure_launch) may be cancelled there. */
+static void cancellable(bool on)
+{
+	if (!cancel_in_waits)
+		return;
+	if (on)
+		pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+	pthread_testcancel();
+	if (!on)
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+}
+
 /* One wait of a launch of c for a lane of its tenant, every one held by
  * another launch (the tenant's other processes', or this process's on a
  * lane it took over: one of its tokens was free). The holders read their
@@ -318,18 +346,13 @@ static uint64_t wait_lane(struct vgpu_measure_ctx *c,
 			  const struct vgpu_measure_gpu *g, uint32_t lseq,
 			  uint64_t now)
 {
-	uint64_t due;
-
 	vgpu_throttle_lane_want(g->slot, now);
 	/* Never blocked in the driver on its own running launch: that one
 	 * may wait for this very launch (a kernel spinning on a flag that a
 	 * later kernel of the thread sets, on another stream), and the
 	 * lanes held elsewhere would make the wait a hang. It sleeps until
 	 * its launches are due instead (below). */
-	if (cancel_in_waits) {
-		pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
-		pthread_testcancel();
-	}
+	cancellable(true);
 	/* Until a lane is given back, or at most until the first of the
 	 * process's own launches holding one is due to end (queued, not
 	 * started: it is read then, here or in its holder's place), as a
@@ -337,19 +360,9 @@ static uint64_t wait_lane(struct vgpu_measure_ctx *c,
 	 * only for a give, the holders themselves waited here past their
 	 * launches' ends: four processes of a 70% tenant with 100 us kernels
 	 * got 33%. */
-	due = vgpu_inflight_next_due(g->ordinal);
-	if (due != UINT64_MAX) {
-		due = due > now ? due - now : VGPU_MEASURE_TOKEN_POLL_NS;
-		if (due < VGPU_MEASURE_TOKEN_MIN_WAIT_NS)
-			due = VGPU_MEASURE_TOKEN_MIN_WAIT_NS;
-	}
-	if (due > VGPU_MEASURE_LANE_SLEEP_NS)
-		due = VGPU_MEASURE_LANE_SLEEP_NS;
-	vgpu_throttle_lane_sleep(g->slot, lseq, due);
-	if (cancel_in_waits) {
-		pthread_testcancel();
-		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-	}
+	vgpu_throttle_lane_sleep(g->slot, lseq,
+				 until_due(g, now, VGPU_MEASURE_LANE_SLEEP_NS));
+	cancellable(false);
 	reap(g, true);
 	return vgpu__m_collect(c);
 }
@@ -368,14 +381,14 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 			   const struct vgpu_measure_gpu *g,
 			   struct vgpu_inflight_mark *m, uint64_t now)
 {
-	uint64_t t0 = now, due;
-	uint32_t seq = vgpu_inflight_seq(g->ordinal);
-	uint32_t lseq = g->slot ? vgpu_throttle_lane_seq(g->slot) : 0;
+	uint64_t t0 = now;
+	uint32_t seq = vgpu_inflight_seq(g->ordinal), lseq;
 
 	m->tok = -1;
 	if (!g->slot || c->count >= VGPU_MEASURE_DEPTH ||
 	    vgpu_throttle_opportunistic(g->slot))
 		return now;
+	lseq = vgpu_throttle_lane_seq(g->slot);
 	for (bool waited = false;
 	     !vgpu_inflight_take(g->ordinal, g->slot, now, m);
 	     waited = true, seq = vgpu_inflight_seq(g->ordinal),
@@ -433,21 +446,11 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		 * this thread, and a teardown waits for the readers of
 		 * events (a reviewer's unrelated cuCtxDestroy took 860 ms
 		 * behind a blocked reader). */
-		due = vgpu_inflight_next_due(g->ordinal);
-		due = due > now ? due - now : VGPU_MEASURE_TOKEN_POLL_NS;
-		if (due < VGPU_MEASURE_TOKEN_MIN_WAIT_NS)
-			due = VGPU_MEASURE_TOKEN_MIN_WAIT_NS;
-		if (due > VGPU_MEASURE_TOKEN_POLL_NS)
-			due = VGPU_MEASURE_TOKEN_POLL_NS;
-		if (cancel_in_waits) {
-			pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
-			pthread_testcancel();
-		}
-		vgpu_inflight_wait(g->ordinal, seq, due, P.wait_on, P.sleep);
-		if (cancel_in_waits) {
-			pthread_testcancel();
-			pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-		}
+		cancellable(true);
+		vgpu_inflight_wait(g->ordinal, seq,
+				   until_due(g, now, VGPU_MEASURE_TOKEN_POLL_NS),
+				   P.wait_on, P.sleep);
+		cancellable(false);
 		now = vgpu__m_collect(c);
 	}
 	if (m->tok >= 0)

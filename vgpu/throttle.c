@@ -619,7 +619,7 @@ int vgpu_throttle_lane_take(struct vgpu_slot *s, unsigned tag,
 void vgpu_throttle_lane_give(struct vgpu_slot *s, int lane, unsigned tag)
 {
 	uint64_t *p = &s->ten->lane[lane], w = vgpu__ld(p);
-	uint64_t me = lane_word(s, tag, 0) & ~(uint64_t)LANE_MS_MASK;
+	uint64_t me = lane_holder(lane_word(s, tag, 0));
 
 	while (lane_holder(w) == me) {
 		if (__atomic_compare_exchange_n(p, &w, 0, false,
