@@ -10,12 +10,10 @@
 #include "measure_internal.h"
 #include "log.h"
 #include "options.h"
-#include "thread.h"
 #include "throttle.h"
 
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 struct vgpu_prim vgpu__m_prim;
 
@@ -284,14 +282,6 @@ static bool own_due_first(const struct vgpu_measure_ctx *c,
 	return p->issued + p->estimate <= vgpu_inflight_next_due(g->ordinal);
 }
 
-/* Reads g's launches holding tokens in their holders' place
- * (vgpu_inflight_reap): those torn down, and those ended if `ended`. */
-static unsigned reap(const struct vgpu_measure_gpu *g, bool ended)
-{
-	return vgpu_inflight_reap(g->ordinal, ended, vgpu__m_read_in_place,
-				  vgpu__m_learnt_in_place);
-}
-
 /* Whether a thread that has waited `waited` for the launches holding
  * g's tokens goes without them: none has started for TOKEN_STALL_NS, or
  * TOKEN_MAX_WAIT_NS have passed (take_token(), probe_stuck()). */
@@ -301,8 +291,6 @@ static bool holders_stuck(const struct vgpu_measure_gpu *g, uint64_t waited)
 		!vgpu_inflight_any_running(g->ordinal, &P)) ||
 	       waited >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
 }
-
-static void watch_lanes(void);
 
 /* How long a wait for a token or a lane of g sleeps at now: until the
  * first of the process's launches holding a token is due to end
@@ -363,7 +351,7 @@ static uint64_t wait_lane(struct vgpu_measure_ctx *c,
 	vgpu_throttle_lane_sleep(g->slot, lseq,
 				 until_due(g, now, VGPU_MEASURE_LANE_SLEEP_NS));
 	cancellable(false);
-	reap(g, true);
+	vgpu__m_reap(g, true);
 	return vgpu__m_collect(c);
 }
 
@@ -403,7 +391,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		/* Holders torn down at once; ended launches once their
 		 * holders have had a wait to read them (reading one in its
 		 * holder's place as well costs the host a second reading). */
-		if (reap(g, waited))
+		if (vgpu__m_reap(g, waited))
 			continue;
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
@@ -454,7 +442,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		now = vgpu__m_collect(c);
 	}
 	if (m->tok >= 0)
-		watch_lanes();
+		vgpu__m_watch_lanes();
 	return now;
 }
 
@@ -524,7 +512,7 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		 * place once it has ended (its thread may be waiting for
 		 * this one). */
 		if (held && mine) {
-			reap(g, true);
+			vgpu__m_reap(g, true);
 			if (wait > VGPU_MEASURE_PROBE_POLL_NS)
 				wait = VGPU_MEASURE_PROBE_POLL_NS;
 		}
@@ -605,136 +593,6 @@ static bool probe_stuck(const struct vgpu_measure_gpu *g,
 	return holders_stuck(g, now - *since);
 }
 
-/* This process's probe in flight, for vgpu_measure_probe_poll: its GPU
- * and when it went (atomic; NULL: none watched). */
-static const struct vgpu_measure_gpu *watched;
-static uint64_t watched_since;
-
-/* A probe that went on g at now, holding a token (so that another thread
- * can read it in its holder's place): watched until it is read. */
-static void watch_probe(const struct vgpu_measure_gpu *g, uint64_t now)
-{
-	if (!P.probe_watch)
-		return;
-	__atomic_store_n(&watched_since, now, __ATOMIC_RELAXED);
-	__atomic_store_n(&watched, g, __ATOMIC_RELEASE);
-	P.probe_watch();
-}
-
-bool vgpu_measure_probe_poll(void)
-{
-	const struct vgpu_measure_gpu *g =
-		__atomic_load_n(&watched, __ATOMIC_ACQUIRE);
-	uint64_t now = P.now();
-
-	if (g && vgpu_throttle_probe_mine(g->slot) &&
-	    now - __atomic_load_n(&watched_since, __ATOMIC_RELAXED) <
-		    VGPU_THROTTLE_PROBE_HOLD_NS) {
-		reap(g, true);
-		if (vgpu_throttle_probe_mine(g->slot)) {
-			vgpu_throttle_probe_beat(g->slot, now);
-			return true;
-		}
-	}
-	if (!g)
-		return false;
-	/* Read (or retired, or past the bound): done, unless another probe
-	 * went meanwhile (watched for next). */
-	return !__atomic_compare_exchange_n(&watched, &g, NULL, false,
-					    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
-/* The watch's thread, one of the library's own (thread.c: no signal of
- * the job's): made when a probe goes or a launch takes a lane, ended
- * with the probe (2 s at most) once the process has held no lane for
- * LANE_LINGER_NS; a pass every PROBE_POLL_NS while a probe is watched,
- * else every LANE_POLL_NS, under watch_mu, so that an exit waits for the
- * pass in progress before the ledgers it reads are left. */
-static int watch_running;	/* a watcher thread runs (atomic) */
-static bool watch_stopping;	/* the process is exiting (atomic) */
-static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t watch_lanes_seen;	/* the last pass that saw a lane held */
-
-/* One pass: the probe, then the lanes (inflight.h). Whether to go on:
- * a probe is watched, or a lane was held within LANE_LINGER_NS (a busy
- * process takes and gives them back at every launch: its watcher stays,
- * rather than a thread made per launch). *probe: a probe is watched. */
-static bool watch_pass(bool *probe)
-{
-	uint64_t now;
-	bool more = false;
-
-	*probe = false;
-	pthread_mutex_lock(&watch_mu);
-	if (!__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE)) {
-		more = *probe = vgpu_measure_probe_poll();
-		now = P.now();
-		if (vgpu_inflight_lanes_watch(now, &P, vgpu__m_read_in_place,
-					      vgpu__m_learnt_in_place))
-			watch_lanes_seen = now;
-		more |= now - watch_lanes_seen < VGPU_MEASURE_LANE_LINGER_NS;
-	}
-	pthread_mutex_unlock(&watch_mu);
-	return more;
-}
-
-static void *watcher(void *arg)
-{
-	bool probe = true;
-
-	(void)arg;
-	vgpu_thread_mine(true);
-	for (;;) {
-		/* A probe is read as soon as it ends; lanes need showing
-		 * only well within LANE_STALE_NS. */
-		do
-			P.sleep(probe ? VGPU_MEASURE_PROBE_POLL_NS
-				      : VGPU_MEASURE_LANE_POLL_NS);
-		while (watch_pass(&probe));
-		__atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
-		/* A probe that went as this one stopped: watched here still,
-		 * unless its own launch started another watcher. */
-		if (!watch_pass(&probe) ||
-		    __atomic_exchange_n(&watch_running, 1, __ATOMIC_ACQ_REL))
-			break;
-	}
-	vgpu_thread_mine(false);
-	return NULL;
-}
-
-/* A launch took a lane: the watch runs while the process holds one (one
- * load when it does already). */
-static void watch_lanes(void)
-{
-	if (P.probe_watch && !__atomic_load_n(&watch_running, __ATOMIC_ACQUIRE))
-		P.probe_watch();
-}
-
-void vgpu_measure_watch(void)
-{
-	if (__atomic_exchange_n(&watch_running, 1, __ATOMIC_ACQ_REL))
-		return;
-	if (vgpu_thread_start(watcher, NULL) != 0)
-		__atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
-}
-
-bool vgpu_measure_watch_stop(void)
-{
-	struct timespec until;
-
-	__atomic_store_n(&watch_stopping, true, __ATOMIC_RELEASE);
-	if (!__atomic_load_n(&watch_running, __ATOMIC_ACQUIRE))
-		return true;
-	/* A pass never blocks (event queries); one stuck in the driver
-	 * anyway is not waited for past a second. */
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += 1;
-	if (!vgpu_mutex_lock_by(&watch_mu, &until))
-		return false;
-	pthread_mutex_unlock(&watch_mu);
-	return true;
-}
-
 /* Admits, makes and measures one launch in c (one of t's), on g. */
 static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -783,7 +641,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		if (r == VGPU_THROTTLE_PROBE_BUSY) {
 			wait_ns(VGPU_MEASURE_PROBE_POLL_NS);
 			collect_others(t, c);
-			reap(g, true);
+			vgpu__m_reap(g, true);
 		}
 		now = P.now();	/* rare: only before a process's first */
 		est = vgpu__m_estimate(c, g, call->kind, call->key);
@@ -848,7 +706,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 				.sm_den = c->sm_den });
 	c->count++;
 	if (probe_at && recorded && p->tok.tok >= 0)
-		watch_probe(g, now);
+		vgpu__m_watch_probe(g, now);
 	return r;
 }
 
@@ -950,10 +808,7 @@ void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 {
 	memset(t, 0, sizeof(*t));
 	vgpu_inflight_fork_child();
-	/* The parent's watch on its probe: no thread runs it here. */
-	__atomic_store_n(&watched, NULL, __ATOMIC_RELAXED);
-	__atomic_store_n(&watch_running, 0, __ATOMIC_RELAXED);
-	pthread_mutex_init(&watch_mu, NULL);
+	vgpu__m_watch_fork_child();
 	/* A probe the parent had in flight is the tenant's, the parent's to
 	 * read (vgpu_throttle_probe_begin). The estimates (proc_avg) are the
 	 * parent's and stay: they are good. */

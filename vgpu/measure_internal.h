@@ -1,8 +1,9 @@
-/* measure_internal.h - what the two halves of the measuring core share:
+/* measure_internal.h - what the parts of the measuring core share:
  * measure.c (a launch: its admission, tokens and probe, a thread's state
- * per context, synchronisation, exits, fork) and measure_read.c (the
+ * per context, synchronisation, exits, fork), measure_read.c (the
  * estimates, placing events on the host's clock, reading launches and
- * charging them, settling what is left). See measure.h for the steps.
+ * charging them, settling what is left) and measure_watch.c (the watch
+ * thread on the probe and the lanes). See measure.h for the steps.
  * The names below are the core's own (vgpu__m_), not an interface. */
 #ifndef VGPU_MEASURE_INTERNAL_H
 #define VGPU_MEASURE_INTERNAL_H
@@ -63,11 +64,27 @@ bool vgpu__m_read_in_place(const struct vgpu_inflight_launch *l,
 void vgpu__m_learnt_in_place(const struct vgpu_inflight_launch *l,
 			     uint64_t ns, bool learn);
 
+/* Reads g's launches holding tokens in their holders' place
+ * (vgpu_inflight_reap): those torn down, and those ended if `ended`. */
+unsigned vgpu__m_reap(const struct vgpu_measure_gpu *g, bool ended);
+
 /* Ending c: its unread launches settled without a driver call
  * (settle_unread), c dropped without one (forget), or its launches read
  * until deadline and its events given back (retire). */
 void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now);
 void vgpu__m_forget(struct vgpu_measure_ctx *c);
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline);
+
+/* ---- measure_watch.c ------------------------------------------------------ */
+
+/* A probe that went on g at now, holding a token (so that another thread
+ * can read it in its holder's place): watched until it is read. */
+void vgpu__m_watch_probe(const struct vgpu_measure_gpu *g, uint64_t now);
+/* A launch took a lane: the watch runs while the process holds one (one
+ * load when it does already). */
+void vgpu__m_watch_lanes(void);
+/* In a child after fork: no watch runs (the parent's thread is not the
+ * child's). */
+void vgpu__m_watch_fork_child(void);
 
 #endif

@@ -603,6 +603,12 @@ bool vgpu__m_read_in_place(const struct vgpu_inflight_launch *l,
 	return true;
 }
 
+unsigned vgpu__m_reap(const struct vgpu_measure_gpu *g, bool ended)
+{
+	return vgpu_inflight_reap(g->ordinal, ended, vgpu__m_read_in_place,
+				  vgpu__m_learnt_in_place);
+}
+
 /* A launch read in its holder's place, claimed (inflight.h): its
  * function's estimate follows it (unless it may have waited behind
  * another tenant's kernel: read_in_place), and the process's first
