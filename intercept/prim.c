@@ -153,11 +153,6 @@ static int event_query(struct vgpu_prim_event *e)
 					   : VGPU_PRIM_ERROR;
 }
 
-static bool event_sync(struct vgpu_prim_event *e)
-{
-	return vgpu__real.cuEventSynchronize((CUevent)e) == CUDA_SUCCESS;
-}
-
 /* The driver answers in a float of ms. */
 static bool event_elapsed(struct vgpu_prim_event *a, struct vgpu_prim_event *b,
 			  uint64_t *ns)
@@ -191,7 +186,6 @@ const struct vgpu_prim vgpu__prim = {
 	.event_destroy = event_destroy,
 	.event_record = event_record,
 	.event_query = event_query,
-	.event_sync = event_sync,
 	.event_elapsed = event_elapsed,
 	.announced = announced,
 	.now = vgpu_host_now,

@@ -140,10 +140,11 @@ static struct vgpu_measure_ctx *state(struct vgpu_measure_thread *t)
 		}
 	}
 	/* A fifth context: the least recently used one's launches are
-	 * settled, waiting for those still running, and its state given
-	 * back. */
+	 * settled, waiting for those still running up to TOKEN_MAX_WAIT_NS
+	 * (never for good: one may wait for this thread), and its state
+	 * given back. */
 	if (lru->ctx) {
-		vgpu__m_retire(lru, UINT64_MAX);
+		vgpu__m_retire(lru, P.now() + VGPU_MEASURE_TOKEN_MAX_WAIT_NS);
 		vgpu_log(VGPU_LOG_DEBUG, "a thread uses more than %d contexts: "
 			 "measurements of the oldest settled", CTXS);
 	}
@@ -219,23 +220,63 @@ static bool room(const struct vgpu_measure_ctx *c,
 	return c->count < VGPU_MEASURE_DEPTH || lent_room(c, g, est, now);
 }
 
+/* Whether c's oldest launch in flight, waited for `waited`, is given up
+ * on: it has not started after TOKEN_STALL_NS (it waits for something: a
+ * host function, a value its stream waits for, maybe this very thread's
+ * next launch), or not ended after TOKEN_MAX_WAIT_NS (a kernel spinning
+ * on a flag that a later kernel of the thread sets). */
+static bool oldest_stuck(const struct vgpu_measure_ctx *c, uint64_t waited)
+{
+	return (waited >= VGPU_MEASURE_TOKEN_STALL_NS &&
+		P.event_query(c->ring[c->head].start) != VGPU_PRIM_DONE) ||
+	       waited >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
+}
+
+/* Reads c's oldest launch in flight (and any ended after it) once it has
+ * ended, polling: false, the launch left in flight, once oldest_stuck(),
+ * and at once for one given up on before (c->stuck_issued), so that each
+ * later launch of a pipeline whose stream waits for a value does not wait
+ * again. Never blocks in the driver: the launch may wait for the very
+ * launch that waits here (a stream waiting for a value this thread writes
+ * next, on another stream, hung the job for good when this blocked).
+ * *now: read again after a wait. */
+static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now)
+{
+	unsigned count = c->count;
+	uint64_t since;
+
+	if (vgpu__m_settle_oldest(c))
+		return true;
+	if (c->ring[c->head].issued == c->stuck_issued)
+		return false;
+	for (since = *now = P.now(); !oldest_stuck(c, *now - since);) {
+		wait_ns(vgpu__m_until_oldest(c, *now));
+		*now = vgpu__m_collect(c);
+		if (c->count < count)
+			return true;
+	}
+	c->stuck_issued = c->ring[c->head].issued;
+	return false;
+}
+
 /* The launch's estimate, once this thread's earlier launches leave it
- * room (read, blocking); with none anywhere, after them all. */
+ * room (read as they end); with none anywhere, after them all. An earlier
+ * launch given up on (wait_oldest()) leaves the launch to go as it is,
+ * past VGPU_MEASURE_DEPTH (within the ring: measured()). *now: the time,
+ * read again after a wait. */
 static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
 				   const struct vgpu_measure_gpu *g, int kind,
-				   uint64_t key, uint64_t now)
+				   uint64_t key, uint64_t *now)
 {
 	/* Reading a launch may change the estimate: asked again after. */
 	uint64_t est = vgpu__m_estimate(c, g, kind, key);
+	bool stuck = false;
 
-	while (!est && c->count) {
-		vgpu__m_settle_oldest(c, true);
+	while (!est && c->count && !(stuck = !wait_oldest(c, now)))
 		est = vgpu__m_estimate(c, g, kind, key);
-	}
-	while (!room(c, g, est, now)) {
-		vgpu__m_settle_oldest(c, true);
+	while (!stuck && !room(c, g, est, *now) &&
+	       !(stuck = !wait_oldest(c, now)))
 		est = vgpu__m_estimate(c, g, kind, key);
-	}
 	return est;
 }
 
@@ -396,21 +437,25 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		if (vgpu_throttle_lent(g->slot, now))
 			return now;
 		/* Its own oldest launch running and due to end first of
-		 * those holding tokens (admission time plus estimate): blocks
-		 * for its end, as a full ring does, and reads it then (its
-		 * token comes back at once, and a sleeping waiter is woken).
-		 * With another's due first, that one may come back first (a
-		 * short kernel beside this thread's long one); and a launch
-		 * that has not started may wait for something (a host
-		 * function, a stream waiting for a value): then it waits as
-		 * below. Nobody blocked on the device, eight tenants of four
-		 * threads with 100 us kernels left it 36% idle: each end was
-		 * read when some thread's sleep ran out. */
+		 * those holding tokens (admission time plus estimate): waits
+		 * for its end, as a full ring does (wait_oldest(), which
+		 * never blocks in the driver: a running kernel may spin on a
+		 * flag this very launch sets), and reads it then (its token
+		 * comes back at once, and a sleeping waiter is woken). With
+		 * another's due first, that one may come back first (a short
+		 * kernel beside this thread's long one); and a launch that
+		 * has not started may wait for something (a host function, a
+		 * stream waiting for a value): then it waits as below. Nobody
+		 * waiting for an end, eight tenants of four threads with
+		 * 100 us kernels left the device 36% idle: each end was read
+		 * when some thread's sleep ran out. */
 		if (c->count && own_due_first(c, g) &&
 		    P.event_query(c->ring[c->head].start) == VGPU_PRIM_DONE) {
-			vgpu__m_settle_oldest(c, true);
+			bool read = wait_oldest(c, &now);
+
 			now = P.now();
-			continue;
+			if (read)
+				continue;
 		}
 		/* No hang: a launch holding a token may wait for this
 		 * thread's next one (a host function or a value its stream
@@ -446,6 +491,16 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 	return now;
 }
 
+/* Whether c's oldest launch, given up on (wait_oldest()), is a probe:
+ * then it holds none of the thread's later launches (it may wait for
+ * them). */
+static bool probe_given_up(const struct vgpu_measure_ctx *c)
+{
+	const struct vgpu_measure_pending *p = &c->ring[c->head];
+
+	return c->count && p->probe_at && p->issued == c->stuck_issued;
+}
+
 /* What a launch with estimate est, that has waited `waited`, is held for
  * besides its own need (vgpu_throttle_admit_held): the time the tenant's
  * probe has been in flight, charged to nobody until it is read (its own
@@ -457,7 +512,8 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
  * thread: holders_stuck()); none is held past TOKEN_MAX_WAIT_NS of the
  * probe (a longer kernel, or a process stopped, is the probe's bound's
  * known limit). *mine: held by its own process's probe. */
-static uint64_t probe_held(const struct vgpu_measure_gpu *g, uint64_t est,
+static uint64_t probe_held(const struct vgpu_measure_ctx *c,
+			   const struct vgpu_measure_gpu *g, uint64_t est,
 			   uint64_t now, uint64_t waited, bool *mine)
 {
 	uint64_t held;
@@ -467,7 +523,8 @@ static uint64_t probe_held(const struct vgpu_measure_gpu *g, uint64_t est,
 		return vgpu_throttle_unknown_need(g->slot);
 	held = vgpu_throttle_probe_running(
 		g->slot, now, VGPU_MEASURE_TOKEN_MAX_WAIT_NS, mine);
-	if (held && *mine && holders_stuck(g, waited))
+	if (held && *mine &&
+	    (holders_stuck(g, waited) || probe_given_up(c)))
 		held = 0;
 	return held;
 }
@@ -497,7 +554,7 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		t = *now;
 		if ((*now = take_token(c, g, m, *now)) != t)
 			*est = vgpu__m_estimate(c, g, call->kind, call->key);
-		held = probe_held(g, *est, *now, t0 ? *now - t0 : 0, &mine);
+		held = probe_held(c, g, *est, *now, t0 ? *now - t0 : 0, &mine);
 		wait = vgpu_throttle_admit_held(g->slot, me, *now, *est,
 						t0 ? *now - t0 : 0, held);
 		if (!wait)
@@ -610,7 +667,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		now = P.now();
 	}
 	now = hold_for_review(c, now);
-	est = estimate_with_room(c, g, call->kind, call->key, now);
+	est = estimate_with_room(c, g, call->kind, call->key, &now);
 	if (c->early) {		/* one read early to make room */
 		now = hold_for_review(c, now);
 		est = vgpu__m_estimate(c, g, call->kind, call->key);
@@ -648,11 +705,16 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 	}
 	if (call->enter)
 		call->enter();
-	if (!take_events(c, &a, &b)) {
+	/* Not measured: the ring full of launches given up on (wait_oldest),
+	 * or no events to be had. Charged its estimate, or as a launch that
+	 * runs TOKEN_STALL_NS when it has none (a probe): never free. */
+	if (c->count + 1 >= RING || !take_events(c, &a, &b)) {
 		r = call->launch(call->arg);
 		if (call->leave)
 			call->leave();
-		vgpu_throttle_settle(g->slot, est, est);
+		vgpu_throttle_settle(g->slot,
+				     est ? est : VGPU_MEASURE_TOKEN_STALL_NS,
+				     est);
 		if (probe_at)
 			vgpu_throttle_probe_end(g->slot, probe_at);
 		vgpu_inflight_release(g->ordinal, &tok);

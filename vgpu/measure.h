@@ -130,6 +130,12 @@ struct vgpu_slot;
 /* A launch that has waited this long for a token goes without one,
  * whatever the launches holding them do (measure.c, take_token()). */
 #define VGPU_MEASURE_TOKEN_MAX_WAIT_NS	1000000000ull	/* 1 s */
+/* What a launch is admitted with when its process has no estimate at
+ * all and its thread's oldest launch was given up on (it waits for
+ * something, maybe for this thread): not a probe, which would be held
+ * and retired, charged as running, each PROBE_HOLD_NS (measure.c,
+ * wait_oldest()). Corrected once read, as any estimate. */
+#define VGPU_MEASURE_STUCK_EST_NS	1000000ull	/* 1 ms */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
 
@@ -218,6 +224,9 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	int ref;			/* the current one; -1: none */
 	uint64_t cal_next;		/* a wide one is read again then */
 	uint64_t cal_retry;		/* and the wait after that */
+	/* The oldest launch given up on (its issue time): later launches
+	 * go past it without waiting (measure.c, wait_oldest()). */
+	uint64_t stuck_issued;
 };
 
 struct vgpu_measure_thread {

@@ -49,9 +49,13 @@ struct vgpu_measure_done *vgpu__m_done_at(struct vgpu_measure_ctx *c,
 void vgpu__m_charge_done(struct vgpu_measure_ctx *c, uint64_t now,
 			 bool force);
 
-/* Takes the oldest launch of c off the ring once it has completed (wait:
- * blocking for it); false if it has not (and wait is false). */
-bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c, bool wait);
+/* How long a wait for c's oldest launch (c->count > 0) sleeps at now,
+ * polling: until it is due, then a quarter of how late it is. */
+uint64_t vgpu__m_until_oldest(const struct vgpu_measure_ctx *c, uint64_t now);
+
+/* Takes the oldest launch of c off the ring if it has completed; false
+ * if it has not. Never blocks. */
+bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c);
 
 /* Reads c's completed launches and charges those due; never blocks.
  * Returns now, read after the queries. */

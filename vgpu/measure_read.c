@@ -72,7 +72,8 @@ static void fn_measured(uint64_t key, uint64_t ns)
 }
 
 /* What the launch is admitted with: its function's or graph's recent time,
- * else this thread's average in the context, else the process's. */
+ * else this thread's average in the context, else the process's; with
+ * none, STUCK_EST_NS while c's oldest launch is one given up on. */
 uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
 			  const struct vgpu_measure_gpu *g, int kind,
 			  uint64_t key)
@@ -84,6 +85,9 @@ uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
 	if (!e)
 		e = __atomic_load_n(&proc_avg[g->ordinal][kind],
 				    __ATOMIC_RELAXED);
+	if (!e && c->count && c->stuck_issued &&
+	    c->ring[c->head].issued == c->stuck_issued)
+		e = VGPU_MEASURE_STUCK_EST_NS;
 	return e;
 }
 
@@ -495,19 +499,40 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	c->count--;
 }
 
-/* Takes the oldest launch of c off the ring once it has completed (wait:
- * block for it), as settle_read. Returns false if it has not completed
- * (and wait is false). */
-bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c, bool wait)
+/* How long a thread waiting for c's oldest launch sleeps at now: until
+ * the launch is due to end (admission time plus the estimate it was
+ * admitted with), a quarter of that estimate at a time (one that ends
+ * early is read within a quarter of its estimate); past due, a quarter
+ * of how late it is, at most END_POLL_NS (one queued behind other
+ * tenants' work is read within a quarter of its delay, and 32 waiting
+ * threads do not fill two cores with polling); TOKEN_MIN_WAIT_NS at
+ * least. */
+uint64_t vgpu__m_until_oldest(const struct vgpu_measure_ctx *c, uint64_t now)
+{
+	const struct vgpu_measure_pending *p = &c->ring[c->head];
+	uint64_t due = p->issued + p->admitted, ns;
+
+	if (due > now) {
+		ns = due - now;
+		if (ns > p->admitted / 4)
+			ns = p->admitted / 4;
+	} else {
+		ns = (now - due) / 4;
+		if (ns > VGPU_MEASURE_END_POLL_NS)
+			ns = VGPU_MEASURE_END_POLL_NS;
+	}
+	return ns > VGPU_MEASURE_TOKEN_MIN_WAIT_NS
+		       ? ns : VGPU_MEASURE_TOKEN_MIN_WAIT_NS;
+}
+
+/* Takes the oldest launch of c off the ring if it has completed, as
+ * settle_read. Returns false if it has not. */
+bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c)
 {
 	int q = P.event_query(c->ring[c->head].end);
 
-	if (q == VGPU_PRIM_NOT_READY) {
-		if (!wait)
-			return false;
-		q = P.event_sync(c->ring[c->head].end) ? VGPU_PRIM_DONE
-						       : VGPU_PRIM_ERROR;
-	}
+	if (q == VGPU_PRIM_NOT_READY)
+		return false;
 	settle_read(c, q, P.now());
 	return true;
 }
@@ -746,22 +771,22 @@ void vgpu__m_forget(struct vgpu_measure_ctx *c)
 }
 
 /* Ends c: with its context made current, its launches are read as they
- * complete until the host's clock passes deadline (UINT64_MAX: blocking
- * for each), the rest settled by settle_unread, all charged, and its
- * events and stream destroyed; a stale c, or one whose context cannot be
- * made current, is forgotten. */
+ * complete until the host's clock passes deadline (never blocking in the
+ * driver: one may wait for the thread that ends c), the rest settled by
+ * settle_unread, all charged, and its events and stream destroyed; a
+ * stale c, or one whose context cannot be made current, is forgotten. */
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 {
 	if (vgpu__m_stale(c) || !P.ctx_push(c->ctx)) {
 		vgpu__m_forget(c);
 		return;
 	}
-	while (c->count) {
-		if (vgpu__m_settle_oldest(c, deadline == UINT64_MAX))
+	for (uint64_t now; c->count;) {
+		if (vgpu__m_settle_oldest(c))
 			continue;
-		if (P.now() > deadline)
+		if ((now = P.now()) > deadline)
 			break;
-		P.sleep(0);
+		P.sleep(vgpu__m_until_oldest(c, now));
 	}
 	vgpu__m_settle_unread(c, P.now());
 	vgpu__m_charge_done(c, 0, true);

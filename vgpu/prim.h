@@ -9,8 +9,10 @@
  *
  * Common contract: a primitive may call the driver and may take the
  * front end's own locks, never a ledger lock; the core never calls one
- * with a ledger lock held; each returns in bounded time (event_sync and
- * sleep: as long as they say). A NULL primitive means the driver cannot
+ * with a ledger lock held; each returns in bounded time (sleep: as long
+ * as it says). None waits for the device's work: a launch may wait for
+ * the very thread that would wait (a stream waiting for a value it writes
+ * next), so the core polls (event_query) and sleeps. A NULL primitive means the driver cannot
  * do it: the core goes on without (for reclaim); the measuring primitives
  * are all set, or none is (the front end then never measures).
  */
@@ -98,8 +100,6 @@ struct vgpu_prim {
 	/* Whether e has completed: VGPU_PRIM_DONE, VGPU_PRIM_NOT_READY or
 	 * VGPU_PRIM_ERROR. Never blocks. */
 	int (*event_query)(struct vgpu_prim_event *e);
-	/* Blocks until e completes: true when it has, false on an error. */
-	bool (*event_sync)(struct vgpu_prim_event *e);
 	/* The device time from a's completion to b's, both complete, in ns:
 	 * true with *ns set; false when the driver cannot say or b completed
 	 * before a. The driver's precision (CUDA: a float of ms). */

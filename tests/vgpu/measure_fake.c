@@ -153,19 +153,6 @@ static int f_event_query(struct vgpu_prim_event *e)
 	return VGPU_PRIM_DONE;
 }
 
-static bool f_event_sync(struct vgpu_prim_event *e)
-{
-	struct fevent *f = (struct fevent *)e;
-
-	check_gone(f->ctx, f->gen);
-	fake.syncs++;
-	if (!f->recorded)
-		return false;
-	if (f->done > fake.now)
-		fake.now = f->done;
-	return true;
-}
-
 static bool f_event_elapsed(struct vgpu_prim_event *a,
 			    struct vgpu_prim_event *b, uint64_t *ns)
 {
@@ -214,7 +201,6 @@ static const struct vgpu_prim fake_prim = {
 	.event_destroy = f_event_destroy,
 	.event_record = f_event_record,
 	.event_query = f_event_query,
-	.event_sync = f_event_sync,
 	.event_elapsed = f_event_elapsed,
 	.now = f_now,
 	.sleep = f_sleep,

@@ -7,8 +7,8 @@
  * in the order they were made, and those of green contexts beside them; an
  * event completes when the work before it on its stream has. Its clock is
  * the host's (device time = host time), which moves only when the core
- * sleeps (prim->sleep: by the time asked, a yield by YIELD), blocks for an
- * event, or a test moves it. Several threads are several states driven by
+ * sleeps (prim->sleep: by the time asked, a yield by YIELD), a query sees
+ * an event late, or a test moves it. Several threads are several states driven by
  * the one real thread, each with its own stack of current contexts; while
  * one sleeps, a hook lets the others act.
  */
@@ -69,7 +69,7 @@ struct fake_state {
 	struct fevent ev[256];
 	struct fstream st[16];
 	struct fctx ctx[4];
-	unsigned events_made, streams_made, syncs, sleeps, gone_used;
+	unsigned events_made, streams_made, sleeps, gone_used;
 	unsigned probe_watches;	/* prim->probe_watch calls */
 	uint64_t launched_at, kernel_end;
 	unsigned late_reads;	/* the next reference readings seen late */

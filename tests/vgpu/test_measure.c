@@ -3,7 +3,8 @@
  * (measure_fake.h): every decision of the throttle around a launch,
  * deterministically, with nothing slept and no time measured. This file:
  * the first launch, estimates, exits and contexts; test_measure_charge.c:
- * what is charged, the reference, the ring, the launches in flight.
+ * what is charged, the reference, the ring, the launches in flight;
+ * test_measure_stuck.c: launches that wait for the thread's later work.
  */
 #include "measure_fake.h"
 
@@ -55,8 +56,13 @@ Test(measure, a_probe_s_own_thread_waits_for_its_end)
 
 	launch(a, F1, 3 * MS);
 	launch(a, F2, 1 * MS);
-	cr_expect_eq(fake.launched_at, T0 + 3 * MS);
-	cr_expect_eq(fake.syncs, 1, "blocked for the probe");
+	/* Polled, backing off: read within a quarter of how late it is
+	 * (its estimate: 0), END_POLL_NS at most. */
+	cr_expect_geq(fake.launched_at, T0 + 3 * MS);
+	cr_expect_leq(fake.launched_at, T0 + 3 * MS + VGPU_MEASURE_END_POLL_NS,
+		      "went %llu ns after the probe's end",
+		      (unsigned long long)(fake.launched_at - T0 - 3 * MS));
+	cr_expect_leq(fake.sleeps, 32, "%u polls for 3 ms", fake.sleeps);
 	cr_expect_eq(newest(a, &fake.ctx[0])->estimate, 3 * MS);
 	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0);
 }
@@ -475,7 +481,12 @@ Test(measure, a_thread_exit_charges_its_launches_as_measured)
 	vgpu_measure_thread_exit(&a->m);
 	cr_expect_eq(charged(), 6 * MS, "%llu",
 		     (unsigned long long)charged());
-	cr_expect_eq(fake.now, T0 + 6 * MS, "no longer than its launches");
+	/* Polled, not blocked for (one may wait for the exiting thread):
+	 * read within a quarter of the last one's estimate (2 ms). */
+	cr_expect_geq(fake.now, T0 + 6 * MS);
+	cr_expect_leq(fake.now, T0 + 6 * MS + 2 * MS / 4,
+		      "read %llu ns after the last one's end",
+		      (unsigned long long)(fake.now - T0 - 6 * MS));
 	cr_expect_eq(live_events(), 0, "events given back");
 	cr_expect_not(fake.st[0].live, "the calibration stream given back");
 	cr_expect_eq(a->depth, 1, "the context popped");
@@ -494,8 +505,11 @@ Test(measure, a_thread_exit_charges_the_time_since_issued_if_more)
 	issued = fake.now;
 	launch(a, F2, 10 * SEC);	/* estimate: 1 ms */
 	vgpu_measure_thread_exit(&a->m);
-	/* The wait ends at the first yield past EXIT_WAIT_NS. */
-	cr_expect_eq(fake.now, issued + VGPU_MEASURE_EXIT_WAIT_NS + YIELD);
+	/* The wait ends at the first poll past EXIT_WAIT_NS: a quarter of
+	 * how late the launch is, END_POLL_NS at most. */
+	cr_expect_gt(fake.now, issued + VGPU_MEASURE_EXIT_WAIT_NS);
+	cr_expect_leq(fake.now, issued + VGPU_MEASURE_EXIT_WAIT_NS +
+				VGPU_MEASURE_END_POLL_NS);
 	cr_expect_eq(charged(), 1 * MS + (fake.now - issued), "%llu",
 		     (unsigned long long)charged());
 	cr_expect_eq(live_events(), 0);

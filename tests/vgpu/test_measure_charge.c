@@ -319,19 +319,19 @@ Test(measure, a_full_ring_waits_for_its_oldest)
 
 	run_and_read(a, F1, 1 * MS);
 	t1 = fake.now;
-	fake.syncs = 0;
+	fake.sleeps = 0;
 	for (int i = 0; i < VGPU_MEASURE_DEPTH; i++) {
 		launch(a, F1, 1 * MS);
 		cr_expect_eq(fake.launched_at, t1, "launch %d went at +%llu ns",
 			     i, (unsigned long long)(fake.launched_at - t1));
 	}
-	cr_expect_eq(fake.syncs, 0, "nothing waited while the ring had room");
+	cr_expect_eq(fake.sleeps, 0, "nothing waited while the ring had room");
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_DEPTH);
 	made = fake.events_made;
 	launch(a, F1, 1 * MS);
 	cr_expect_eq(fake.launched_at, t1 + 1 * MS, "went at +%llu ns",
 		     (unsigned long long)(fake.launched_at - t1));
-	cr_expect_eq(fake.syncs, 1, "blocked for the oldest only");
+	cr_expect_gt(fake.sleeps, 0, "waited for the oldest");
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_DEPTH);
 	cr_expect_eq(fake.events_made, made, "the oldest's events reused");
 	cr_expect_leq(made, 2 * VGPU_MEASURE_DEPTH + 1, "%u events made", made);
@@ -624,39 +624,40 @@ Test(measure, an_elastic_tenant_alone_queues_up_to_a_burst)
 	cr_assert_gt(lent, VGPU_MEASURE_DEPTH);
 	run_and_read(a, F1, 1 * MS);
 	t1 = fake.now;
-	fake.syncs = 0;
+	fake.sleeps = 0;
 	for (unsigned i = 0; i < lent; i++) {
 		launch(a, F1, 1 * MS);
 		cr_expect_eq(fake.launched_at, t1, "launch %u went at +%llu ns",
 			     i, (unsigned long long)(fake.launched_at - t1));
 	}
-	cr_expect_eq(fake.syncs, 0, "nothing waited within the burst");
+	cr_expect_eq(fake.sleeps, 0, "nothing waited within the burst");
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, lent);
 	launch(a, F1, 1 * MS);
-	cr_expect_eq(fake.syncs, 1, "past the burst or the ring: the oldest");
+	cr_expect_gt(fake.sleeps, 0, "past the burst or the ring: the oldest");
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, lent);
 
 	/* Launches of 8 ms: two fit in 20 ms of estimates, so the oldest
 	 * 1 ms ones are waited for until the sum fits. */
 	sync_as(a);
 	run_and_read(a, F2, 8 * MS);
-	fake.syncs = 0;
+	fake.sleeps = 0;
 	launch(a, F2, 8 * MS);
 	launch(a, F2, 8 * MS);
-	cr_expect_eq(fake.syncs, 0);
+	cr_expect_eq(fake.sleeps, 0);
 	launch(a, F2, 8 * MS);
-	cr_expect_eq(fake.syncs, 1, "24 ms of estimates > one burst");
+	cr_expect_gt(fake.sleeps, 0, "24 ms of estimates > one burst");
+	cr_expect_eq(fake.launched_at, fake.now, "went once the oldest was read");
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 2);
 
 	/* A competitor arrives: DEPTH again. */
 	sync_as(a);
 	other_tenant_active();
-	fake.syncs = 0;
+	fake.sleeps = 0;
 	for (int i = 0; i < 6; i++)
 		launch(a, F1, 100 * US);
-	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_DEPTH);
-	cr_expect_geq(fake.syncs, 6 - VGPU_MEASURE_DEPTH, "%u syncs",
-		      fake.syncs);
+	/* Polling, a wait may read more than the oldest. */
+	cr_expect_leq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_DEPTH);
+	cr_expect_gt(fake.sleeps, 0);
 }
 
 /* Beside another tenant, a launch read longer than its estimate right

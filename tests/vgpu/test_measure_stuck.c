@@ -1,0 +1,128 @@
+/* test_measure_stuck.c - a thread whose launches wait for what it does
+ * later (a stream waiting for a value the thread writes next, a kernel
+ * spinning on a flag a later kernel sets) is never held for good: the
+ * core polls its oldest launch and goes past it once it is stuck
+ * (vgpu/measure.c, wait_oldest()). Against the fake driver and clock
+ * (measure_fake.h): a stream "waiting for a value" is one whose work is
+ * queued far in the future, so the events recorded on it do not
+ * complete.
+ */
+#include "measure_fake.h"
+
+#define STALL VGPU_MEASURE_TOKEN_STALL_NS
+#define MAX_WAIT VGPU_MEASURE_TOKEN_MAX_WAIT_NS
+#define POLL VGPU_MEASURE_END_POLL_NS
+
+/* t's default stream in context 0 waits for something that comes only
+ * much later: work queued on it does not start. */
+static void block_stream(void)
+{
+	fake.ctx[0].dflt.busy = fake.now + 1000 * SEC;
+}
+
+/* The last launch went between lo and hi (inclusive). */
+static void expect_went_between(uint64_t lo, uint64_t hi)
+{
+	cr_expect_geq(fake.launched_at, lo, "went %llu ns early",
+		      (unsigned long long)(lo - fake.launched_at));
+	cr_expect_leq(fake.launched_at, hi, "went %llu ns late",
+		      (unsigned long long)(fake.launched_at - hi));
+}
+
+/* Two launches queued behind a wait: the third waits for the oldest
+ * while it may still start, then goes; the fourth does not wait again
+ * for the same one. */
+Test(measure, a_launch_that_does_not_start_is_gone_past_once)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(a, F1, 100 * US);
+	block_stream();
+	t1 = fake.now;
+	launch(a, F1, 100 * US);
+	launch(a, F1, 100 * US);
+	expect_went_between(t1, t1);
+	launch(a, F1, 100 * US);
+	expect_went_between(t1 + STALL, t1 + STALL + POLL);
+	t1 = fake.now;
+	launch(a, F1, 100 * US);
+	expect_went_between(t1, t1);
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 4,
+		     "all four in flight, none read");
+}
+
+/* A kernel that has started and does not end (it spins for this thread)
+ * is waited for a second at most. */
+Test(measure, a_running_launch_that_does_not_end_is_gone_past)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1;
+
+	run_and_read(a, F1, 100 * US);
+	t1 = fake.now;
+	launch(a, F2, 1000 * SEC);	/* starts at once, spins */
+	launch(a, F1, 100 * US);
+	expect_went_between(t1, t1);
+	launch(a, F1, 100 * US);
+	expect_went_between(t1 + MAX_WAIT, t1 + MAX_WAIT + POLL);
+	t1 = fake.now;
+	launch(a, F1, 100 * US);
+	expect_went_between(t1, t1);
+	/* Charged as it runs all the same: each poll told the bucket. */
+	const struct vgpu_measure_ctx *c = state_of(a, &fake.ctx[0]);
+	cr_expect_geq(c->ring[c->head].estimate, MAX_WAIT, "%llu ns charged",
+		      (unsigned long long)c->ring[c->head].estimate);
+}
+
+/* A process's first launch (its tenant's probe) queued behind a wait: the
+ * next goes after the stall at a fallback estimate, not as a probe of its
+ * own (which would be held and retired, charged PROBE_HOLD_NS each), and
+ * the one after does not wait at all. */
+Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
+{
+	start(30);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t t1 = fake.now;
+
+	block_stream();
+	launch(a, F1, 100 * US);
+	cr_expect_neq(newest(a, &fake.ctx[0])->probe_at, 0, "the probe");
+	launch(a, F2, 100 * US);
+	/* After the stall, and its admission's first waits. */
+	expect_went_between(t1 + STALL, t1 + STALL + 1 * MS);
+	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0, "not a probe");
+	cr_expect_eq(newest(a, &fake.ctx[0])->estimate,
+		     VGPU_MEASURE_STUCK_EST_NS);
+	t1 = fake.now;
+	launch(a, F3, 100 * US);
+	expect_went_between(t1, t1);
+	cr_expect_eq(charged(), 0, "nothing ran, nothing retired");
+}
+
+/* Behind a wait, launches fill the ring; past it they go unmeasured,
+ * charged their estimate, and nothing is overwritten. */
+Test(measure, a_full_ring_of_stuck_launches_goes_unmeasured)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t before;
+	unsigned made;
+
+	run_and_read(a, F1, 1 * MS);
+	block_stream();
+	for (int i = 0; i < VGPU_MEASURE_RING - 1; i++)
+		launch(a, F1, 1 * MS);
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_RING - 1);
+	before = charged();
+	made = fake.events_made;
+	for (int i = 0; i < 5; i++)
+		cr_expect_eq(launch(a, F1, 1 * MS), 0);
+	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_RING - 1,
+		     "the ring untouched");
+	cr_expect_eq(fake.events_made, made, "no events for them");
+	cr_expect_eq(charged() - before, 5 * MS, "%llu ns charged",
+		     (unsigned long long)(charged() - before));
+}
