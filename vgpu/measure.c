@@ -240,16 +240,16 @@ static bool oldest_stuck(const struct vgpu_measure_ctx *c, uint64_t waited)
  * launch that waits here (a stream waiting for a value this thread writes
  * next, on another stream, hung the job for good when this blocked).
  * *now: read again after a wait. */
-static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now)
+static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now,
+			uint64_t *since)
 {
 	unsigned count = c->count;
-	uint64_t since;
 
 	if (vgpu__m_settle_oldest(c))
 		return true;
-	if (c->ring[c->head].issued == c->stuck_issued)
+	if (vgpu__m_head_stuck(c))
 		return false;
-	for (since = *now = P.now(); !oldest_stuck(c, *now - since);) {
+	for (*since = *now = P.now(); !oldest_stuck(c, *now - *since);) {
 		wait_ns(vgpu__m_until_oldest(c, *now));
 		*now = vgpu__m_collect(c);
 		if (c->count < count)
@@ -262,21 +262,26 @@ static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now)
 /* The launch's estimate, once this thread's earlier launches leave it
  * room (read as they end); with none anywhere, after them all. An earlier
  * launch given up on (wait_oldest()) leaves the launch to go as it is,
- * past VGPU_MEASURE_DEPTH (within the ring: measured()). *now: the time,
- * read again after a wait. */
+ * past VGPU_MEASURE_DEPTH (within the ring: measured()), *since then the
+ * time its wait for it began (else 0). *now: the time, read again after a
+ * wait. */
 static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
 				   const struct vgpu_measure_gpu *g, int kind,
-				   uint64_t key, uint64_t *now)
+				   uint64_t key, uint64_t *now,
+				   uint64_t *since)
 {
 	/* Reading a launch may change the estimate: asked again after. */
 	uint64_t est = vgpu__m_estimate(c, g, kind, key);
 	bool stuck = false;
 
-	while (!est && c->count && !(stuck = !wait_oldest(c, now)))
+	*since = 0;
+	while (!est && c->count && !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);
 	while (!stuck && !room(c, g, est, *now) &&
-	       !(stuck = !wait_oldest(c, now)))
+	       !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);
+	if (!stuck)
+		*since = 0;
 	return est;
 }
 
@@ -400,21 +405,28 @@ static uint64_t wait_lane(struct vgpu_measure_ctx *c,
  * launch that keeps c's thread within VGPU_MEASURE_DEPTH: while all are
  * held, reads c's own launches as they end and, once it has waited, the
  * other threads' that have ended in their holders' place, blocking for
- * one that runs or sleeping until one is given back. A launch of an opportunistic tenant, or of an
- * elastic one lent the GPU, goes without (room() bounds those); so does
+ * one that runs or sleeping until one is given back. A launch of an
+ * opportunistic tenant, or of an elastic one lent the GPU, goes without
+ * (room() bounds those), but not one past its thread's DEPTH because its
+ * oldest launch was given up on (wait_oldest()): the launches behind that
+ * one are read in order only after it, so their tokens (read in their
+ * holders' place once ended) are what bounds them; so does
  * one that has waited TOKEN_STALL_NS while none of the launches holding
  * them runs: they wait for something, maybe for work this thread is about
  * to launch (a thread's host function waiting for another thread, which
- * waited here for a token, hung both before). Returns now. */
+ * waited here for a token, hung both before). The wait counts from
+ * since, when not 0. Returns now. */
 static uint64_t take_token(struct vgpu_measure_ctx *c,
 			   const struct vgpu_measure_gpu *g,
-			   struct vgpu_inflight_mark *m, uint64_t now)
+			   struct vgpu_inflight_mark *m, uint64_t now,
+			   uint64_t since)
 {
-	uint64_t t0 = now;
+	uint64_t t0 = since ? since : now, ignored;
 	uint32_t seq = vgpu_inflight_seq(g->ordinal), lseq;
 
 	m->tok = -1;
-	if (!g->slot || c->count >= VGPU_MEASURE_DEPTH ||
+	if (!g->slot ||
+	    (c->count >= VGPU_MEASURE_DEPTH && !vgpu__m_head_stuck(c)) ||
 	    vgpu_throttle_opportunistic(g->slot))
 		return now;
 	lseq = vgpu_throttle_lane_seq(g->slot);
@@ -451,7 +463,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		 * when some thread's sleep ran out. */
 		if (c->count && own_due_first(c, g) &&
 		    P.event_query(c->ring[c->head].start) == VGPU_PRIM_DONE) {
-			bool read = wait_oldest(c, &now);
+			bool read = wait_oldest(c, &now, &ignored);
 
 			now = P.now();
 			if (read)
@@ -496,9 +508,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
  * them). */
 static bool probe_given_up(const struct vgpu_measure_ctx *c)
 {
-	const struct vgpu_measure_pending *p = &c->ring[c->head];
-
-	return c->count && p->probe_at && p->issued == c->stuck_issued;
+	return vgpu__m_head_stuck(c) && c->ring[c->head].probe_at;
 }
 
 /* What a launch with estimate est, that has waited `waited`, is held for
@@ -541,10 +551,13 @@ static uint64_t probe_held(const struct vgpu_measure_ctx *c,
  * reading of the launch's function while it waited (its long kernels
  * after short ones) is what it goes on, not the estimate it came with
  * (eight threads switching to 100 ms kernels had a third admitted on the
- * 20 us estimate after the first two were read). */
+ * 20 us estimate after the first two were read). since: when the launch
+ * began waiting for its own oldest launch, given up on (0: it did not);
+ * its wait for a token counts from then (take_token()). */
 static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 		  const struct vgpu_measure_call *call, uint64_t *est,
-		  uint64_t *now, struct vgpu_inflight_mark *m)
+		  uint64_t *now, uint64_t since,
+		  struct vgpu_inflight_mark *m)
 {
 	uint64_t wait, t0 = 0, t, end, held;
 	uint32_t me = my_tag();
@@ -552,7 +565,7 @@ static void admit(struct vgpu_measure_ctx *c, const struct vgpu_measure_gpu *g,
 
 	for (;;) {
 		t = *now;
-		if ((*now = take_token(c, g, m, *now)) != t)
+		if ((*now = take_token(c, g, m, *now, since)) != t)
 			*est = vgpu__m_estimate(c, g, call->kind, call->key);
 		held = probe_held(c, g, *est, *now, t0 ? *now - t0 : 0, &mine);
 		wait = vgpu_throttle_admit_held(g->slot, me, *now, *est,
@@ -658,7 +671,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 	struct vgpu_measure_pending *p;
 	struct vgpu_prim_event *a, *b;
 	struct vgpu_inflight_mark tok;
-	uint64_t est, probe_at, probe_wait = 0, now = vgpu__m_collect(c);
+	uint64_t est, probe_at, probe_wait = 0, since, now = vgpu__m_collect(c);
 	bool recorded;
 	int r;
 
@@ -667,13 +680,13 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		now = P.now();
 	}
 	now = hold_for_review(c, now);
-	est = estimate_with_room(c, g, call->kind, call->key, &now);
+	est = estimate_with_room(c, g, call->kind, call->key, &now, &since);
 	if (c->early) {		/* one read early to make room */
 		now = hold_for_review(c, now);
 		est = vgpu__m_estimate(c, g, call->kind, call->key);
 	}
 	for (probe_at = 0;;) {
-		admit(c, g, call, &est, &now, &tok);
+		admit(c, g, call, &est, &now, since, &tok);
 		if (est)
 			break;
 		/* No estimate anywhere: it goes as the tenant's probe, alone,

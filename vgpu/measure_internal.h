@@ -49,6 +49,14 @@ struct vgpu_measure_done *vgpu__m_done_at(struct vgpu_measure_ctx *c,
 void vgpu__m_charge_done(struct vgpu_measure_ctx *c, uint64_t now,
 			 bool force);
 
+/* Whether c's oldest launch in flight is one given up on (measure.c,
+ * wait_oldest()). */
+static inline bool vgpu__m_head_stuck(const struct vgpu_measure_ctx *c)
+{
+	return c->count && c->stuck_issued &&
+	       c->ring[c->head].issued == c->stuck_issued;
+}
+
 /* How long a wait for c's oldest launch (c->count > 0) sleeps at now,
  * polling: until it is due, then a quarter of how late it is. */
 uint64_t vgpu__m_until_oldest(const struct vgpu_measure_ctx *c, uint64_t now);

@@ -85,8 +85,7 @@ uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
 	if (!e)
 		e = __atomic_load_n(&proc_avg[g->ordinal][kind],
 				    __ATOMIC_RELAXED);
-	if (!e && c->count && c->stuck_issued &&
-	    c->ring[c->head].issued == c->stuck_issued)
+	if (!e && vgpu__m_head_stuck(c))
 		e = VGPU_MEASURE_STUCK_EST_NS;
 	return e;
 }

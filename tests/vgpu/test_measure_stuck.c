@@ -30,8 +30,10 @@ static void expect_went_between(uint64_t lo, uint64_t hi)
 }
 
 /* Two launches queued behind a wait: the third waits for the oldest
- * while it may still start, then goes; the fourth does not wait again
- * for the same one. */
+ * while it may still start, then goes; the fourth does not wait for the
+ * same one again, only for one of the process's tokens (which bound the
+ * launches past the stuck one): the stall again, as none of their
+ * holders runs. */
 Test(measure, a_launch_that_does_not_start_is_gone_past_once)
 {
 	start(100);
@@ -48,13 +50,13 @@ Test(measure, a_launch_that_does_not_start_is_gone_past_once)
 	expect_went_between(t1 + STALL, t1 + STALL + POLL);
 	t1 = fake.now;
 	launch(a, F1, 100 * US);
-	expect_went_between(t1, t1);
+	expect_went_between(t1 + STALL, t1 + STALL + POLL);
 	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 4,
 		     "all four in flight, none read");
 }
 
 /* A kernel that has started and does not end (it spins for this thread)
- * is waited for a second at most. */
+ * is waited for a second at most; so is a token it holds. */
 Test(measure, a_running_launch_that_does_not_end_is_gone_past)
 {
 	start(100);
@@ -70,7 +72,7 @@ Test(measure, a_running_launch_that_does_not_end_is_gone_past)
 	expect_went_between(t1 + MAX_WAIT, t1 + MAX_WAIT + POLL);
 	t1 = fake.now;
 	launch(a, F1, 100 * US);
-	expect_went_between(t1, t1);
+	expect_went_between(t1 + MAX_WAIT, t1 + MAX_WAIT + POLL);
 	/* Charged as it runs all the same: each poll told the bucket. */
 	const struct vgpu_measure_ctx *c = state_of(a, &fake.ctx[0]);
 	cr_expect_geq(c->ring[c->head].estimate, MAX_WAIT, "%llu ns charged",
@@ -80,7 +82,7 @@ Test(measure, a_running_launch_that_does_not_end_is_gone_past)
 /* A process's first launch (its tenant's probe) queued behind a wait: the
  * next goes after the stall at a fallback estimate, not as a probe of its
  * own (which would be held and retired, charged PROBE_HOLD_NS each), and
- * the one after does not wait at all. */
+ * the one after waits only for a token (the stall: no holder runs). */
 Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
 {
 	start(30);
@@ -98,7 +100,7 @@ Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
 		     VGPU_MEASURE_STUCK_EST_NS);
 	t1 = fake.now;
 	launch(a, F3, 100 * US);
-	expect_went_between(t1, t1);
+	expect_went_between(t1 + STALL, t1 + STALL + 1 * MS);
 	cr_expect_eq(charged(), 0, "nothing ran, nothing retired");
 }
 
