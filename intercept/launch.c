@@ -254,25 +254,16 @@ static void note_uses(CUfunction f, void **params)
 		}
 }
 
-/* The slow path of a launch hook: overcommit's signal of use, then the
- * throttle if a share is set. */
-static CUresult launch_slow(const struct call *c)
-{
-	if (vgpu__movable_any())
-		note_uses(c->f, c->params);
-	return __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
-	       throttled(c) : call_real(c);
-}
-
 /* The uncapped fast path: no share, no VGPU_CONTROL, nothing movable.
  * vgpu__compute_on may be turned on by vgpu-ctl or an opportunistic
  * neighbour while threads launch (devices.c): relaxed loads, the same
- * instruction as plain ones. About every 256th launch of the process looks
- * at the ledgers (devices.c's watch: a few loads), for a process that
- * never synchronises, allocates or frees. The count is a relaxed load and
- * store on a line of its own, not a read-modify-write: threads racing on
- * it lose counts, which only delays a look (a thread-local count cost
- * 6 ns a launch here, a shared atomic add would bounce between threads). */
+ * instruction as plain ones. About every 256th launch of the process takes
+ * the slow path to look at the ledgers (devices.c's watch: a few loads),
+ * for a process that never synchronises, allocates or frees. The count is
+ * a relaxed load and store on a line of its own, not a read-modify-write:
+ * threads racing on it lose counts, which only delays a look (a
+ * thread-local count cost 6 ns a launch here, a shared atomic add would
+ * bounce between threads). */
 static struct {
 	unsigned n;
 } __attribute__((aligned(64))) fast_launches;
@@ -289,16 +280,44 @@ static inline bool fast(void)
 		return false;
 	n = __atomic_load_n(&fast_launches.n, __ATOMIC_RELAXED) + 1;
 	__atomic_store_n(&fast_launches.n, n, __ATOMIC_RELAXED);
-	if (__builtin_expect((n & 255) == 0, 0)) {
-		vgpu__dev_watch_all();
-		return !__atomic_load_n(&vgpu__compute_on, __ATOMIC_RELAXED);
-	}
-	return true;
+	return __builtin_expect((n & 255) != 0, 1);
 }
 
 #define FAST fast()
 
+/* The slow path of a launch hook: the ledgers looked at when the fast
+ * path's count says so (moved on, so that a process whose launches all
+ * take this path does not look each time), overcommit's signal of use,
+ * then the throttle if a share is set. */
+static CUresult launch_slow(const struct call *c)
+{
+	unsigned n = __atomic_load_n(&fast_launches.n, __ATOMIC_RELAXED);
+
+	if (__builtin_expect((n & 255) == 0, 0)) {
+		__atomic_store_n(&fast_launches.n, n + 1, __ATOMIC_RELAXED);
+		vgpu__dev_watch_all();
+	}
+	if (vgpu__movable_any())
+		note_uses(c->f, c->params);
+	return __atomic_load_n(&vgpu__compute_on, __ATOMIC_ACQUIRE) ?
+	       throttled(c) : call_real(c);
+}
+
 /* ---- the hooks ---------------------------------------------------------- */
+
+/* Each hook is the fast path and a tail call: the struct call of its slow
+ * path is built in a function of its own with the hook's signature
+ * (never inlined), so that the fast path makes no stack frame (with it
+ * inlined, every uncapped launch saved six registers and copied its stack
+ * arguments twice). */
+#define SLOW static __attribute__((noinline)) CUresult
+
+#define KERNEL_ARGS							\
+	CUfunction f, unsigned int gridDimX, unsigned int gridDimY,	\
+	unsigned int gridDimZ, unsigned int blockDimX,			\
+	unsigned int blockDimY, unsigned int blockDimZ,			\
+	unsigned int sharedMemBytes, CUstream hStream,			\
+	void **kernelParams
 
 #define KERNEL_CALL(k)							\
 	struct call c_ = { .kind = (k), .f = f,				\
@@ -307,70 +326,69 @@ static inline bool fast(void)
 		.shmem = sharedMemBytes, .stream = hStream,		\
 		.params = kernelParams }
 
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
-			unsigned int gridDimY, unsigned int gridDimZ,
-			unsigned int blockDimX, unsigned int blockDimY,
-			unsigned int blockDimZ, unsigned int sharedMemBytes,
-			CUstream hStream, void **kernelParams, void **extra)
+#define KERNEL_PASS							\
+	f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,		\
+	blockDimZ, sharedMemBytes, hStream, kernelParams
+
+SLOW kernel_slow(KERNEL_ARGS, void **extra)
 {
-	if (FAST)
-		return vgpu__real.cuLaunchKernel(f, gridDimX, gridDimY,
-				gridDimZ, blockDimX, blockDimY, blockDimZ,
-				sharedMemBytes, hStream, kernelParams, extra);
 	KERNEL_CALL(CALL_KERNEL);
 	c_.extra = extra;
 	return launch_slow(&c_);
 }
 
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
-			     unsigned int gridDimY, unsigned int gridDimZ,
-			     unsigned int blockDimX, unsigned int blockDimY,
-			     unsigned int blockDimZ,
-			     unsigned int sharedMemBytes, CUstream hStream,
-			     void **kernelParams, void **extra)
+CUresult cuLaunchKernel(KERNEL_ARGS, void **extra)
 {
 	if (FAST)
-		return vgpu__real.cuLaunchKernel_ptsz(f, gridDimX, gridDimY,
-				gridDimZ, blockDimX, blockDimY, blockDimZ,
-				sharedMemBytes, hStream, kernelParams, extra);
+		return vgpu__real.cuLaunchKernel(KERNEL_PASS, extra);
+	return kernel_slow(KERNEL_PASS, extra);
+}
+
+SLOW kernel_ptsz_slow(KERNEL_ARGS, void **extra)
+{
 	KERNEL_CALL(CALL_KERNEL_PTSZ);
 	c_.extra = extra;
 	return launch_slow(&c_);
 }
 
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
-				   unsigned int gridDimY,
-				   unsigned int gridDimZ,
-				   unsigned int blockDimX,
-				   unsigned int blockDimY,
-				   unsigned int blockDimZ,
-				   unsigned int sharedMemBytes,
-				   CUstream hStream, void **kernelParams)
+CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **extra)
 {
 	if (FAST)
-		return vgpu__real.cuLaunchCooperativeKernel(f, gridDimX,
-				gridDimY, gridDimZ, blockDimX, blockDimY,
-				blockDimZ, sharedMemBytes, hStream,
-				kernelParams);
+		return vgpu__real.cuLaunchKernel_ptsz(KERNEL_PASS, extra);
+	return kernel_ptsz_slow(KERNEL_PASS, extra);
+}
+
+SLOW coop_slow(KERNEL_ARGS)
+{
 	KERNEL_CALL(CALL_COOP);
 	return launch_slow(&c_);
 }
 
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
-					unsigned int gridDimY,
-					unsigned int gridDimZ,
-					unsigned int blockDimX,
-					unsigned int blockDimY,
-					unsigned int blockDimZ,
-					unsigned int sharedMemBytes,
-					CUstream hStream, void **kernelParams)
+CUresult cuLaunchCooperativeKernel(KERNEL_ARGS)
 {
 	if (FAST)
-		return vgpu__real.cuLaunchCooperativeKernel_ptsz(f, gridDimX,
-				gridDimY, gridDimZ, blockDimX, blockDimY,
-				blockDimZ, sharedMemBytes, hStream,
-				kernelParams);
+		return vgpu__real.cuLaunchCooperativeKernel(KERNEL_PASS);
+	return coop_slow(KERNEL_PASS);
+}
+
+SLOW coop_ptsz_slow(KERNEL_ARGS)
+{
 	KERNEL_CALL(CALL_COOP_PTSZ);
+	return launch_slow(&c_);
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz(KERNEL_ARGS)
+{
+	if (FAST)
+		return vgpu__real.cuLaunchCooperativeKernel_ptsz(KERNEL_PASS);
+	return coop_ptsz_slow(KERNEL_PASS);
+}
+
+SLOW ex_slow(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+	     void **extra)
+{
+	struct call c_ = { .kind = CALL_EX, .f = f, .config = config,
+			   .params = kernelParams, .extra = extra };
 	return launch_slow(&c_);
 }
 
@@ -380,7 +398,13 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 	if (FAST || !config)
 		return vgpu__real.cuLaunchKernelEx(config, f, kernelParams,
 						   extra);
-	struct call c_ = { .kind = CALL_EX, .f = f, .config = config,
+	return ex_slow(config, f, kernelParams, extra);
+}
+
+SLOW ex_ptsz_slow(const CUlaunchConfig *config, CUfunction f,
+		  void **kernelParams, void **extra)
+{
+	struct call c_ = { .kind = CALL_EX_PTSZ, .f = f, .config = config,
 			   .params = kernelParams, .extra = extra };
 	return launch_slow(&c_);
 }
@@ -391,8 +415,13 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
 	if (FAST || !config)
 		return vgpu__real.cuLaunchKernelEx_ptsz(config, f, kernelParams,
 							extra);
-	struct call c_ = { .kind = CALL_EX_PTSZ, .f = f, .config = config,
-			   .params = kernelParams, .extra = extra };
+	return ex_ptsz_slow(config, f, kernelParams, extra);
+}
+
+SLOW graph_slow(CUgraphExec hGraphExec, CUstream hStream)
+{
+	struct call c_ = { .kind = CALL_GRAPH, .graph = hGraphExec,
+			   .stream = hStream };
 	return launch_slow(&c_);
 }
 
@@ -400,7 +429,12 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
 	if (FAST)
 		return vgpu__real.cuGraphLaunch(hGraphExec, hStream);
-	struct call c_ = { .kind = CALL_GRAPH, .graph = hGraphExec,
+	return graph_slow(hGraphExec, hStream);
+}
+
+SLOW graph_ptsz_slow(CUgraphExec hGraphExec, CUstream hStream)
+{
+	struct call c_ = { .kind = CALL_GRAPH_PTSZ, .graph = hGraphExec,
 			   .stream = hStream };
 	return launch_slow(&c_);
 }
@@ -409,9 +443,7 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	if (FAST)
 		return vgpu__real.cuGraphLaunch_ptsz(hGraphExec, hStream);
-	struct call c_ = { .kind = CALL_GRAPH_PTSZ, .graph = hGraphExec,
-			   .stream = hStream };
-	return launch_slow(&c_);
+	return graph_ptsz_slow(hGraphExec, hStream);
 }
 
 /* The launch entry points from before cuLaunchKernel (deprecated, still
