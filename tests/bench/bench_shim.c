@@ -10,11 +10,16 @@
  *                                   to the end of the first allocation
  *   bench_shim hold LIB             allocates once, then waits for stdin
  *                                   to close (a registered process)
+ *   bench_shim loop LIB WHAT N      N cuLaunchKernel calls (WHAT launch)
+ *                                   or pairs (pair), one of each first,
+ *                                   untimed: for counting instructions
+ *                                   (count-instructions.py)
  *
  * run-bench.py runs these with and without the shim and prints the table.
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,7 +145,23 @@ int main(int argc, char **argv)
 			;
 		return 0;
 	}
+	if (argc >= 5 && strcmp(argv[1], "loop") == 0) {
+		long n = atol(argv[4]);
+		bool launch = strcmp(argv[3], "launch") == 0;
+		CUdeviceptr d;
+
+		open_lib(argv[2]);
+		for (long i = -1; i < n; i++) {
+			if (launch) {
+				p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL,
+					 NULL);
+			} else if (p_alloc(&d, 4096) == CUDA_SUCCESS) {
+				p_free(d);
+			}
+		}
+		return 0;
+	}
 	fprintf(stderr, "usage: bench_shim calls LIB [launch|pair] | "
-		"first-alloc LIB T0 | hold LIB\n");
+		"first-alloc LIB T0 | hold LIB | loop LIB launch|pair N\n");
 	return 2;
 }
