@@ -193,7 +193,7 @@ static bool lent_room(const struct vgpu_measure_ctx *c,
 	if (!g->slot || !est || c->count + 1 >= RING)
 		return false;
 	for (unsigned i = 0; i < c->count; i++)
-		sum += c->ring[(c->head + i) % RING].estimate;
+		sum += AT(c, i)->estimate;
 	return sum <= VGPU_MEASURE_LENT_QUEUE_NS &&
 	       vgpu_throttle_lent(g->slot, now);
 }
@@ -209,15 +209,16 @@ static bool room(const struct vgpu_measure_ctx *c,
 	uint64_t sum = est;
 
 	if (g->slot && vgpu_throttle_opportunistic(g->slot)) {
-		if (!c->count)
+		if (!vgpu__m_live(c))
 			return true;
 		if (!est || c->count + 1 >= RING)
 			return false;
 		for (unsigned i = 0; i < c->count; i++)
-			sum += c->ring[(c->head + i) % RING].estimate;
+			sum += AT(c, i)->estimate;
 		return sum <= VGPU_MEASURE_OPP_QUEUE_NS;
 	}
-	return c->count < VGPU_MEASURE_DEPTH || lent_room(c, g, est, now);
+	return vgpu__m_live(c) < VGPU_MEASURE_DEPTH ||
+	       lent_room(c, g, est, now);
 }
 
 /* Whether c's oldest launch in flight, waited for `waited`, is given up
@@ -228,18 +229,19 @@ static bool room(const struct vgpu_measure_ctx *c,
 static bool oldest_stuck(const struct vgpu_measure_ctx *c, uint64_t waited)
 {
 	return (waited >= VGPU_MEASURE_TOKEN_STALL_NS &&
-		P.event_query(c->ring[c->head].start) != VGPU_PRIM_DONE) ||
+		P.event_query(AT(c, 0)->start) != VGPU_PRIM_DONE) ||
 	       waited >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
 }
 
-/* Reads c's oldest launch in flight (and any ended after it) once it has
- * ended, polling: false, the launch left in flight, once oldest_stuck(),
- * and at once for one given up on before (c->stuck_issued), so that each
- * later launch of a pipeline whose stream waits for a value does not wait
- * again. Never blocks in the driver: the launch may wait for the very
- * launch that waits here (a stream waiting for a value this thread writes
- * next, on another stream, hung the job for good when this blocked).
- * *now: read again after a wait. */
+/* Reads c's oldest launch in flight not given up on (and any ended after
+ * it) once it has ended, polling. False once oldest_stuck(): the launch is
+ * given up on and moved behind the others (vgpu__m_stuck_behind()), so
+ * that those behind it are read as they end and later launches do not
+ * wait for it again; false at once when all in flight were given up on.
+ * Never blocks in the driver: the launch may wait for the very launch
+ * that waits here (a stream waiting for a value this thread writes next,
+ * on another stream, hung the job for good when this blocked). *now:
+ * read again after a wait; *since: when the wait began. */
 static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now,
 			uint64_t *since)
 {
@@ -254,8 +256,13 @@ static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now,
 		*now = vgpu__m_collect(c);
 		if (c->count < count)
 			return true;
+		if (vgpu__m_head_stuck(c))
+			return false;
 	}
-	c->stuck_issued = c->ring[c->head].issued;
+	AT(c, 0)->stuck = true;
+	c->nstuck++;
+	vgpu__m_gave_up(AT(c, 0)->gpu);
+	vgpu__m_stuck_behind(c);
 	return false;
 }
 
@@ -275,11 +282,25 @@ static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
 	bool stuck = false;
 
 	*since = 0;
-	while (!est && c->count && !(stuck = !wait_oldest(c, now, since)))
+	while (!est && vgpu__m_live(c) &&
+	       !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);
 	while (!stuck && !room(c, g, est, *now) &&
 	       !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);
+	/* The ring full of launches given up on: one of them may end (another
+	 * thread may release them), for TOKEN_MAX_WAIT_NS; then the launch
+	 * is refused (measured()). */
+	if (c->count + 1 >= RING) {
+		uint64_t t0 = *now = P.now();
+
+		while (c->count + 1 >= RING &&
+		       *now - t0 < VGPU_MEASURE_TOKEN_MAX_WAIT_NS) {
+			wait_ns(VGPU_MEASURE_TOKEN_POLL_NS);
+			*now = vgpu__m_collect(c);
+		}
+		est = vgpu__m_estimate(c, g, kind, key);
+	}
 	if (!stuck)
 		*since = 0;
 	return est;
@@ -309,7 +330,7 @@ static uint32_t my_tag(void)
  * at a time (it is queued behind other work, or runs long). */
 static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 {
-	const struct vgpu_measure_pending *p = &c->ring[c->head];
+	const struct vgpu_measure_pending *p = AT(c, 0);
 	uint64_t due = p->issued + p->estimate;
 
 	if (!c->count)
@@ -323,7 +344,7 @@ static uint64_t until_end(const struct vgpu_measure_ctx *c, uint64_t now)
 static bool own_due_first(const struct vgpu_measure_ctx *c,
 			  const struct vgpu_measure_gpu *g)
 {
-	const struct vgpu_measure_pending *p = &c->ring[c->head];
+	const struct vgpu_measure_pending *p = AT(c, 0);
 
 	return p->issued + p->estimate <= vgpu_inflight_next_due(g->ordinal);
 }
@@ -425,8 +446,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 	uint32_t seq = vgpu_inflight_seq(g->ordinal), lseq;
 
 	m->tok = -1;
-	if (!g->slot ||
-	    (c->count >= VGPU_MEASURE_DEPTH && !vgpu__m_head_stuck(c)) ||
+	if (!g->slot || vgpu__m_live(c) >= VGPU_MEASURE_DEPTH ||
 	    vgpu_throttle_opportunistic(g->slot))
 		return now;
 	lseq = vgpu_throttle_lane_seq(g->slot);
@@ -462,7 +482,7 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		 * 100 us kernels left the device 36% idle: each end was read
 		 * when some thread's sleep ran out. */
 		if (c->count && own_due_first(c, g) &&
-		    P.event_query(c->ring[c->head].start) == VGPU_PRIM_DONE) {
+		    P.event_query(AT(c, 0)->start) == VGPU_PRIM_DONE) {
 			bool read = wait_oldest(c, &now, &ignored);
 
 			now = P.now();
@@ -503,12 +523,15 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 	return now;
 }
 
-/* Whether c's oldest launch, given up on (wait_oldest()), is a probe:
+/* Whether one of c's launches given up on (wait_oldest()) is a probe:
  * then it holds none of the thread's later launches (it may wait for
  * them). */
 static bool probe_given_up(const struct vgpu_measure_ctx *c)
 {
-	return vgpu__m_head_stuck(c) && c->ring[c->head].probe_at;
+	for (unsigned i = 0; c->nstuck && i < c->count; i++)
+		if (AT(c, i)->stuck && AT(c, i)->probe_at)
+			return true;
+	return false;
 }
 
 /* What a launch with estimate est, that has waited `waited`, is held for
@@ -663,6 +686,20 @@ static bool probe_stuck(const struct vgpu_measure_gpu *g,
 	return holders_stuck(g, now - *since);
 }
 
+/* Says, once per process, why a launch was refused. */
+static void refused_say(void)
+{
+	static int said;
+
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		vgpu_log(VGPU_LOG_ERROR, "a launch is refused: %d launches "
+			 "of this thread in one context wait for something "
+			 "the thread has not done yet (a stream waiting for a "
+			 "value, a host function), and the compute share "
+			 "(VGPU_COMPUTE_LIMIT) cannot measure more; release "
+			 "them before launching more", RING - 1);
+}
+
 /* Admits, makes and measures one launch in c (one of t's), on g. */
 static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -716,12 +753,25 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		now = P.now();	/* rare: only before a process's first */
 		est = vgpu__m_estimate(c, g, call->kind, call->key);
 	}
+	/* The ring full of launches given up on (wait_oldest()) that did not
+	 * end for a second: refused, with a message. Made unmeasured, each
+	 * could run any length past its estimate (a hostile review's long
+	 * kernels got 99.9% of the device under a 30% cap); waited for, the
+	 * job would hang when they wait for this very thread. */
+	if (c->count + 1 >= RING) {
+		vgpu_throttle_settle(g->slot, 0, est);
+		if (probe_at)
+			vgpu_throttle_probe_end(g->slot, probe_at);
+		vgpu_inflight_release(g->ordinal, &tok);
+		refused_say();
+		return P.launch_refused;
+	}
 	if (call->enter)
 		call->enter();
-	/* Not measured: the ring full of launches given up on (wait_oldest),
-	 * or no events to be had. Charged its estimate, or as a launch that
-	 * runs TOKEN_STALL_NS when it has none (a probe): never free. */
-	if (c->count + 1 >= RING || !take_events(c, &a, &b)) {
+	/* Not measured: no events to be had. Charged its estimate, or as a
+	 * launch that runs TOKEN_STALL_NS when it has none (a probe): never
+	 * free. */
+	if (!take_events(c, &a, &b)) {
 		r = call->launch(call->arg);
 		if (call->leave)
 			call->leave();
@@ -749,7 +799,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 	recorded &= P.event_record(b, call->stream, call->per_thread);
 	if (call->leave)
 		call->leave();
-	p = &c->ring[(c->head + c->count) % RING];
+	p = AT(c, c->count);
 	p->recorded = recorded;
 	p->start = a;
 	p->end = b;
@@ -762,6 +812,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 	p->kind = call->kind;
 	p->ref = c->ref;
 	p->issued = now;	/* before the launch call: never too late */
+	p->stuck = false;
 	p->tok = tok;
 	/* Readable by other threads only once both events were recorded
 	 * (an event whose record failed holds an old time). */

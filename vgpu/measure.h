@@ -186,6 +186,8 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	int kind;
 	int ref;			/* the reference it is placed against */
 	uint64_t issued;		/* host time just before the launch */
+	bool stuck;			/* given up on (measure.c,
+					 * wait_oldest()) */
 	struct vgpu_inflight_mark tok;	/* its hold on the process's
 					 * launches in flight (inflight.h) */
 };
@@ -208,8 +210,15 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	uint64_t used;			/* last use, for eviction */
 	struct vgpu_prim_event *free_ev[2 * VGPU_MEASURE_RING];
 	int nfree;
+	/* The launches in flight, oldest first, at positions head ..
+	 * head + count - 1 (mod RING) of a permutation of the slots: the
+	 * slot of position i is perm[i] ^ i (zeroed: in place), so that one
+	 * given up on moves behind the others without moving in memory
+	 * (its token's reader holds its address). */
 	struct vgpu_measure_pending ring[VGPU_MEASURE_RING];
+	unsigned char perm[VGPU_MEASURE_RING];
 	unsigned head, count;
+	unsigned nstuck;		/* of them, given up on */
 	struct vgpu_measure_done done[2 * VGPU_MEASURE_RING];
 	unsigned done_head, done_count;
 	unsigned early;			/* done entries still early */
@@ -224,9 +233,6 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	int ref;			/* the current one; -1: none */
 	uint64_t cal_next;		/* a wide one is read again then */
 	uint64_t cal_retry;		/* and the wait after that */
-	/* The oldest launch given up on (its issue time): later launches
-	 * go past it without waiting (measure.c, wait_oldest()). */
-	uint64_t stuck_issued;
 };
 
 struct vgpu_measure_thread {

@@ -49,13 +49,39 @@ struct vgpu_measure_done *vgpu__m_done_at(struct vgpu_measure_ctx *c,
 void vgpu__m_charge_done(struct vgpu_measure_ctx *c, uint64_t now,
 			 bool force);
 
-/* Whether c's oldest launch in flight is one given up on (measure.c,
- * wait_oldest()). */
+/* The slot of c's launch in flight at position i (0: the oldest). */
+static inline unsigned vgpu__m_slot(const struct vgpu_measure_ctx *c,
+				    unsigned i)
+{
+	unsigned pos = (c->head + i) % RING;
+
+	return c->perm[pos] ^ pos;
+}
+
+#define AT(c, i) (&(c)->ring[vgpu__m_slot((c), (i))])
+
+/* Whether c's oldest launch in flight is one given up on: then they all
+ * are (vgpu__m_stuck_behind()). */
 static inline bool vgpu__m_head_stuck(const struct vgpu_measure_ctx *c)
 {
-	return c->count && c->stuck_issued &&
-	       c->ring[c->head].issued == c->stuck_issued;
+	return c->count && AT(c, 0)->stuck;
 }
+
+/* c's launches in flight that are not given up on. */
+static inline unsigned vgpu__m_live(const struct vgpu_measure_ctx *c)
+{
+	return c->count - c->nstuck;
+}
+
+/* A launch of this process on g was given up on (measure.c,
+ * wait_oldest()): the process's launches with no estimate at all go at
+ * STUCK_EST_NS from then on (vgpu__m_estimate). */
+void vgpu__m_gave_up(const struct vgpu_measure_gpu *g);
+
+/* Moves the launches given up on at the front of c's ring behind the
+ * others, unless they have ended (then they are read in turn), so that
+ * the launches behind them are read as they end. */
+void vgpu__m_stuck_behind(struct vgpu_measure_ctx *c);
 
 /* How long a wait for c's oldest launch (c->count > 0) sleeps at now,
  * polling: until it is due, then a quarter of how late it is. */

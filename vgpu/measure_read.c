@@ -19,6 +19,15 @@
  * context that has measured nothing yet (atomic). */
 static uint64_t proc_avg[VGPU_MAX_DEVICES][KINDS];
 
+/* Whether a launch of this process on a GPU was ever given up on
+ * (measure.c, wait_oldest(); atomic). */
+static bool proc_stuck[VGPU_MAX_DEVICES];
+
+void vgpu__m_gave_up(const struct vgpu_measure_gpu *g)
+{
+	__atomic_store_n(&proc_stuck[g->ordinal], true, __ATOMIC_RELAXED);
+}
+
 /* The process's first reading on a GPU, of a kind: its average until
  * charges refine it. */
 static void proc_avg_seed(int gpu, int kind, uint64_t ns)
@@ -73,7 +82,10 @@ static void fn_measured(uint64_t key, uint64_t ns)
 
 /* What the launch is admitted with: its function's or graph's recent time,
  * else this thread's average in the context, else the process's; with
- * none, STUCK_EST_NS while c's oldest launch is one given up on. */
+ * none, STUCK_EST_NS once a launch of the process on g was given up on:
+ * not a probe, which its own process's launches given up on would hold
+ * until retired and charged PROBE_HOLD_NS (four cold threads whose first
+ * launches waited for each other took 7 and then 16 s). */
 uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
 			  const struct vgpu_measure_gpu *g, int kind,
 			  uint64_t key)
@@ -85,7 +97,8 @@ uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
 	if (!e)
 		e = __atomic_load_n(&proc_avg[g->ordinal][kind],
 				    __ATOMIC_RELAXED);
-	if (!e && vgpu__m_head_stuck(c))
+	if (!e && (c->nstuck ||
+		   __atomic_load_n(&proc_stuck[g->ordinal], __ATOMIC_RELAXED)))
 		e = VGPU_MEASURE_STUCK_EST_NS;
 	return e;
 }
@@ -171,7 +184,7 @@ static int cal_wait(struct vgpu_prim_event *e)
 static bool placed_against(const struct vgpu_measure_ctx *c, int r)
 {
 	for (unsigned i = 0; i < c->count; i++)
-		if (c->ring[(c->head + i) % RING].ref == r)
+		if (AT(c, i)->ref == r)
 			return true;
 	return false;
 }
@@ -413,7 +426,7 @@ static bool off_by_much(uint64_t estimate, uint64_t first)
  * GPU's timeline. */
 static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 {
-	struct vgpu_measure_pending *p = &c->ring[c->head];
+	struct vgpu_measure_pending *p = AT(c, 0);
 	const struct vgpu_measure_gpu *g = p->gpu;
 	struct vgpu_measure_done *m;
 	uint64_t start, len, first;
@@ -494,8 +507,27 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 		c->avg_ns[p->kind] = first ? first : 1;
 	c->free_ev[c->nfree++] = p->start;
 	c->free_ev[c->nfree++] = p->end;
+	if (p->stuck)
+		c->nstuck--;
 	c->head = (c->head + 1) % RING;
 	c->count--;
+}
+
+void vgpu__m_stuck_behind(struct vgpu_measure_ctx *c)
+{
+	for (unsigned k = c->count;
+	     k && c->nstuck < c->count && AT(c, 0)->stuck &&
+	     P.event_query(AT(c, 0)->end) == VGPU_PRIM_NOT_READY;
+	     k--) {
+		/* The slots of the head and of the first free position
+		 * swap; the head moves on: the one given up on is last. */
+		unsigned h = c->head, t = (c->head + c->count) % RING;
+		unsigned a = c->perm[h] ^ h, f = c->perm[t] ^ t;
+
+		c->perm[t] = (unsigned char)(a ^ t);
+		c->perm[h] = (unsigned char)(f ^ h);
+		c->head = (h + 1) % RING;
+	}
 }
 
 /* How long a thread waiting for c's oldest launch sleeps at now: until
@@ -508,7 +540,7 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
  * least. */
 uint64_t vgpu__m_until_oldest(const struct vgpu_measure_ctx *c, uint64_t now)
 {
-	const struct vgpu_measure_pending *p = &c->ring[c->head];
+	const struct vgpu_measure_pending *p = AT(c, 0);
 	uint64_t due = p->issued + p->admitted, ns;
 
 	if (due > now) {
@@ -525,10 +557,15 @@ uint64_t vgpu__m_until_oldest(const struct vgpu_measure_ctx *c, uint64_t now)
 }
 
 /* Takes the oldest launch of c off the ring if it has completed, as
- * settle_read. Returns false if it has not. */
+ * settle_read (the ones given up on first moved behind the others).
+ * Returns false if it has not. */
 bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c)
 {
-	int q = P.event_query(c->ring[c->head].end);
+	int q;
+
+	if (c->nstuck)
+		vgpu__m_stuck_behind(c);
+	q = P.event_query(AT(c, 0)->end);
 
 	if (q == VGPU_PRIM_NOT_READY)
 		return false;
@@ -545,7 +582,7 @@ bool vgpu__m_settle_oldest(struct vgpu_measure_ctx *c)
  * when, it runs. */
 static void running(struct vgpu_measure_ctx *c, uint64_t now)
 {
-	struct vgpu_measure_pending *p = &c->ring[c->head];
+	struct vgpu_measure_pending *p = AT(c, 0);
 	uint64_t ns, start, ran;
 
 	if (!c->count)
@@ -681,18 +718,25 @@ static void review(struct vgpu_measure_ctx *c, uint64_t now)
 uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
 {
 	int q[RING];
-	unsigned k = 0;
+	unsigned k;
 	uint64_t now;
 
 	/* The clock is read after the queries: the time each completed end
-	 * was seen by (place()), and the launch's time. */
-	while (k < c->count &&
-	       (q[k] = P.event_query(c->ring[(c->head + k) % RING].end)) !=
-		       VGPU_PRIM_NOT_READY)
-		k++;
-	now = P.now();
-	for (unsigned i = 0; i < k; i++)
-		settle_read(c, q[i], now);
+	 * was seen by (place()), and the launch's time. In order, the ones
+	 * given up on moved behind the others first; again while that lets
+	 * more be read. */
+	do {
+		if (c->nstuck)
+			vgpu__m_stuck_behind(c);
+		for (k = 0; k < c->count &&
+			    (q[k] = P.event_query(AT(c, k)->end)) !=
+				    VGPU_PRIM_NOT_READY;
+		     k++)
+			;
+		now = P.now();
+		for (unsigned i = 0; i < k; i++)
+			settle_read(c, q[i], now);
+	} while (k && c->nstuck && c->nstuck < c->count);
 	running(c, now);
 	review(c, now);
 	if (c->done_count)
@@ -708,16 +752,31 @@ uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
  * (for release() to give their events back); c is dropped after. */
 void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
 {
-	uint64_t first = c->count ? c->ring[c->head].issued : now;
-	uint64_t share = c->count && now > first ? (now - first) / c->count : 0;
+	uint64_t first = now, share = 0;
+	unsigned live = 0;
 
 	for (unsigned i = 0; i < c->count; i++) {
-		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
+		if (AT(c, i)->stuck)
+			continue;
+		live++;
+		if (AT(c, i)->issued < first)
+			first = AT(c, i)->issued;
+	}
+	if (live && now > first)
+		share = (now - first) / live;
+	for (unsigned i = 0; i < c->count; i++) {
+		struct vgpu_measure_pending *p = AT(c, i);
 		uint64_t t;
 
 		token_fold(p, false);
 		probe_fold(p);
-		t = share;
+		/* One given up on, or seen not started when its thread left
+		 * (retire()), did not run while it waited: its estimate.
+		 * Charged the time since it was issued, which included the
+		 * throttle's own waits, each eviction of a thread's fifth
+		 * context paid for the one before: 4.6 s, 20 s, 86 s (a
+		 * hostile review). */
+		t = p->stuck ? 0 : share;
 		/* A probe's length is not known at all: charged as if it ran
 		 * at most as long as the tenant waits for an unread one
 		 * (PROBE_HOLD_NS). A probe launched and left unread for
@@ -743,7 +802,7 @@ static void release(struct vgpu_measure_ctx *c)
 	 * from now on, and one reading them still is waited out. */
 	vgpu_inflight_quiesce();
 	for (unsigned i = 0; i < c->count; i++) {
-		struct vgpu_measure_pending *p = &c->ring[(c->head + i) % RING];
+		struct vgpu_measure_pending *p = AT(c, i);
 
 		/* Still recorded: the driver frees them once complete. */
 		P.event_destroy(p->start);
@@ -770,23 +829,40 @@ void vgpu__m_forget(struct vgpu_measure_ctx *c)
 }
 
 /* Ends c: with its context made current, its launches are read as they
- * complete until the host's clock passes deadline (never blocking in the
- * driver: one may wait for the thread that ends c), the rest settled by
- * settle_unread, all charged, and its events and stream destroyed; a
- * stale c, or one whose context cannot be made current, is forgotten. */
+ * complete until the host's clock passes deadline, the oldest has not
+ * started after TOKEN_STALL_NS, or only launches given up on are left
+ * (never blocking in the driver: one may wait for the
+ * thread that ends c), the rest settled by settle_unread (those not
+ * started at their estimate), all charged, and its events and stream
+ * destroyed; a stale c, or one whose context cannot be made current, is
+ * forgotten. */
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 {
 	if (vgpu__m_stale(c) || !P.ctx_push(c->ctx)) {
 		vgpu__m_forget(c);
 		return;
 	}
-	for (uint64_t now; c->count;) {
+	for (uint64_t now, t0 = 0; c->count;) {
 		if (vgpu__m_settle_oldest(c))
 			continue;
-		if ((now = P.now()) > deadline)
+		if (vgpu__m_head_stuck(c) || (now = P.now()) > deadline)
+			break;
+		if (!t0)
+			t0 = now;
+		/* Not started after TOKEN_STALL_NS: it waits for something
+		 * (measure.c, wait_oldest()). */
+		if (now - t0 >= VGPU_MEASURE_TOKEN_STALL_NS &&
+		    P.event_query(AT(c, 0)->start) != VGPU_PRIM_DONE)
 			break;
 		P.sleep(vgpu__m_until_oldest(c, now));
 	}
+	/* Not started yet: waiting for something, maybe for this thread. */
+	for (unsigned i = 0; i < c->count; i++)
+		if (!AT(c, i)->stuck &&
+		    P.event_query(AT(c, i)->start) != VGPU_PRIM_DONE) {
+			AT(c, i)->stuck = true;
+			c->nstuck++;
+		}
 	vgpu__m_settle_unread(c, P.now());
 	vgpu__m_charge_done(c, 0, true);
 	release(c);

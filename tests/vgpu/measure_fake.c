@@ -206,6 +206,7 @@ static const struct vgpu_prim fake_prim = {
 	.sleep = f_sleep,
 	.thread_watch = f_thread_watch,
 	.probe_watch = f_probe_watch,
+	.launch_refused = F_REFUSED,
 };
 
 
@@ -311,7 +312,9 @@ const struct vgpu_measure_pending *newest(struct fthread *t,
 
 	cr_assert_not_null(s);
 	cr_assert_gt(s->count, 0, "no launch pending");
-	return &s->ring[(s->head + s->count - 1) % VGPU_MEASURE_RING];
+	unsigned pos = (s->head + s->count - 1) % VGPU_MEASURE_RING;
+
+	return &s->ring[s->perm[pos] ^ pos];
 }
 
 const struct vgpu_ledger_compute *compute(void)

@@ -73,10 +73,18 @@ Test(measure, a_running_launch_that_does_not_end_is_gone_past)
 	t1 = fake.now;
 	launch(a, F1, 100 * US);
 	expect_went_between(t1 + MAX_WAIT, t1 + MAX_WAIT + POLL);
-	/* Charged as it runs all the same: each poll told the bucket. */
+	/* Charged as it ran while it was waited for (each poll told the
+	 * bucket); given up on, moved behind the others. */
 	const struct vgpu_measure_ctx *c = state_of(a, &fake.ctx[0]);
-	cr_expect_geq(c->ring[c->head].estimate, MAX_WAIT, "%llu ns charged",
-		      (unsigned long long)c->ring[c->head].estimate);
+	const struct vgpu_measure_pending *p = NULL;
+
+	for (unsigned i = 0; i < VGPU_MEASURE_RING; i++)
+		if (c->ring[i].key == F2)
+			p = &c->ring[i];
+	cr_assert_not_null(p);
+	cr_expect(p->stuck, "given up on");
+	cr_expect_geq(p->estimate, MAX_WAIT, "%llu ns charged",
+		      (unsigned long long)p->estimate);
 }
 
 /* A process's first launch (its tenant's probe) queued behind a wait: the
@@ -104,27 +112,36 @@ Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
 	cr_expect_eq(charged(), 0, "nothing ran, nothing retired");
 }
 
-/* Behind a wait, launches fill the ring; past it they go unmeasured,
- * charged their estimate, and nothing is overwritten. */
-Test(measure, a_full_ring_of_stuck_launches_goes_unmeasured)
+/* Behind a wait, launches given up on fill the ring; past it a launch
+ * waits a second for one of them to end, then is refused (the driver's
+ * error for it), charged nothing, and nothing is overwritten. */
+Test(measure, a_full_ring_of_stuck_launches_refuses_the_next)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
-	uint64_t before;
-	unsigned made;
+	const struct vgpu_measure_ctx *c;
+	uint64_t before, t1;
 
 	run_and_read(a, F1, 1 * MS);
 	block_stream();
 	for (int i = 0; i < VGPU_MEASURE_RING - 1; i++)
 		launch(a, F1, 1 * MS);
-	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_RING - 1);
+	c = state_of(a, &fake.ctx[0]);
+	cr_expect_eq(c->count, VGPU_MEASURE_RING - 1);
+	cr_expect_geq(c->nstuck, VGPU_MEASURE_RING - 1 - VGPU_MEASURE_DEPTH,
+		      "%u given up on", c->nstuck);
 	before = charged();
-	made = fake.events_made;
-	for (int i = 0; i < 5; i++)
-		cr_expect_eq(launch(a, F1, 1 * MS), 0);
-	cr_expect_eq(state_of(a, &fake.ctx[0])->count, VGPU_MEASURE_RING - 1,
-		     "the ring untouched");
-	cr_expect_eq(fake.events_made, made, "no events for them");
-	cr_expect_eq(charged() - before, 5 * MS, "%llu ns charged",
+	for (int i = 0; i < 5; i++) {
+		uint64_t last = fake.launched_at;
+
+		t1 = fake.now;
+		cr_expect_eq(launch(a, F1, 1 * MS), F_REFUSED);
+		cr_expect_geq(fake.now, t1 + MAX_WAIT,
+			      "refused %llu ns after it was asked for",
+			      (unsigned long long)(fake.now - t1));
+		cr_expect_eq(fake.launched_at, last, "not launched");
+	}
+	cr_expect_eq(c->count, VGPU_MEASURE_RING - 1, "the ring untouched");
+	cr_expect_eq(charged(), before, "%llu ns charged",
 		     (unsigned long long)(charged() - before));
 }
