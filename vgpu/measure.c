@@ -924,7 +924,7 @@ void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
 			continue;
 		if (!now)
 			now = P.now();
-		vgpu__m_settle_unread(c, now);
+		vgpu__m_settle_unread(c, now, UINT64_MAX);
 		vgpu__m_charge_done(c, 0, true);
 		memset(c, 0, sizeof(*c));
 	}

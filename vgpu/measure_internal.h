@@ -109,7 +109,8 @@ unsigned vgpu__m_reap(const struct vgpu_measure_gpu *g, bool ended);
 /* Ending c: its unread launches settled without a driver call
  * (settle_unread), c dropped without one (forget), or its launches read
  * until deadline and its events given back (retire). */
-void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now);
+void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
+			   uint64_t most);
 void vgpu__m_forget(struct vgpu_measure_ctx *c);
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline);
 

@@ -513,21 +513,25 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	c->count--;
 }
 
+/* Moves c's oldest launch in flight behind the others: the slots of the
+ * head and of the first free position swap, and the head moves on. */
+static void oldest_last(struct vgpu_measure_ctx *c)
+{
+	unsigned h = c->head, t = (c->head + c->count) % RING;
+	unsigned a = c->perm[h] ^ h, f = c->perm[t] ^ t;
+
+	c->perm[t] = (unsigned char)(a ^ t);
+	c->perm[h] = (unsigned char)(f ^ h);
+	c->head = (h + 1) % RING;
+}
+
 void vgpu__m_stuck_behind(struct vgpu_measure_ctx *c)
 {
 	for (unsigned k = c->count;
 	     k && c->nstuck < c->count && AT(c, 0)->stuck &&
 	     P.event_query(AT(c, 0)->end) == VGPU_PRIM_NOT_READY;
-	     k--) {
-		/* The slots of the head and of the first free position
-		 * swap; the head moves on: the one given up on is last. */
-		unsigned h = c->head, t = (c->head + c->count) % RING;
-		unsigned a = c->perm[h] ^ h, f = c->perm[t] ^ t;
-
-		c->perm[t] = (unsigned char)(a ^ t);
-		c->perm[h] = (unsigned char)(f ^ h);
-		c->head = (h + 1) % RING;
-	}
+	     k--)
+		oldest_last(c);
 }
 
 /* How long a thread waiting for c's oldest launch sleeps at now: until
@@ -748,35 +752,32 @@ uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
 
 /* Settles c's pending launches without a driver call: each at its
  * estimate, or its share of the time since the oldest was issued if that
- * is more (one stream runs them one after another). They stay in the ring
- * (for release() to give their events back); c is dropped after. */
-void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now)
+ * is more (one stream runs them one after another), the share at most
+ * most. They stay in the ring (for release() to give their events back);
+ * c is dropped after. */
+void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
+			   uint64_t most)
 {
 	uint64_t first = now, share = 0;
-	unsigned live = 0;
 
-	for (unsigned i = 0; i < c->count; i++) {
-		if (AT(c, i)->stuck)
-			continue;
-		live++;
+	for (unsigned i = 0; i < c->count; i++)
 		if (AT(c, i)->issued < first)
 			first = AT(c, i)->issued;
-	}
-	if (live && now > first)
-		share = (now - first) / live;
+	if (c->count && now > first)
+		share = (now - first) / c->count;
+	if (share > most)
+		share = most;
 	for (unsigned i = 0; i < c->count; i++) {
 		struct vgpu_measure_pending *p = AT(c, i);
 		uint64_t t;
 
 		token_fold(p, false);
 		probe_fold(p);
-		/* One given up on, or seen not started when its thread left
-		 * (retire()), did not run while it waited: its estimate.
-		 * Charged the time since it was issued, which included the
-		 * throttle's own waits, each eviction of a thread's fifth
-		 * context paid for the one before: 4.6 s, 20 s, 86 s (a
-		 * hostile review). */
-		t = p->stuck ? 0 : share;
+		/* Those given up on too: charged only their estimate, kernels
+		 * queued behind a wait that a thread then left ran 200 ms each
+		 * for a 20 us charge once the wait was released (89.6% of
+		 * the device under a 30% cap, a hostile review). */
+		t = share;
 		/* A probe's length is not known at all: charged as if it ran
 		 * at most as long as the tenant waits for an unread one
 		 * (PROBE_HOLD_NS). A probe launched and left unread for
@@ -823,47 +824,49 @@ static void release(struct vgpu_measure_ctx *c)
  * are left to its context. */
 void vgpu__m_forget(struct vgpu_measure_ctx *c)
 {
-	vgpu__m_settle_unread(c, P.now());
+	vgpu__m_settle_unread(c, P.now(), UINT64_MAX);
 	vgpu__m_charge_done(c, 0, true);
 	memset(c, 0, sizeof(*c));
 }
 
 /* Ends c: with its context made current, its launches are read as they
- * complete until the host's clock passes deadline, the oldest has not
- * started after TOKEN_STALL_NS, or only launches given up on are left
- * (never blocking in the driver: one may wait for the
- * thread that ends c), the rest settled by settle_unread (those not
- * started at their estimate), all charged, and its events and stream
- * destroyed; a stale c, or one whose context cannot be made current, is
- * forgotten. */
+ * complete until the host's clock passes deadline (never blocking in the
+ * driver: one may wait for the thread that ends c), the rest settled by
+ * settle_unread, each at most the time waited here, all charged, and its
+ * events and stream destroyed; a stale c, or one whose context cannot be
+ * made current, is forgotten. */
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 {
+	uint64_t now, t0;
+
 	if (vgpu__m_stale(c) || !P.ctx_push(c->ctx)) {
 		vgpu__m_forget(c);
 		return;
 	}
-	for (uint64_t now, t0 = 0; c->count;) {
+	now = t0 = P.now();
+
+	/* The ones given up on are waited for too: left at their estimate,
+	 * they could run any length once released. */
+	for (; c->count; now = P.now()) {
 		if (vgpu__m_settle_oldest(c))
 			continue;
-		if (vgpu__m_head_stuck(c) || (now = P.now()) > deadline)
-			break;
-		if (!t0)
-			t0 = now;
-		/* Not started after TOKEN_STALL_NS: it waits for something
-		 * (measure.c, wait_oldest()). */
-		if (now - t0 >= VGPU_MEASURE_TOKEN_STALL_NS &&
-		    P.event_query(AT(c, 0)->start) != VGPU_PRIM_DONE)
-			break;
-		P.sleep(vgpu__m_until_oldest(c, now));
-	}
-	/* Not started yet: waiting for something, maybe for this thread. */
-	for (unsigned i = 0; i < c->count; i++)
-		if (!AT(c, i)->stuck &&
-		    P.event_query(AT(c, i)->start) != VGPU_PRIM_DONE) {
-			AT(c, i)->stuck = true;
-			c->nstuck++;
+		if (!vgpu__m_head_stuck(c)) {
+			if (now > deadline)
+				break;
+			P.sleep(vgpu__m_until_oldest(c, now));
+			continue;
 		}
-	vgpu__m_settle_unread(c, P.now());
+		/* All given up on: each polled in turn. */
+		if (now > deadline)
+			break;
+		oldest_last(c);
+		P.sleep(VGPU_MEASURE_TOKEN_POLL_NS);
+	}
+	/* The rest, at most the time waited here each: the time since they
+	 * were issued included the throttle's own waits, and each eviction
+	 * of a thread's fifth context paid for the one before (4.6 s, 20 s,
+	 * 86 s, a hostile review). */
+	vgpu__m_settle_unread(c, now, now - t0);
 	vgpu__m_charge_done(c, 0, true);
 	release(c);
 	P.ctx_pop();
