@@ -195,5 +195,4 @@ const struct vgpu_prim vgpu__prim = {
 	/* lifetime.c runs vgpu__launch_thread_exit at the thread's exit. */
 	.thread_watch = vgpu__lifetime_watch_thread,
 	.probe_watch = vgpu_measure_watch,
-	.launch_refused = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
 };

@@ -224,13 +224,15 @@ static bool room(const struct vgpu_measure_ctx *c,
 /* Whether c's oldest launch in flight, waited for `waited`, is given up
  * on: it has not started after TOKEN_STALL_NS (it waits for something: a
  * host function, a value its stream waits for, maybe this very thread's
- * next launch), or not ended after TOKEN_MAX_WAIT_NS (a kernel spinning
- * on a flag that a later kernel of the thread sets). */
+ * next launch), or not ended after RUNNING_MAX_WAIT_NS (a kernel spinning
+ * on a flag that a later kernel of the thread sets; given up after 1 s, a
+ * kernel of 8 s had the launches chained to it by an event given up on
+ * one by one, 50 ms each, until the ring was full: a hostile review). */
 static bool oldest_stuck(const struct vgpu_measure_ctx *c, uint64_t waited)
 {
 	return (waited >= VGPU_MEASURE_TOKEN_STALL_NS &&
 		P.event_query(AT(c, 0)->start) != VGPU_PRIM_DONE) ||
-	       waited >= VGPU_MEASURE_TOKEN_MAX_WAIT_NS;
+	       waited >= VGPU_MEASURE_RUNNING_MAX_WAIT_NS;
 }
 
 /* Reads c's oldest launch in flight not given up on (and any ended after
@@ -259,10 +261,7 @@ static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now,
 		if (vgpu__m_head_stuck(c))
 			return false;
 	}
-	AT(c, 0)->stuck = true;
-	c->nstuck++;
-	vgpu__m_gave_up(AT(c, 0)->gpu);
-	vgpu__m_stuck_behind(c);
+	vgpu__m_give_up(c);
 	return false;
 }
 
@@ -288,14 +287,14 @@ static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
 	while (!stuck && !room(c, g, est, *now) &&
 	       !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);
-	/* The ring full of launches given up on: one of them may end (another
-	 * thread may release them), for TOKEN_MAX_WAIT_NS; then the launch
-	 * is refused (measured()). */
+	/* The ring full of launches given up on: one of them may end (queued
+	 * behind others' work, or released by another thread), for
+	 * FULL_WAIT_NS; then the launch goes unmeasured (measured()). */
 	if (c->count + 1 >= RING) {
 		uint64_t t0 = *now = P.now();
 
 		while (c->count + 1 >= RING &&
-		       *now - t0 < VGPU_MEASURE_TOKEN_MAX_WAIT_NS) {
+		       *now - t0 < VGPU_MEASURE_FULL_WAIT_NS) {
 			wait_ns(VGPU_MEASURE_TOKEN_POLL_NS);
 			*now = vgpu__m_collect(c);
 		}
@@ -686,20 +685,6 @@ static bool probe_stuck(const struct vgpu_measure_gpu *g,
 	return holders_stuck(g, now - *since);
 }
 
-/* Says, once per process, why a launch was refused. */
-static void refused_say(void)
-{
-	static int said;
-
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-		vgpu_log(VGPU_LOG_ERROR, "a launch is refused: %d launches "
-			 "of this thread in one context wait for something "
-			 "the thread has not done yet (a stream waiting for a "
-			 "value, a host function), and the compute share "
-			 "(VGPU_COMPUTE_LIMIT) cannot measure more; release "
-			 "them before launching more", RING - 1);
-}
-
 /* Admits, makes and measures one launch in c (one of t's), on g. */
 static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		    const struct vgpu_measure_gpu *g,
@@ -709,7 +694,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 	struct vgpu_prim_event *a, *b;
 	struct vgpu_inflight_mark tok;
 	uint64_t est, probe_at, probe_wait = 0, since, now = vgpu__m_collect(c);
-	bool recorded;
+	bool recorded, full;
 	int r;
 
 	if (vgpu__m_cal_due(c, now)) {
@@ -753,31 +738,27 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 		now = P.now();	/* rare: only before a process's first */
 		est = vgpu__m_estimate(c, g, call->kind, call->key);
 	}
-	/* The ring full of launches given up on (wait_oldest()) that did not
-	 * end for a second: refused, with a message. Made unmeasured, each
-	 * could run any length past its estimate (a hostile review's long
-	 * kernels got 99.9% of the device under a 30% cap); waited for, the
-	 * job would hang when they wait for this very thread. */
-	if (c->count + 1 >= RING) {
-		vgpu_throttle_settle(g->slot, 0, est);
-		if (probe_at)
-			vgpu_throttle_probe_end(g->slot, probe_at);
-		vgpu_inflight_release(g->ordinal, &tok);
-		refused_say();
-		return P.launch_refused;
-	}
 	if (call->enter)
 		call->enter();
-	/* Not measured: no events to be had. Charged its estimate, or as a
-	 * launch that runs TOKEN_STALL_NS when it has none (a probe): never
-	 * free. */
-	if (!take_events(c, &a, &b)) {
+	/* Not measured: the ring full of launches given up on
+	 * (wait_oldest()) that did not end in FULL_WAIT_NS, or no events to
+	 * be had. Charged its estimate, at least FULL_WAIT_NS for a full
+	 * ring (a kernel longer than that escapes by the rest; left
+	 * unmeasured at its estimate, a hostile review's long kernels got
+	 * 99.9% of the device under a 30% cap; refused, a kernel of 8 s
+	 * followed by launches chained to it failed a plain program), or
+	 * as a launch that runs TOKEN_STALL_NS when it has none (a probe):
+	 * never free. */
+	full = c->count + 1 >= RING;
+	if (full || !take_events(c, &a, &b)) {
+		uint64_t charge = est ? est : VGPU_MEASURE_TOKEN_STALL_NS;
+
+		if (full && charge < VGPU_MEASURE_FULL_WAIT_NS)
+			charge = VGPU_MEASURE_FULL_WAIT_NS;
 		r = call->launch(call->arg);
 		if (call->leave)
 			call->leave();
-		vgpu_throttle_settle(g->slot,
-				     est ? est : VGPU_MEASURE_TOKEN_STALL_NS,
-				     est);
+		vgpu_throttle_settle(g->slot, charge, est);
 		if (probe_at)
 			vgpu_throttle_probe_end(g->slot, probe_at);
 		vgpu_inflight_release(g->ordinal, &tok);

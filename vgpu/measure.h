@@ -136,6 +136,14 @@ struct vgpu_slot;
  * and retired, charged as running, each PROBE_HOLD_NS (measure.c,
  * wait_oldest()). Corrected once read, as any estimate. */
 #define VGPU_MEASURE_STUCK_EST_NS	1000000ull	/* 1 ms */
+/* A thread waiting for its own oldest launch gives it up once it has not
+ * started after TOKEN_STALL_NS, or has run this long (a kernel spinning
+ * for a later launch of the thread; a long kernel is waited for, as the
+ * depth asks, up to this: measure.c, wait_oldest()). */
+#define VGPU_MEASURE_RUNNING_MAX_WAIT_NS	10000000000ull	/* 10 s */
+/* With the ring full of launches given up on, a launch waits this long
+ * for one of them to end, then goes unmeasured, charged the wait. */
+#define VGPU_MEASURE_FULL_WAIT_NS	10000000000ull	/* 10 s */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
 

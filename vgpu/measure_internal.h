@@ -73,10 +73,12 @@ static inline unsigned vgpu__m_live(const struct vgpu_measure_ctx *c)
 	return c->count - c->nstuck;
 }
 
-/* A launch of this process on g was given up on (measure.c,
- * wait_oldest()): the process's launches with no estimate at all go at
- * STUCK_EST_NS from then on (vgpu__m_estimate). */
-void vgpu__m_gave_up(const struct vgpu_measure_gpu *g);
+/* c's oldest launch in flight is given up on (measure.c, wait_oldest()):
+ * marked, its token and lane given back (the launches that wait for one
+ * would otherwise wait for it again), moved behind the others; the
+ * process's launches with no estimate at all go at STUCK_EST_NS from
+ * then on (vgpu__m_estimate). It is read and charged when it ends. */
+void vgpu__m_give_up(struct vgpu_measure_ctx *c);
 
 /* Moves the launches given up on at the front of c's ring behind the
  * others, unless they have ended (then they are read in turn), so that

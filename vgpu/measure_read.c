@@ -23,10 +23,6 @@ static uint64_t proc_avg[VGPU_MAX_DEVICES][KINDS];
  * (measure.c, wait_oldest(); atomic). */
 static bool proc_stuck[VGPU_MAX_DEVICES];
 
-void vgpu__m_gave_up(const struct vgpu_measure_gpu *g)
-{
-	__atomic_store_n(&proc_stuck[g->ordinal], true, __ATOMIC_RELAXED);
-}
 
 /* The process's first reading on a GPU, of a kind: its average until
  * charges refine it. */
@@ -523,6 +519,22 @@ static void oldest_last(struct vgpu_measure_ctx *c)
 	c->perm[t] = (unsigned char)(a ^ t);
 	c->perm[h] = (unsigned char)(f ^ h);
 	c->head = (h + 1) % RING;
+}
+
+void vgpu__m_give_up(struct vgpu_measure_ctx *c)
+{
+	struct vgpu_measure_pending *p = AT(c, 0);
+
+	p->stuck = true;
+	c->nstuck++;
+	__atomic_store_n(&proc_stuck[p->gpu->ordinal], true,
+			 __ATOMIC_RELAXED);
+	/* Held, a running one (a kernel over a second) made each later
+	 * launch wait a second more for a token: an 8 s kernel and 30
+	 * launches chained to it took 15.8 s, 9 s before (a hostile
+	 * review). */
+	token_fold(p, false);
+	vgpu__m_stuck_behind(c);
 }
 
 void vgpu__m_stuck_behind(struct vgpu_measure_ctx *c)

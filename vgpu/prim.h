@@ -136,10 +136,6 @@ struct vgpu_prim {
 	 * vgpu_measure_watch_stop); a test gives a counter. Optional (NULL:
 	 * the probe is read when the job's threads next reach the shim). */
 	void (*probe_watch)(void);
-	/* The driver's error for a launch the core refuses: one it cannot
-	 * measure, the thread's launches in flight all waiting for work it
-	 * has not done yet (measure.c, measured()). */
-	int launch_refused;
 };
 
 #endif

@@ -520,5 +520,4 @@ const struct vgpu_prim vgpu__hip_prim = {
 	.wait_on = vgpu_host_wait_on,
 	.thread_watch = vgpu__hip_watch_thread,
 	.probe_watch = vgpu_measure_watch,
-	.launch_refused = hipErrorLaunchOutOfResources,
 };

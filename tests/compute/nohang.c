@@ -1,7 +1,7 @@
 /* nohang.c - a capped thread whose earlier launches wait for something
  * the thread itself does later must not hang under the shim.
  *
- *   nohang --style STYLE [--launches N] [--warm] [--allow-refused]
+ *   nohang --style STYLE [--launches N] [--warm]
  *
  * On stream s1, the thread queues a wait (STYLE wait-value: for a value
  * in device memory to reach 1; host-fn: a host function that waits for a
@@ -12,12 +12,10 @@
  * thread launch on s2 hangs the job for good. --warm: a few kernels are
  * launched and synchronised first (the process has an estimate); without
  * it the first launch behind the wait is the process's first (its
- * tenant's probe). More than the shim's ring holds (15 in flight) makes it
- * refuse launches (it cannot measure them): --allow-refused accepts
- * launches refused with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, and then
- * requires at least one.
+ * tenant's probe). Past the shim's ring (15 in flight) each further
+ * launch waits 10 s under a cap (docs/compute.md).
  *
- * Passes when every kernel not refused ran (its stamps written) and the
+ * Passes when every kernel ran (its stamps written) and the
  * job ended; a watchdog ends it with a message after 30 s, so a hang is a
  * failure, not a stuck test. Exit status: 0 pass, 1 fail, 2 could not
  * run.
@@ -37,9 +35,6 @@
 
 static const char *style = "wait-value";
 static sem_t gate;
-static bool allow_refused;
-static bool refused[MAX_LAUNCHES + 8];
-static int nrefused;
 
 static void die(const char *what, CUresult r)
 {
@@ -70,13 +65,7 @@ static void spin(CUfunction f, CUstream s, CUdeviceptr times, int i)
 	void *params[] = { &ns, &t };
 	CUresult r;
 
-	r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
-	if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES && allow_refused) {
-		refused[i] = true;
-		nrefused++;
-		return;
-	}
-	if (r)
+	if ((r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL)))
 		die("launch", r);
 }
 
@@ -100,16 +89,13 @@ int main(int argc, char **argv)
 			n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--warm"))
 			warm = true;
-		else if (!strcmp(argv[i], "--allow-refused"))
-			allow_refused = true;
 		else
 			n = -1;
 	}
 	if (n < 1 || n > MAX_LAUNCHES ||
 	    (strcmp(style, "wait-value") && strcmp(style, "host-fn"))) {
 		fprintf(stderr, "usage: nohang --style wait-value|host-fn "
-				"[--launches 1..%d] [--warm] [--allow-refused]\n",
-			MAX_LAUNCHES);
+				"[--launches 1..%d] [--warm]\n", MAX_LAUNCHES);
 		return 2;
 	}
 	signal(SIGALRM, hung);
@@ -152,19 +138,13 @@ int main(int argc, char **argv)
 	    (r = cuMemcpyDtoH(t, times, sizeof(t))))
 		die("synchronise", r);
 	for (int i = 0; i < k; i++) {
-		if (refused[i])
-			continue;
 		if (!t[2 * i] || t[2 * i + 1] < t[2 * i]) {
 			printf("nohang %s: kernel %d of %d did not run\n",
 			       style, i, k);
 			return 1;
 		}
 	}
-	printf("nohang %s: %d kernels ran, %d refused (%d behind the wait%s)\n",
-	       style, k - nrefused, nrefused, n, warm ? ", after 3 to warm up" : "");
-	if (allow_refused && !nrefused) {
-		printf("nohang: none refused, though the ring was to be full\n");
-		return 1;
-	}
+	printf("nohang %s: %d kernels ran (%d behind the wait%s)\n", style, k,
+	       n, warm ? ", after 3 to warm up" : "");
 	return 0;
 }

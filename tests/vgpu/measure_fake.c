@@ -206,7 +206,6 @@ static const struct vgpu_prim fake_prim = {
 	.sleep = f_sleep,
 	.thread_watch = f_thread_watch,
 	.probe_watch = f_probe_watch,
-	.launch_refused = F_REFUSED,
 };
 
 

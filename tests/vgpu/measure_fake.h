@@ -27,8 +27,6 @@
 #define T0 (100 * SEC)		/* the fake clock's start (0 means never) */
 #define YIELD (100 * US)	/* what a yield lets pass */
 
-#define F_REFUSED 701	/* the error of a launch the core refuses */
-
 #define F1 0x1000	/* functions */
 #define F2 0x2000
 #define F3 0x3000
