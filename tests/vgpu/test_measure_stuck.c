@@ -148,3 +148,36 @@ Test(measure, a_full_ring_of_stuck_launches_lets_the_next_go_unmeasured)
 	cr_expect_eq(charged() - before, 5 * FULL_WAIT, "%llu ns charged",
 		     (unsigned long long)(charged() - before));
 }
+
+/* A thread that exits with launches queued behind a wait polls them until
+ * its deadline and charges each its share of the time since they were
+ * issued, at most the time it waited: not only their estimate (kernels
+ * queued behind a wait that the thread left ran 200 ms each for a 20 us
+ * charge once released, 89.6% of a device under a 30% cap, a hostile
+ * review), nor the throttle's waits before. */
+Test(measure, a_thread_exit_with_stuck_launches_charges_them_its_wait)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t before, t1, waited, share;
+
+	run_and_read(a, F1, 100 * US);
+	block_stream();
+	t1 = fake.now;
+	for (int i = 0; i < 3; i++)
+		launch(a, F1, 100 * US);
+	before = charged();
+	waited = fake.now;
+	vgpu_measure_thread_exit(&a->m);
+	waited = fake.now - waited;
+	cr_expect_geq(waited, VGPU_MEASURE_EXIT_WAIT_NS, "waited %llu ns",
+		      (unsigned long long)waited);
+	share = (fake.now - t1) / 3;
+	if (share > waited)
+		share = waited;
+	cr_expect_eq(charged() - before, 3 * share, "%llu ns charged, %llu each",
+		     (unsigned long long)(charged() - before),
+		     (unsigned long long)share);
+	cr_expect_gt(share, 100 * US, "more than their estimate");
+	cr_expect_null(state_of(a, &fake.ctx[0]));
+}
