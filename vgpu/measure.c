@@ -427,10 +427,8 @@ static uint64_t wait_lane(struct vgpu_measure_ctx *c,
  * other threads' that have ended in their holders' place, blocking for
  * one that runs or sleeping until one is given back. A launch of an
  * opportunistic tenant, or of an elastic one lent the GPU, goes without
- * (room() bounds those), but not one past its thread's DEPTH because its
- * oldest launch was given up on (wait_oldest()): the launches behind that
- * one are read in order only after it, so their tokens (read in their
- * holders' place once ended) are what bounds them; so does
+ * (room() bounds those; launches given up on do not count toward the
+ * depth: wait_oldest()); so does
  * one that has waited TOKEN_STALL_NS while none of the launches holding
  * them runs: they wait for something, maybe for work this thread is about
  * to launch (a thread's host function waiting for another thread, which

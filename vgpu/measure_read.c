@@ -93,8 +93,7 @@ uint64_t vgpu__m_estimate(const struct vgpu_measure_ctx *c,
 	if (!e)
 		e = __atomic_load_n(&proc_avg[g->ordinal][kind],
 				    __ATOMIC_RELAXED);
-	if (!e && (c->nstuck ||
-		   __atomic_load_n(&proc_stuck[g->ordinal], __ATOMIC_RELAXED)))
+	if (!e && __atomic_load_n(&proc_stuck[g->ordinal], __ATOMIC_RELAXED))
 		e = VGPU_MEASURE_STUCK_EST_NS;
 	return e;
 }
