@@ -589,6 +589,13 @@ static int by_float(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static int by_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
 /* Events around each kernel, the host waiting for every one (so that the
  * worker sleeps and wakes late before each, here 1 ms): the events measure
  * the kernel's 1 ms, not the host's 1 ms on top; the record agrees. */
@@ -598,6 +605,7 @@ Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 	void *params[] = { &ns, &none };
 	struct simtest_record r;
 	float ms[20];
+	uint64_t held[20];
 	CUevent e0, e1;
 	CUstream s;
 	CUmodule m;
@@ -630,12 +638,20 @@ Test(record, events_measure_the_device_not_a_late_host, .timeout = 30)
 	cr_assert(ms[10] <= 1.4f, "the median kernel's events measured "
 		  "%.4f ms (the fastest %.4f, the slowest %.4f), want 1 ms",
 		  (double)ms[10], (double)ms[0], (double)ms[19]);
+	/* The record: every kernel at least its 1 ms and none with the
+	 * host's 1 ms on top (a hold ends when the worker stamps it, which a
+	 * busy machine may delay by tens of us now and then: 1.04 ms once in
+	 * CI), the median within 2%. */
 	simtest_record_read(&r, NULL);
 	cr_assert_eq(r.n, 20);
-	for (long i = 0; i < r.n; i++)
-		cr_assert(r.iv[i].end_ns - r.iv[i].start_ns >= MS &&
-			  r.iv[i].end_ns - r.iv[i].start_ns <= MS + MS / 50,
+	for (long i = 0; i < r.n; i++) {
+		held[i] = r.iv[i].end_ns - r.iv[i].start_ns;
+		cr_assert(held[i] >= MS && held[i] < MS + MS / 2,
 			  "kernel %ld held the device %.4f ms",
-			  i, (double)(r.iv[i].end_ns - r.iv[i].start_ns) / MS);
+			  i, (double)held[i] / MS);
+	}
+	qsort(held, 20, sizeof(*held), by_u64);
+	cr_assert(held[10] <= MS + MS / 50, "the median kernel held the "
+		  "device %.4f ms", (double)held[10] / MS);
 	simtest_record_free(&r);
 }
