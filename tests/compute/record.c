@@ -2,6 +2,7 @@
  * own record (vgpu_sim_record.h), per window.
  *
  *   sim-record STATE_DIR [--device N] [--window-ms MS] [--from NS --to NS]
+ *              [--intervals]
  *
  * Reads <STATE_DIR>/dev<N>.state (N 0 by default) without attaching, and
  * prints, for the time from --from (default: the first interval's start)
@@ -11,6 +12,8 @@
  *   pid PID busy NS kernels K share PCT first NS last NS
  *                         (SM-weighted, over the span; its first interval's
  *                         start and last one's end, in the whole record)
+ *   interval START_NS END_NS PID SMS         (with --intervals: each one
+ *                         the record holds, in the order it was appended)
  *   window START_MS PID PCT                  (each whole window, each pid)
  *
  * START_MS is CLOCK_MONOTONIC in ms, as share --window-ms prints it. Windows
@@ -123,17 +126,22 @@ int main(int argc, char **argv)
 	struct span all = { UINT64_MAX, 0 };
 	int32_t pids[MAX_PIDS];
 	double window_ms = 1000;
-	bool from_given = false, to_given = false;
+	bool from_given = false, to_given = false, dump = false;
 	int device = 0, np;
 	long n;
 
 	if (argc < 2 || argv[1][0] == '-') {
 		fprintf(stderr, "usage: sim-record STATE_DIR [--device N] "
-			"[--window-ms MS] [--from NS --to NS]\n");
+			"[--window-ms MS] [--from NS --to NS] [--intervals]\n");
 		return 2;
 	}
+	for (int i = 2; i < argc; i++)
+		if (!strcmp(argv[i], "--intervals"))
+			dump = true;
 	for (int i = 2; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--device"))
+		if (!strcmp(argv[i], "--intervals"))
+			i--;
+		else if (!strcmp(argv[i], "--device"))
 			device = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--window-ms"))
 			window_ms = atof(argv[i + 1]);
@@ -177,6 +185,11 @@ int main(int argc, char **argv)
 		       (unsigned long long)own.from,
 		       (unsigned long long)own.to);
 	}
+	for (long i = 0; dump && i < n; i++)
+		printf("interval %llu %llu %d %u\n",
+		       (unsigned long long)iv[i].start_ns,
+		       (unsigned long long)iv[i].end_ns, (int)iv[i].pid,
+		       iv[i].sms);
 	if (window_ms > 0 && n)
 		print_windows(iv, n, &info, pids, np, all,
 			      (uint64_t)(window_ms * 1e6));
