@@ -235,11 +235,26 @@ static bool oldest_stuck(const struct vgpu_measure_ctx *c, uint64_t waited)
 	       waited >= VGPU_MEASURE_RUNNING_MAX_WAIT_NS;
 }
 
+/* Whether c's oldest launch in flight cannot start before a launch given
+ * up on that has not started either: it went later on that one's stream
+ * (queued behind a wait for this thread's later work, each launch past
+ * the depth waited TOKEN_STALL_NS: 300 launches, 15 s). */
+static bool behind_blocked(const struct vgpu_measure_ctx *c)
+{
+	const struct vgpu_measure_pending *p = AT(c, 0);
+
+	return c->blocked_start && p->stream == c->blocked &&
+	       p->per_thread == c->blocked_per_thread &&
+	       P.event_query(c->blocked_start) != VGPU_PRIM_DONE &&
+	       P.event_query(p->start) != VGPU_PRIM_DONE;
+}
+
 /* Reads c's oldest launch in flight not given up on (and any ended after
- * it) once it has ended, polling. False once oldest_stuck(): the launch is
- * given up on and moved behind the others (vgpu__m_stuck_behind()), so
- * that those behind it are read as they end and later launches do not
- * wait for it again; false at once when all in flight were given up on.
+ * it) once it has ended, polling. False once oldest_stuck(), or at once
+ * when it is behind_blocked(): the launch is given up on and parked (or,
+ * the park full, moved behind the others: vgpu__m_give_up()), so that
+ * those behind it are read as they end and later launches do not wait
+ * for it again; false at once when all in flight were given up on.
  * Never blocks in the driver: the launch may wait for the very launch
  * that waits here (a stream waiting for a value this thread writes next,
  * on another stream, hung the job for good when this blocked). *now:
@@ -253,6 +268,10 @@ static bool wait_oldest(struct vgpu_measure_ctx *c, uint64_t *now,
 		return true;
 	if (vgpu__m_head_stuck(c))
 		return false;
+	if (behind_blocked(c)) {
+		vgpu__m_give_up(c);
+		return false;
+	}
 	for (*since = *now = P.now(); !oldest_stuck(c, *now - *since);) {
 		wait_ns(vgpu__m_until_oldest(c, *now));
 		*now = vgpu__m_collect(c);
@@ -525,6 +544,8 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
  * them). */
 static bool probe_given_up(const struct vgpu_measure_ctx *c)
 {
+	if (c->park_probes)
+		return true;
 	for (unsigned i = 0; c->nstuck && i < c->count; i++)
 		if (AT(c, i)->stuck && AT(c, i)->probe_at)
 			return true;
@@ -658,7 +679,8 @@ static void collect_others(struct vgpu_measure_thread *t,
 	for (int i = 0; i < CTXS; i++) {
 		struct vgpu_measure_ctx *o = &t->ctx[i];
 
-		if (o != c && o->ctx && o->count && !vgpu__m_stale(o))
+		if (o != c && o->ctx && (o->count || o->npark) &&
+		    !vgpu__m_stale(o))
 			vgpu__m_collect(o);
 	}
 }
@@ -792,6 +814,8 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 	p->ref = c->ref;
 	p->issued = now;	/* before the launch call: never too late */
 	p->stuck = false;
+	p->stream = call->stream;
+	p->per_thread = call->per_thread;
 	p->tok = tok;
 	/* Readable by other threads only once both events were recorded
 	 * (an event whose record failed holds an old time). */
@@ -873,7 +897,7 @@ void vgpu_measure_synchronised(struct vgpu_measure_thread *t)
 	for (int i = 0; i < CTXS; i++) {
 		struct vgpu_measure_ctx *c = &t->ctx[i];
 
-		if (!c->ctx || !(c->count || c->done_count))
+		if (!c->ctx || !(c->count || c->npark || c->done_count))
 			continue;
 		if (vgpu__m_stale(c)) {
 			vgpu__m_forget(c);
@@ -894,23 +918,15 @@ void vgpu_measure_thread_exit(struct vgpu_measure_thread *t)
 
 void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
 {
-	uint64_t now = 0;
-
-	for (int i = 0; i < CTXS; i++) {
-		struct vgpu_measure_ctx *c = &t->ctx[i];
-
-		if (!c->ctx)
-			continue;
-		if (!now)
-			now = P.now();
-		vgpu__m_settle_unread(c, now, UINT64_MAX);
-		vgpu__m_charge_done(c, 0, true);
-		memset(c, 0, sizeof(*c));
-	}
+	for (int i = 0; i < CTXS; i++)
+		if (t->ctx[i].ctx)
+			vgpu__m_forget(&t->ctx[i]);
 }
 
 void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 {
+	for (int i = 0; i < CTXS; i++)
+		vgpu__m_park_free(&t->ctx[i]);
 	memset(t, 0, sizeof(*t));
 	vgpu_inflight_fork_child();
 	vgpu__m_watch_fork_child();

@@ -141,8 +141,19 @@ struct vgpu_slot;
  * for a later launch of the thread; a long kernel is waited for, as the
  * depth asks, up to this: measure.c, wait_oldest()). */
 #define VGPU_MEASURE_RUNNING_MAX_WAIT_NS	10000000000ull	/* 10 s */
-/* With the ring full of launches given up on, a launch waits this long
- * for one of them to end, then goes unmeasured, charged the wait. */
+/* Launches given up on leave the ring for the thread's park in that
+ * context (measure_read.c, vgpu__m_give_up()), up to this many, so that a
+ * thread may queue more launches behind a wait for its own later work
+ * than the ring holds: with them kept in the ring, each launch past 15
+ * waited FULL_WAIT_NS (20 kernels behind a value the thread wrote next:
+ * 50 s). Read as they end, PARK_BATCH at a time at most every
+ * PARK_POLL_NS (a query each). */
+#define VGPU_MEASURE_PARK_MAX		1024
+#define VGPU_MEASURE_PARK_POLL_NS	1000000ull	/* 1 ms */
+#define VGPU_MEASURE_PARK_BATCH		64
+/* With the ring full of launches given up on (the park full, or no
+ * memory for it), a launch waits this long for one of them to end, then
+ * goes unmeasured, charged the wait. */
 #define VGPU_MEASURE_FULL_WAIT_NS	10000000000ull	/* 10 s */
 /* A thread that exits waits this long for its launches still running. */
 #define VGPU_MEASURE_EXIT_WAIT_NS	2000000000ull
@@ -196,6 +207,8 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 	uint64_t issued;		/* host time just before the launch */
 	bool stuck;			/* given up on (measure.c,
 					 * wait_oldest()) */
+	struct vgpu_prim_stream *stream;	/* where it was launched */
+	bool per_thread;
 	struct vgpu_inflight_mark tok;	/* its hold on the process's
 					 * launches in flight (inflight.h) */
 };
@@ -227,6 +240,18 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	unsigned char perm[VGPU_MEASURE_RING];
 	unsigned head, count;
 	unsigned nstuck;		/* of them, given up on */
+	/* Launches given up on, out of the ring (malloc'd as needed, up to
+	 * PARK_MAX), read as they end: npark of park_cap, polled from
+	 * park_rr on at park_next; park_probes of them probes. */
+	struct vgpu_measure_pending *park;
+	unsigned npark, park_cap, park_rr, park_probes;
+	uint64_t park_next;
+	/* The stream of the last launch given up on before it started, and
+	 * its start event while it is parked or in the ring (NULL: none): a
+	 * later launch on that stream cannot start before it does. */
+	struct vgpu_prim_stream *blocked;
+	bool blocked_per_thread;
+	struct vgpu_prim_event *blocked_start;
 	struct vgpu_measure_done done[2 * VGPU_MEASURE_RING];
 	unsigned done_head, done_count;
 	unsigned early;			/* done entries still early */

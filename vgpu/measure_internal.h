@@ -75,10 +75,15 @@ static inline unsigned vgpu__m_live(const struct vgpu_measure_ctx *c)
 
 /* c's oldest launch in flight is given up on (measure.c, wait_oldest()):
  * marked, its token and lane given back (the launches that wait for one
- * would otherwise wait for it again), moved behind the others; the
+ * would otherwise wait for it again), parked (out of the ring: PARK_MAX)
+ * or, with the park full, moved behind the others in the ring; the
  * process's launches with no estimate at all go at STUCK_EST_NS from
  * then on (vgpu__m_estimate). It is read and charged when it ends. */
 void vgpu__m_give_up(struct vgpu_measure_ctx *c);
+
+/* The memory of c's park back (its launches read or settled; a child
+ * after fork, whose parent's they are). */
+void vgpu__m_park_free(struct vgpu_measure_ctx *c);
 
 /* Moves the launches given up on at the front of c's ring behind the
  * others, unless they have ended (then they are read in turn), so that

@@ -11,6 +11,7 @@
 #include "throttle.h"
 #include "timeline.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- estimates ----------------------------------------------------------------- */
@@ -180,6 +181,9 @@ static bool placed_against(const struct vgpu_measure_ctx *c, int r)
 {
 	for (unsigned i = 0; i < c->count; i++)
 		if (AT(c, i)->ref == r)
+			return true;
+	for (unsigned i = 0; i < c->npark; i++)
+		if (c->park[i].ref == r)
 			return true;
 	return false;
 }
@@ -415,13 +419,29 @@ static bool off_by_much(uint64_t estimate, uint64_t first)
 	return d > estimate / 32;
 }
 
-/* Takes the oldest launch of c off the ring, its end event found complete
- * (q: the query's answer, VGPU_PRIM_DONE or _ERROR) before the host's
- * time seen, places it on the host's clock and records its end in the
- * GPU's timeline. */
-static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
+/* p's events back to c's free list (the park's launches hold more than
+ * it keeps: those are destroyed). */
+static void give_events(struct vgpu_measure_ctx *c,
+			const struct vgpu_measure_pending *p)
 {
-	struct vgpu_measure_pending *p = AT(c, 0);
+	if (c->blocked_start == p->start)
+		c->blocked_start = NULL;
+	if (c->nfree + 2 <= 2 * RING) {
+		c->free_ev[c->nfree++] = p->start;
+		c->free_ev[c->nfree++] = p->end;
+		return;
+	}
+	P.event_destroy(p->start);
+	P.event_destroy(p->end);
+}
+
+/* Reads launch p of c (the oldest in its ring, or one parked), its end
+ * event found complete (q: the query's answer, VGPU_PRIM_DONE or _ERROR)
+ * before the host's time seen: places it on the host's clock, records its
+ * end in the GPU's timeline, and gives its events back. */
+static void read_launch(struct vgpu_measure_ctx *c,
+			struct vgpu_measure_pending *p, int q, uint64_t seen)
+{
 	const struct vgpu_measure_gpu *g = p->gpu;
 	struct vgpu_measure_done *m;
 	uint64_t start, len, first;
@@ -500,12 +520,81 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 	/* A first estimate, until charges refine it. */
 	if (!c->avg_ns[p->kind])
 		c->avg_ns[p->kind] = first ? first : 1;
-	c->free_ev[c->nfree++] = p->start;
-	c->free_ev[c->nfree++] = p->end;
+	give_events(c, p);
+}
+
+/* Takes the oldest launch of c off the ring, read (read_launch). */
+static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
+{
+	struct vgpu_measure_pending *p = AT(c, 0);
+
+	read_launch(c, p, q, seen);
 	if (p->stuck)
 		c->nstuck--;
 	c->head = (c->head + 1) % RING;
 	c->count--;
+}
+
+/* Moves c's oldest launch, given up on (its token given back: no other
+ * thread holds its address), out of the ring into the park; false when
+ * the park is full (PARK_MAX) or cannot grow. */
+static bool park(struct vgpu_measure_ctx *c)
+{
+	struct vgpu_measure_pending *p = AT(c, 0);
+
+	if (c->npark == c->park_cap) {
+		unsigned cap = c->park_cap ? 2 * c->park_cap : RING;
+		struct vgpu_measure_pending *n;
+
+		if (cap > VGPU_MEASURE_PARK_MAX)
+			return false;
+		n = realloc(c->park, cap * sizeof(*n));
+		if (!n)
+			return false;
+		c->park = n;
+		c->park_cap = cap;
+	}
+	c->park[c->npark++] = *p;
+	if (p->probe_at)
+		c->park_probes++;
+	c->head = (c->head + 1) % RING;
+	c->count--;
+	return true;
+}
+
+/* Reads c's parked launches that have ended: at most PARK_BATCH of them
+ * (a query each), in turn, no more often than PARK_POLL_NS. */
+static void poll_park(struct vgpu_measure_ctx *c)
+{
+	uint64_t now = P.now();
+	unsigned todo = c->npark < VGPU_MEASURE_PARK_BATCH
+			? c->npark : VGPU_MEASURE_PARK_BATCH;
+
+	if (now < c->park_next)
+		return;
+	c->park_next = now + VGPU_MEASURE_PARK_POLL_NS;
+	for (; todo && c->npark; todo--) {
+		unsigned i = c->park_rr < c->npark ? c->park_rr : 0;
+		struct vgpu_measure_pending *p = &c->park[i];
+		int q = P.event_query(p->end);
+
+		if (q == VGPU_PRIM_NOT_READY) {
+			c->park_rr = i + 1;
+			continue;
+		}
+		if (p->probe_at)
+			c->park_probes--;
+		read_launch(c, p, q, P.now());
+		c->park[i] = c->park[--c->npark];
+		c->park_rr = i;
+	}
+}
+
+void vgpu__m_park_free(struct vgpu_measure_ctx *c)
+{
+	free(c->park);
+	c->park = NULL;
+	c->npark = c->park_cap = c->park_probes = 0;
 }
 
 /* Moves c's oldest launch in flight behind the others: the slots of the
@@ -525,7 +614,6 @@ void vgpu__m_give_up(struct vgpu_measure_ctx *c)
 	struct vgpu_measure_pending *p = AT(c, 0);
 
 	p->stuck = true;
-	c->nstuck++;
 	__atomic_store_n(&proc_stuck[p->gpu->ordinal], true,
 			 __ATOMIC_RELAXED);
 	/* Held, a running one (a kernel over a second) made each later
@@ -533,6 +621,16 @@ void vgpu__m_give_up(struct vgpu_measure_ctx *c)
 	 * launches chained to it took 15.8 s, 9 s before (a hostile
 	 * review). */
 	token_fold(p, false);
+	/* Not started: the launches made after it on its stream cannot
+	 * start before it (wait_oldest() goes past them at once). */
+	if (P.event_query(p->start) != VGPU_PRIM_DONE) {
+		c->blocked = p->stream;
+		c->blocked_per_thread = p->per_thread;
+		c->blocked_start = p->start;
+	}
+	if (park(c))
+		return;
+	c->nstuck++;
 	vgpu__m_stuck_behind(c);
 }
 
@@ -752,6 +850,8 @@ uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
 		for (unsigned i = 0; i < k; i++)
 			settle_read(c, q[i], now);
 	} while (k && c->nstuck && c->nstuck < c->count);
+	if (c->npark)
+		poll_park(c);
 	running(c, now);
 	review(c, now);
 	if (c->done_count)
@@ -761,49 +861,60 @@ uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
 
 /* ---- settling what is left ------------------------------------------------------ */
 
-/* Settles c's pending launches without a driver call: each at its
- * estimate, or its share of the time since the oldest was issued if that
- * is more (one stream runs them one after another), the share at most
- * most. They stay in the ring (for release() to give their events back);
- * c is dropped after. */
+/* Settles p, one of c's unread launches, without a driver call, at
+ * share or its estimate if that is more. */
+static void settle_one(struct vgpu_measure_pending *p, uint64_t share,
+		       uint64_t now)
+{
+	uint64_t t;
+
+	token_fold(p, false);
+	probe_fold(p);
+	/* Those given up on too: charged only their estimate, kernels queued
+	 * behind a wait that a thread then left ran 200 ms each for a 20 us
+	 * charge once the wait was released (89.6% of the device under a
+	 * 30% cap, a hostile review). */
+	t = share;
+	/* A probe's length is not known at all: charged as if it ran at most
+	 * as long as the tenant waits for an unread one (PROBE_HOLD_NS). A
+	 * probe launched and left unread for seconds (a process that sleeps,
+	 * then exits) charged its tenant all that time and starved it for a
+	 * minute. */
+	if (p->probe_at && t > VGPU_THROTTLE_PROBE_HOLD_NS)
+		t = VGPU_THROTTLE_PROBE_HOLD_NS;
+	if (p->estimate > t)
+		t = p->estimate;
+	refill_for(p->gpu->slot, p->estimate, t, now);
+	if (p->gpu->slot)
+		vgpu_throttle_settle(p->gpu->slot, t, p->estimate);
+	probe_done(p);
+}
+
+/* Settles c's pending launches (the ring's and the park's) without a
+ * driver call: each at its estimate, or its share of the time since the
+ * oldest was issued if that is more (one stream runs them one after
+ * another), the share at most most. They stay where they are (for
+ * release() to give their events back); c is dropped after. */
 void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
 			   uint64_t most)
 {
 	uint64_t first = now, share = 0;
+	unsigned n = c->count + c->npark;
 
 	for (unsigned i = 0; i < c->count; i++)
 		if (AT(c, i)->issued < first)
 			first = AT(c, i)->issued;
-	if (c->count && now > first)
-		share = (now - first) / c->count;
+	for (unsigned i = 0; i < c->npark; i++)
+		if (c->park[i].issued < first)
+			first = c->park[i].issued;
+	if (n && now > first)
+		share = (now - first) / n;
 	if (share > most)
 		share = most;
-	for (unsigned i = 0; i < c->count; i++) {
-		struct vgpu_measure_pending *p = AT(c, i);
-		uint64_t t;
-
-		token_fold(p, false);
-		probe_fold(p);
-		/* Those given up on too: charged only their estimate, kernels
-		 * queued behind a wait that a thread then left ran 200 ms each
-		 * for a 20 us charge once the wait was released (89.6% of
-		 * the device under a 30% cap, a hostile review). */
-		t = share;
-		/* A probe's length is not known at all: charged as if it ran
-		 * at most as long as the tenant waits for an unread one
-		 * (PROBE_HOLD_NS). A probe launched and left unread for
-		 * seconds (a process that sleeps, then exits) charged its
-		 * tenant all that time and starved it for a minute. */
-		if (p->probe_at && t > VGPU_THROTTLE_PROBE_HOLD_NS)
-			t = VGPU_THROTTLE_PROBE_HOLD_NS;
-		if (p->estimate > t)
-			t = p->estimate;
-
-		refill_for(p->gpu->slot, p->estimate, t, now);
-		if (p->gpu->slot)
-			vgpu_throttle_settle(p->gpu->slot, t, p->estimate);
-		probe_done(p);
-	}
+	for (unsigned i = 0; i < c->count; i++)
+		settle_one(AT(c, i), share, now);
+	for (unsigned i = 0; i < c->npark; i++)
+		settle_one(&c->park[i], share, now);
 }
 
 /* Gives c's events and stream back to the driver (c->ctx current); its
@@ -820,6 +931,11 @@ static void release(struct vgpu_measure_ctx *c)
 		P.event_destroy(p->start);
 		P.event_destroy(p->end);
 	}
+	for (unsigned i = 0; i < c->npark; i++) {
+		P.event_destroy(c->park[i].start);
+		P.event_destroy(c->park[i].end);
+	}
+	vgpu__m_park_free(c);
 	for (int i = 0; i < c->nfree; i++)
 		P.event_destroy(c->free_ev[i]);
 	for (int r = 0; r < 2; r++)
@@ -837,6 +953,7 @@ void vgpu__m_forget(struct vgpu_measure_ctx *c)
 {
 	vgpu__m_settle_unread(c, P.now(), UINT64_MAX);
 	vgpu__m_charge_done(c, 0, true);
+	vgpu__m_park_free(c);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -858,19 +975,26 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 
 	/* The ones given up on are waited for too: left at their estimate,
 	 * they could run any length once released. */
-	for (; c->count; now = P.now()) {
-		if (vgpu__m_settle_oldest(c))
+	for (; c->count || c->npark; now = P.now()) {
+		unsigned parked = c->npark;
+
+		if (c->count && vgpu__m_settle_oldest(c))
 			continue;
-		if (!vgpu__m_head_stuck(c)) {
-			if (now > deadline)
-				break;
+		c->park_next = 0;
+		if (parked) {
+			poll_park(c);
+			if (c->npark < parked)
+				continue;
+		}
+		if (now > deadline)
+			break;
+		if (c->count && !vgpu__m_head_stuck(c)) {
 			P.sleep(vgpu__m_until_oldest(c, now));
 			continue;
 		}
 		/* All given up on: each polled in turn. */
-		if (now > deadline)
-			break;
-		oldest_last(c);
+		if (c->count)
+			oldest_last(c);
 		P.sleep(VGPU_MEASURE_TOKEN_POLL_NS);
 	}
 	/* The rest, at most the time waited here each: the time since they

@@ -12,8 +12,9 @@
  * thread launch on s2 hangs the job for good. --warm: a few kernels are
  * launched and synchronised first (the process has an estimate); without
  * it the first launch behind the wait is the process's first (its
- * tenant's probe). Past the shim's ring (15 in flight) each further
- * launch waits 10 s under a cap (docs/compute.md).
+ * tenant's probe). Past the shim's ring (15 in flight) and its park
+ * (1024 launches given up on), each further launch waits 10 s under a
+ * cap (docs/compute.md).
  *
  * Passes when every kernel ran (its stamps written) and the
  * job ended; a watchdog ends it with a message after 30 s, so a hang is a
@@ -30,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_LAUNCHES 64
+#define MAX_LAUNCHES 1000
 #define WATCHDOG_S 30
 
 static const char *style = "wait-value";

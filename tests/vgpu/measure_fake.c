@@ -76,7 +76,7 @@ static void f_stream_destroy(struct vgpu_prim_stream *s)
 
 static struct vgpu_prim_event *f_event_create(void)
 {
-	for (int i = 0; i < 256; i++)
+	for (int i = 0; i < FAKE_EVENTS; i++)
 		if (!fake.ev[i].live) {
 			fake.ev[i] = (struct fevent){ cur_ctx(), cur_ctx()->gen,
 						      true, false, 0, 0 };
@@ -344,7 +344,7 @@ unsigned live_events(void)
 {
 	unsigned n = 0;
 
-	for (int i = 0; i < 256; i++)
+	for (int i = 0; i < FAKE_EVENTS; i++)
 		n += fake.ev[i].live;
 	return n;
 }

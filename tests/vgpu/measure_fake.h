@@ -33,6 +33,10 @@
 
 struct fctx;
 
+/* Events the fake driver has: a thread may park VGPU_MEASURE_PARK_MAX
+ * launches (two each) besides its ring's. */
+#define FAKE_EVENTS 4096
+
 struct fstream {
 	struct fctx *ctx;
 	uint64_t busy;		/* its last work ends then */
@@ -66,7 +70,7 @@ struct fake_state {
 	uint64_t engine;	/* the whole-device engine is busy until */
 	struct fthread *cur;	/* the thread running */
 	void (*on_sleep)(void);	/* others act while cur sleeps */
-	struct fevent ev[256];
+	struct fevent ev[FAKE_EVENTS];
 	struct fstream st[16];
 	struct fctx ctx[4];
 	unsigned events_made, streams_made, sleeps, gone_used;

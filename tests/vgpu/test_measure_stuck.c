@@ -32,13 +32,14 @@ static void expect_went_between(uint64_t lo, uint64_t hi)
 
 /* Two launches queued behind a wait: the third waits for the oldest
  * while it may still start, then goes; the fourth does not wait for the
- * same one again, only for one of the process's tokens (which bound the
- * launches past the stuck one): the stall again, as none of their
- * holders runs. */
+ * same one again, nor for the second, queued behind it on the same
+ * stream (it cannot start before the first does): it goes at once, and
+ * both given up on are parked, out of the ring. */
 Test(measure, a_launch_that_does_not_start_is_gone_past_once)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
+	const struct vgpu_measure_ctx *c;
 	uint64_t t1;
 
 	run_and_read(a, F1, 100 * US);
@@ -51,9 +52,11 @@ Test(measure, a_launch_that_does_not_start_is_gone_past_once)
 	expect_went_between(t1 + STALL, t1 + STALL + POLL);
 	t1 = fake.now;
 	launch(a, F1, 100 * US);
-	expect_went_between(t1 + STALL, t1 + STALL + POLL);
-	cr_expect_eq(state_of(a, &fake.ctx[0])->count, 4,
-		     "all four in flight, none read");
+	expect_went_between(t1, t1);
+	c = state_of(a, &fake.ctx[0]);
+	cr_expect_eq(c->count, 2, "two in the ring, none read");
+	cr_expect_eq(c->npark, 2, "two parked");
+	cr_expect_eq(c->nstuck, 0);
 }
 
 /* A kernel that has started and does not end (it spins for this thread)
@@ -115,26 +118,81 @@ Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
 	cr_expect_eq(charged(), 0, "nothing ran, nothing retired");
 }
 
-/* Behind a wait, launches given up on fill the ring; past it a launch
- * waits FULL_WAIT_NS for one of them to end, then goes unmeasured,
- * charged that wait at least, and nothing is overwritten. */
-Test(measure, a_full_ring_of_stuck_launches_lets_the_next_go_unmeasured)
+/* Reads c's parked launches as time passes, 1 ms at a time (the park is
+ * polled PARK_BATCH at a time, at most every PARK_POLL_NS), until none is
+ * left or `most` has passed; then the charge's delay. */
+static void read_park(struct fthread *t, struct vgpu_measure_ctx *c,
+		      uint64_t most)
+{
+	for (uint64_t end = fake.now + most; c->npark && fake.now < end;) {
+		fake.now += VGPU_MEASURE_PARK_POLL_NS;
+		sync_as(t);
+	}
+	fake.now += 2 * VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(t);
+}
+
+/* Far more launches behind a wait than the ring holds: each past the
+ * third goes at once (the first is given up on after the stall, every
+ * later one is behind it on its stream); those given up on are parked,
+ * and once the wait is released and they have run, each is read and
+ * charged what it ran, its events kept or given back. */
+Test(measure, launches_behind_a_wait_past_the_ring_go_and_are_read_later)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct vgpu_measure_ctx *c;
+	uint64_t t1, release, before;
+	const int n = 300;
+
+	run_and_read(a, F1, 1 * MS);
+	release = fake.now + 2 * SEC;
+	fake.ctx[0].dflt.busy = release;	/* a wait released in 2 s */
+	t1 = fake.now;
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(launch(a, F1, 1 * MS), 0);
+	cr_expect_leq(fake.now, t1 + STALL + POLL, "%d launches took %llu ns",
+		      n, (unsigned long long)(fake.now - t1));
+	c = state_of(a, &fake.ctx[0]);
+	cr_expect_eq(c->count + c->npark, n, "%u in the ring, %u parked",
+		     c->count, c->npark);
+	cr_expect_leq(c->count, VGPU_MEASURE_DEPTH);
+	cr_expect_eq(c->nstuck, 0);
+	before = charged();
+	fake.now = release + n * MS;	/* all have run, back to back */
+	read_park(a, c, 1 * SEC);
+	cr_expect_eq(c->count + c->npark, 0, "%u in the ring, %u parked",
+		     c->count, c->npark);
+	cr_expect_eq(charged() - before, n * MS, "%llu ns charged",
+		     (unsigned long long)(charged() - before));
+	cr_expect_leq(live_events(), 2 * 2 * VGPU_MEASURE_RING + 2,
+		      "%u events left", live_events());
+}
+
+/* With the park full as well (PARK_MAX) and the ring full of launches
+ * given up on, a launch waits FULL_WAIT_NS for one of them to end, then
+ * goes unmeasured, charged that wait at least, and nothing is
+ * overwritten. */
+Test(measure, a_full_park_and_ring_let_the_next_go_unmeasured,
+     .timeout = 60)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
 	const struct vgpu_measure_ctx *c;
+	const int n = VGPU_MEASURE_PARK_MAX + VGPU_MEASURE_RING - 1;
 	uint64_t before, t1;
 
 	run_and_read(a, F1, 1 * MS);
 	block_stream();
-	for (int i = 0; i < VGPU_MEASURE_RING - 1; i++)
+	for (int i = 0; i < n; i++)
 		launch(a, F1, 1 * MS);
 	c = state_of(a, &fake.ctx[0]);
+	cr_expect_eq(c->npark, VGPU_MEASURE_PARK_MAX);
 	cr_expect_eq(c->count, VGPU_MEASURE_RING - 1);
 	cr_expect_geq(c->nstuck, VGPU_MEASURE_RING - 1 - VGPU_MEASURE_DEPTH,
 		      "%u given up on", c->nstuck);
 	before = charged();
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 3; i++) {
 		uint64_t last = fake.launched_at;
 
 		t1 = fake.now;
@@ -145,7 +203,8 @@ Test(measure, a_full_ring_of_stuck_launches_lets_the_next_go_unmeasured)
 		cr_expect_neq(fake.launched_at, last, "launched");
 	}
 	cr_expect_eq(c->count, VGPU_MEASURE_RING - 1, "the ring untouched");
-	cr_expect_eq(charged() - before, 5 * FULL_WAIT, "%llu ns charged",
+	cr_expect_eq(c->npark, VGPU_MEASURE_PARK_MAX, "the park untouched");
+	cr_expect_eq(charged() - before, 3 * FULL_WAIT, "%llu ns charged",
 		     (unsigned long long)(charged() - before));
 }
 
