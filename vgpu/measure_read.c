@@ -467,8 +467,11 @@ static void read_launch(struct vgpu_measure_ctx *c,
 	if (g->ledger && !c->sm_den) {
 		m->late = vgpu_timeline_late(g->ledger);
 		if (!(g->slot && vgpu_throttle_opportunistic(g->slot)))
-			vgpu_timeline_record(g->ledger, start + len);
-		m->own = vgpu_timeline_exclusive(g->ledger, start, start + len);
+			m->own = vgpu_timeline_record_own(g->ledger, start,
+							  start + len);
+		else
+			m->own = vgpu_timeline_exclusive(g->ledger, start,
+							 start + len);
 	} else {
 		m->own = c->sm_den ? len * c->sm_num / c->sm_den : len;
 	}

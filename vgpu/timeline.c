@@ -66,3 +66,15 @@ uint64_t vgpu_timeline_exclusive(const struct vgpu_ledger *l,
 	}
 	return end_ns > from ? end_ns - from : 0;
 }
+
+uint64_t vgpu_timeline_record_own(struct vgpu_ledger *l, uint64_t start_ns,
+				  uint64_t end_ns)
+{
+	uint64_t newest = __atomic_load_n(&timeline(l)->newest_ns,
+					  __ATOMIC_ACQUIRE);
+
+	vgpu_timeline_record(l, end_ns);
+	if (newest <= start_ns && end_ns >= start_ns)
+		return end_ns - start_ns;
+	return vgpu_timeline_exclusive(l, start_ns, end_ns);
+}

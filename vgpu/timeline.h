@@ -35,4 +35,15 @@ uint64_t vgpu_timeline_late(const struct vgpu_ledger *l);
 uint64_t vgpu_timeline_exclusive(const struct vgpu_ledger *l,
 				 uint64_t start_ns, uint64_t end_ns);
 
+/* Records end_ns (vgpu_timeline_record) and returns the part of
+ * [start_ns, end_ns] that vgpu_timeline_exclusive would, without its scan
+ * when the newest end recorded before lies at or before start_ns: no end
+ * recorded so far can cut the interval (the common case of one busy
+ * process, whose previous launch ended before this one started). The
+ * newest end is lowered only past a clock skew (an end from another
+ * boot): then an end inside the interval may be missed, and the launch
+ * charged its whole interval, more than its own time, never less. */
+uint64_t vgpu_timeline_record_own(struct vgpu_ledger *l, uint64_t start_ns,
+				  uint64_t end_ns);
+
 #endif

@@ -127,6 +127,44 @@ Test(measure, the_timeline_counts_ends_recorded_late)
 	cr_expect_eq(timeline_head(), 7);
 }
 
+/* Recording an end and reading an interval's own part in one call
+ * (vgpu_timeline_record_own) answers what the scan answers, over random
+ * intervals recorded roughly in order by several "processes", seeded:
+ * without the scan only when no end recorded before cuts the interval. */
+Test(measure, recording_an_end_with_its_own_part_agrees_with_the_scan)
+{
+	start(100);
+	uint64_t seed = 12345, at = T0, fast = 0;
+
+	for (int i = 0; i < 20000; i++) {
+		uint64_t r, start_ns, end_ns, own, scan, newest;
+		const struct vgpu_ledger_timeline *tl = (const void *)(
+			(const char *)vgpu_ledger_header(ledger) +
+			VGPU_LEDGER_TIMELINE_OFFSET);
+
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		r = seed >> 33;
+		/* Intervals of up to 200 us, starting up to 100 us before or
+		 * after the last one's end (overlaps, gaps, out of order). */
+		start_ns = at + (r % 200) * US / 2 - 50 * US;
+		end_ns = start_ns + (r >> 8) % (200 * US);
+		at = end_ns;
+		newest = tl->newest_ns;
+		/* The scan's answer with the end recorded, on a copy of the
+		 * state: record, then read the exclusive part. */
+		own = vgpu_timeline_record_own(ledger, start_ns, end_ns);
+		scan = vgpu_timeline_exclusive(ledger, start_ns, end_ns);
+		cr_assert_eq(own, scan, "step %d: [%llu, %llu]: %llu, the scan "
+			     "%llu", i, (unsigned long long)(start_ns - T0),
+			     (unsigned long long)(end_ns - T0),
+			     (unsigned long long)own,
+			     (unsigned long long)scan);
+		fast += newest <= start_ns;
+	}
+	cr_expect_gt(fast, 1000, "the fast path taken %llu times",
+		     (unsigned long long)fast);
+}
+
 /* ---- the reference ---------------------------------------------------------------- */
 
 /* The next `reads` readings of a reference event are seen `late` ns after
