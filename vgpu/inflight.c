@@ -400,6 +400,16 @@ bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *P)
 	return running;
 }
 
+void vgpu_inflight_read_begin(void)
+{
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+}
+
+void vgpu_inflight_read_end(void)
+{
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+}
+
 void vgpu_inflight_quiesce(void)
 {
 	while (__atomic_load_n(&readers, __ATOMIC_SEQ_CST))

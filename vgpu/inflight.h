@@ -162,6 +162,13 @@ void vgpu_inflight_wait(int gpu, uint32_t seq, uint64_t ns,
  * token sleeps until then. Reads no event. */
 uint64_t vgpu_inflight_next_due(int gpu);
 
+/* Around a reading of events of a thread that may be gone (the watch's
+ * orphans, measure_park.c): counted as a reader, so that a teardown,
+ * which moves its context's epoch first, waits for it
+ * (vgpu_inflight_quiesce) before the driver frees them. */
+void vgpu_inflight_read_begin(void);
+void vgpu_inflight_read_end(void);
+
 /* Waits until no thread is reading another's events: called after a
  * context's teardown count moved, and before events of launches that
  * held tokens are destroyed. */

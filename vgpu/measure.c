@@ -78,6 +78,11 @@ void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx)
 
 /* Whether c's context may have been torn down since c was made: then its
  * handles may be freed, or name another context's objects. */
+const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c)
+{
+	return epoch_of(c->ctx);
+}
+
 bool vgpu__m_stale(const struct vgpu_measure_ctx *c)
 {
 	return c->epoch != __atomic_load_n(epoch_of(c->ctx), __ATOMIC_ACQUIRE);
@@ -910,10 +915,16 @@ void vgpu_measure_synchronised(struct vgpu_measure_thread *t)
 void vgpu_measure_thread_exit(struct vgpu_measure_thread *t)
 {
 	uint64_t deadline = P.now() + VGPU_MEASURE_EXIT_WAIT_NS;
+	int cancel;
 
+	/* Not cancelled in the exit's waits (a thread cancelled while it
+	 * exits: a review's 500 parked launches went uncharged and their
+	 * memory and events leaked). */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	for (int i = 0; i < CTXS; i++)
 		if (t->ctx[i].ctx)
 			vgpu__m_retire(&t->ctx[i], deadline);
+	pthread_setcancelstate(cancel, NULL);
 }
 
 void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
@@ -921,6 +932,7 @@ void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
 	for (int i = 0; i < CTXS; i++)
 		if (t->ctx[i].ctx)
 			vgpu__m_forget(&t->ctx[i]);
+	vgpu__m_orphans_settle();
 }
 
 void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
@@ -928,6 +940,7 @@ void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
 	for (int i = 0; i < CTXS; i++)
 		vgpu__m_park_free(&t->ctx[i]);
 	memset(t, 0, sizeof(*t));
+	vgpu__m_orphans_fork_child();
 	vgpu_inflight_fork_child();
 	vgpu__m_watch_fork_child();
 	/* A probe the parent had in flight is the tenant's, the parent's to

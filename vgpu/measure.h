@@ -151,6 +151,13 @@ struct vgpu_slot;
 #define VGPU_MEASURE_PARK_MAX		1024
 #define VGPU_MEASURE_PARK_POLL_NS	1000000ull	/* 1 ms */
 #define VGPU_MEASURE_PARK_BATCH		64
+/* Launches still unread when their thread exits, or its state in a
+ * context is evicted, are read and charged by the process's watch thread
+ * when they end (measure_park.c), up to this many in the process: the
+ * exit's wait was the most they were charged, and 500 kernels of 20 ms
+ * queued behind a wait that another thread released after the exit ran
+ * 10 s for a 2 s charge (45% of a device under a 30% cap). */
+#define VGPU_MEASURE_ORPHANS_MAX	4096
 /* With the ring full of launches given up on (the park full, or no
  * memory for it), a launch waits this long for one of them to end, then
  * goes unmeasured, charged the wait. */
@@ -209,6 +216,7 @@ struct vgpu_measure_pending {		/* a launch whose end is not read */
 					 * wait_oldest()) */
 	struct vgpu_prim_stream *stream;	/* where it was launched */
 	bool per_thread;
+	bool orphaned;			/* handed to the process's watch */
 	struct vgpu_inflight_mark tok;	/* its hold on the process's
 					 * launches in flight (inflight.h) */
 };

@@ -81,9 +81,50 @@ static inline unsigned vgpu__m_live(const struct vgpu_measure_ctx *c)
  * then on (vgpu__m_estimate). It is read and charged when it ends. */
 void vgpu__m_give_up(struct vgpu_measure_ctx *c);
 
+/* c's context's teardown count (measure.c), for a launch read after c
+ * is gone. */
+const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c);
+
+/* ---- measure_park.c --------------------------------------------------------- */
+
+/* Moves c's oldest launch, given up on (its token given back: no other
+ * thread holds its address), out of the ring into the park; false when
+ * the park is full (PARK_MAX) or cannot grow. */
+bool vgpu__m_park(struct vgpu_measure_ctx *c);
+/* Reads c's parked launches that have ended: at most PARK_BATCH of them
+ * (a query each), in turn, no more often than PARK_POLL_NS. */
+void vgpu__m_poll_park(struct vgpu_measure_ctx *c);
 /* The memory of c's park back (its launches read or settled; a child
  * after fork, whose parent's they are). */
 void vgpu__m_park_free(struct vgpu_measure_ctx *c);
+
+/* Hands p, an unread launch of c (its context live, not a probe), to the
+ * process's watch thread, which reads it when it ends and charges it what
+ * it ran (vgpu__m_orphans_poll); p is marked orphaned (its events are the
+ * watch's now). False when it cannot be (a probe, c's context torn down,
+ * ORPHANS_MAX): then it is settled as before. */
+bool vgpu__m_orphan(const struct vgpu_measure_ctx *c,
+		    struct vgpu_measure_pending *p);
+/* One pass of the watch over the orphans (those of a context torn down
+ * since charged their share of the time since the oldest was issued);
+ * whether any is left. */
+bool vgpu__m_orphans_poll(void);
+/* At the process's exit, the watch stopped: the rest at what they were
+ * charged (the driver discards what has not run). */
+void vgpu__m_orphans_settle(void);
+void vgpu__m_orphans_fork_child(void);
+
+/* p's token back to its process, without its lane (measure_read.c). */
+void vgpu__m_token_fold(struct vgpu_measure_pending *p);
+
+/* ---- measure_read.c (reading one) ------------------------------------------ */
+
+/* Reads launch p of c (the oldest in its ring, or one parked), its end
+ * event found complete (q: the query's answer, VGPU_PRIM_DONE or _ERROR)
+ * before the host's time seen: places it on the host's clock, records its
+ * end in the GPU's timeline, and gives its events back. */
+void vgpu__m_read_launch(struct vgpu_measure_ctx *c,
+			 struct vgpu_measure_pending *p, int q, uint64_t seen);
 
 /* Moves the launches given up on at the front of c's ring behind the
  * others, unless they have ended (then they are read in turn), so that

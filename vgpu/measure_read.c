@@ -147,6 +147,11 @@ static void token_fold(struct vgpu_measure_pending *p, bool keep_lane)
 		p->estimate = ns;
 }
 
+void vgpu__m_token_fold(struct vgpu_measure_pending *p)
+{
+	token_fold(p, false);
+}
+
 /* Before a charge of measured where charged was admitted: the bucket
  * brought up to now first if it is a debt (vgpu_throttle_refill). now 0
  * (a forced charge, which has no time of its own): the clock's. Given 0,
@@ -435,12 +440,8 @@ static void give_events(struct vgpu_measure_ctx *c,
 	P.event_destroy(p->end);
 }
 
-/* Reads launch p of c (the oldest in its ring, or one parked), its end
- * event found complete (q: the query's answer, VGPU_PRIM_DONE or _ERROR)
- * before the host's time seen: places it on the host's clock, records its
- * end in the GPU's timeline, and gives its events back. */
-static void read_launch(struct vgpu_measure_ctx *c,
-			struct vgpu_measure_pending *p, int q, uint64_t seen)
+void vgpu__m_read_launch(struct vgpu_measure_ctx *c,
+			 struct vgpu_measure_pending *p, int q, uint64_t seen)
 {
 	const struct vgpu_measure_gpu *g = p->gpu;
 	struct vgpu_measure_done *m;
@@ -531,73 +532,11 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 {
 	struct vgpu_measure_pending *p = AT(c, 0);
 
-	read_launch(c, p, q, seen);
+	vgpu__m_read_launch(c, p, q, seen);
 	if (p->stuck)
 		c->nstuck--;
 	c->head = (c->head + 1) % RING;
 	c->count--;
-}
-
-/* Moves c's oldest launch, given up on (its token given back: no other
- * thread holds its address), out of the ring into the park; false when
- * the park is full (PARK_MAX) or cannot grow. */
-static bool park(struct vgpu_measure_ctx *c)
-{
-	struct vgpu_measure_pending *p = AT(c, 0);
-
-	if (c->npark == c->park_cap) {
-		unsigned cap = c->park_cap ? 2 * c->park_cap : RING;
-		struct vgpu_measure_pending *n;
-
-		if (cap > VGPU_MEASURE_PARK_MAX)
-			return false;
-		n = realloc(c->park, cap * sizeof(*n));
-		if (!n)
-			return false;
-		c->park = n;
-		c->park_cap = cap;
-	}
-	c->park[c->npark++] = *p;
-	if (p->probe_at)
-		c->park_probes++;
-	c->head = (c->head + 1) % RING;
-	c->count--;
-	return true;
-}
-
-/* Reads c's parked launches that have ended: at most PARK_BATCH of them
- * (a query each), in turn, no more often than PARK_POLL_NS. */
-static void poll_park(struct vgpu_measure_ctx *c)
-{
-	uint64_t now = P.now();
-	unsigned todo = c->npark < VGPU_MEASURE_PARK_BATCH
-			? c->npark : VGPU_MEASURE_PARK_BATCH;
-
-	if (now < c->park_next)
-		return;
-	c->park_next = now + VGPU_MEASURE_PARK_POLL_NS;
-	for (; todo && c->npark; todo--) {
-		unsigned i = c->park_rr < c->npark ? c->park_rr : 0;
-		struct vgpu_measure_pending *p = &c->park[i];
-		int q = P.event_query(p->end);
-
-		if (q == VGPU_PRIM_NOT_READY) {
-			c->park_rr = i + 1;
-			continue;
-		}
-		if (p->probe_at)
-			c->park_probes--;
-		read_launch(c, p, q, P.now());
-		c->park[i] = c->park[--c->npark];
-		c->park_rr = i;
-	}
-}
-
-void vgpu__m_park_free(struct vgpu_measure_ctx *c)
-{
-	free(c->park);
-	c->park = NULL;
-	c->npark = c->park_cap = c->park_probes = 0;
 }
 
 /* Moves c's oldest launch in flight behind the others: the slots of the
@@ -631,7 +570,7 @@ void vgpu__m_give_up(struct vgpu_measure_ctx *c)
 		c->blocked_per_thread = p->per_thread;
 		c->blocked_start = p->start;
 	}
-	if (park(c))
+	if (vgpu__m_park(c))
 		return;
 	c->nstuck++;
 	vgpu__m_stuck_behind(c);
@@ -854,7 +793,7 @@ uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
 			settle_read(c, q[i], now);
 	} while (k && c->nstuck && c->nstuck < c->count);
 	if (c->npark)
-		poll_park(c);
+		vgpu__m_poll_park(c);
 	running(c, now);
 	review(c, now);
 	if (c->done_count)
@@ -902,22 +841,29 @@ void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
 			   uint64_t most)
 {
 	uint64_t first = now, share = 0;
-	unsigned n = c->count + c->npark;
+	unsigned n = 0;
 
-	for (unsigned i = 0; i < c->count; i++)
-		if (AT(c, i)->issued < first)
-			first = AT(c, i)->issued;
-	for (unsigned i = 0; i < c->npark; i++)
-		if (c->park[i].issued < first)
-			first = c->park[i].issued;
+	for (unsigned i = 0; i < c->count + c->npark; i++) {
+		const struct vgpu_measure_pending *p =
+			i < c->count ? AT(c, i) : &c->park[i - c->count];
+
+		if (p->orphaned)
+			continue;
+		n++;
+		if (p->issued < first)
+			first = p->issued;
+	}
 	if (n && now > first)
 		share = (now - first) / n;
 	if (share > most)
 		share = most;
-	for (unsigned i = 0; i < c->count; i++)
-		settle_one(AT(c, i), share, now);
-	for (unsigned i = 0; i < c->npark; i++)
-		settle_one(&c->park[i], share, now);
+	for (unsigned i = 0; i < c->count + c->npark; i++) {
+		struct vgpu_measure_pending *p =
+			i < c->count ? AT(c, i) : &c->park[i - c->count];
+
+		if (!p->orphaned)
+			settle_one(p, share, now);
+	}
 }
 
 /* Gives c's events and stream back to the driver (c->ctx current); its
@@ -927,16 +873,16 @@ static void release(struct vgpu_measure_ctx *c)
 	/* settle_unread gave their tokens back: no other thread reads them
 	 * from now on, and one reading them still is waited out. */
 	vgpu_inflight_quiesce();
-	for (unsigned i = 0; i < c->count; i++) {
-		struct vgpu_measure_pending *p = AT(c, i);
+	for (unsigned i = 0; i < c->count + c->npark; i++) {
+		struct vgpu_measure_pending *p =
+			i < c->count ? AT(c, i) : &c->park[i - c->count];
 
-		/* Still recorded: the driver frees them once complete. */
+		/* Still recorded: the driver frees them once complete. An
+		 * orphan's are the watch's. */
+		if (p->orphaned)
+			continue;
 		P.event_destroy(p->start);
 		P.event_destroy(p->end);
-	}
-	for (unsigned i = 0; i < c->npark; i++) {
-		P.event_destroy(c->park[i].start);
-		P.event_destroy(c->park[i].end);
 	}
 	vgpu__m_park_free(c);
 	for (int i = 0; i < c->nfree; i++)
@@ -969,6 +915,7 @@ void vgpu__m_forget(struct vgpu_measure_ctx *c)
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 {
 	uint64_t now, t0;
+	bool orphans = false;
 
 	if (vgpu__m_stale(c) || !P.ctx_push(c->ctx)) {
 		vgpu__m_forget(c);
@@ -985,7 +932,7 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 			continue;
 		c->park_next = 0;
 		if (parked) {
-			poll_park(c);
+			vgpu__m_poll_park(c);
 			if (c->npark < parked)
 				continue;
 		}
@@ -1000,10 +947,21 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 			oldest_last(c);
 		P.sleep(VGPU_MEASURE_TOKEN_POLL_NS);
 	}
-	/* The rest, at most the time waited here each: the time since they
-	 * were issued included the throttle's own waits, and each eviction
-	 * of a thread's fifth context paid for the one before (4.6 s, 20 s,
-	 * 86 s, a hostile review). */
+	/* The rest to the process's watch, which charges each what it ran
+	 * once it ends; those it cannot take (probes, a full list) at most
+	 * the time waited here each: the time since they were issued
+	 * included the throttle's own waits, and each eviction of a thread's
+	 * fifth context paid for the one before (4.6 s, 20 s, 86 s, a
+	 * hostile review). */
+	for (unsigned i = 0; i < c->count + c->npark; i++) {
+		struct vgpu_measure_pending *p =
+			i < c->count ? AT(c, i) : &c->park[i - c->count];
+
+		if (vgpu__m_orphan(c, p))
+			orphans = true;
+	}
+	if (orphans)
+		vgpu__m_watch_lanes();
 	vgpu__m_settle_unread(c, now, now - t0);
 	vgpu__m_charge_done(c, 0, true);
 	release(c);

@@ -76,6 +76,7 @@ static bool watch_pass(bool *probe)
 					      vgpu__m_learnt_in_place))
 			watch_lanes_seen = now;
 		more |= now - watch_lanes_seen < VGPU_MEASURE_LANE_LINGER_NS;
+		more |= vgpu__m_orphans_poll();
 	}
 	pthread_mutex_unlock(&watch_mu);
 	return more;

@@ -7,6 +7,7 @@
  * test_measure_stuck.c: launches that wait for the thread's later work.
  */
 #include "measure_fake.h"
+#include "measure_internal.h"
 
 /* ---- the first launch ------------------------------------------------------------ */
 
@@ -493,13 +494,15 @@ Test(measure, a_thread_exit_charges_its_launches_as_measured)
 	cr_expect_null(state_of(a, &fake.ctx[0]));
 }
 
-/* A launch still running when the exit's wait is over is charged its
- * share of the time since it was issued... */
-Test(measure, a_thread_exit_charges_the_time_since_issued_if_more)
+/* A launch still running when the exit's wait is over is handed to the
+ * process's watch, which charges it what it ran once it ends (the exit
+ * charged at most its wait: a review's 500 kernels queued behind a wait
+ * that another thread released after the exit ran 10 s for 2 s). */
+Test(measure, a_launch_running_past_a_thread_exit_is_read_by_the_watch)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
-	uint64_t issued;
+	uint64_t issued, watches = fake.probe_watches;
 
 	run_and_read(a, F1, 1 * MS);
 	issued = fake.now;
@@ -510,21 +513,46 @@ Test(measure, a_thread_exit_charges_the_time_since_issued_if_more)
 	cr_expect_gt(fake.now, issued + VGPU_MEASURE_EXIT_WAIT_NS);
 	cr_expect_leq(fake.now, issued + VGPU_MEASURE_EXIT_WAIT_NS +
 				VGPU_MEASURE_END_POLL_NS);
-	cr_expect_eq(charged(), 1 * MS + (fake.now - issued), "%llu",
+	cr_expect_eq(charged(), 1 * MS, "%llu", (unsigned long long)charged());
+	cr_expect_gt(fake.probe_watches, watches, "the watch started");
+	cr_expect_eq(live_events(), 2, "its events the watch's");
+	cr_expect_null(state_of(a, &fake.ctx[0]));
+	cr_expect(vgpu__m_orphans_poll(), "still running");
+	cr_expect_eq(charged(), 1 * MS);
+	fake.now = issued + 10 * SEC;
+	cr_expect_not(vgpu__m_orphans_poll(), "read");
+	cr_expect_eq(charged(), 1 * MS + 10 * SEC, "%llu",
 		     (unsigned long long)charged());
-	cr_expect_eq(live_events(), 0);
+	cr_expect_eq(live_events(), 0, "its events given back");
 }
 
-/* ... or its estimate, if that is more. */
-Test(measure, a_thread_exit_charges_the_estimate_if_more)
+/* One the process's exit finds unread is charged what it was charged
+ * (the driver discards what has not run); one whose context is torn down
+ * first, its share of the time since it was issued. */
+Test(measure, an_orphan_at_exit_or_teardown_is_charged_at_least_its_estimate)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
+	uint64_t issued;
 
 	run_and_read(a, F1, 5 * SEC);
 	launch(a, F1, 5 * SEC);		/* estimate: 5 s */
 	vgpu_measure_thread_exit(&a->m);
+	cr_expect_eq(charged(), 5 * SEC);
+	vgpu__m_orphans_settle();
 	cr_expect_eq(charged(), 10 * SEC, "%llu",
+		     (unsigned long long)charged());
+	cr_expect_not(vgpu__m_orphans_poll(), "none left");
+
+	a = thread_in(&fake.ctx[0]);
+	issued = fake.now;
+	launch(a, F1, 5 * SEC);
+	launch(a, F1, 5 * SEC);
+	vgpu_measure_thread_exit(&a->m);
+	fake.now = issued + 40 * SEC;
+	vgpu_measure_ctx_teardown((struct vgpu_prim_ctx *)&fake.ctx[0]);
+	cr_expect_not(vgpu__m_orphans_poll(), "dropped");
+	cr_expect_eq(charged(), 10 * SEC + 40 * SEC, "%llu",
 		     (unsigned long long)charged());
 }
 

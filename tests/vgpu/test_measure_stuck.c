@@ -8,6 +8,7 @@
  * complete.
  */
 #include "measure_fake.h"
+#include "measure_internal.h"
 
 #define STALL VGPU_MEASURE_TOKEN_STALL_NS
 #define MAX_WAIT VGPU_MEASURE_RUNNING_MAX_WAIT_NS
@@ -209,34 +210,35 @@ Test(measure, a_full_park_and_ring_let_the_next_go_unmeasured,
 }
 
 /* A thread that exits with launches queued behind a wait polls them until
- * its deadline and charges each its share of the time since they were
- * issued, at most the time it waited: not only their estimate (kernels
- * queued behind a wait that the thread left ran 200 ms each for a 20 us
- * charge once released, 89.6% of a device under a 30% cap, a hostile
- * review), nor the throttle's waits before. */
-Test(measure, a_thread_exit_with_stuck_launches_charges_them_its_wait)
+ * its deadline, then hands them to the process's watch, which charges
+ * each what it ran once the wait is released and it ends: not only their
+ * estimate (kernels queued behind a wait that the thread left ran 200 ms
+ * each for a 20 us charge once released, 89.6% of a device under a 30%
+ * cap, a hostile review), nor the exit's wait (500 kernels of 20 ms ran
+ * 10 s for 2 s, 45%, another). */
+Test(measure, a_thread_exit_with_stuck_launches_hands_them_to_the_watch)
 {
 	start(100);
 	struct fthread *a = thread_in(&fake.ctx[0]);
-	uint64_t before, t1, waited, share;
+	uint64_t before, waited, release;
 
 	run_and_read(a, F1, 100 * US);
-	block_stream();
-	t1 = fake.now;
-	for (int i = 0; i < 3; i++)
-		launch(a, F1, 100 * US);
+	release = fake.now + 3 * SEC;
+	fake.ctx[0].dflt.busy = release;	/* a wait released in 3 s */
+	for (int i = 0; i < 40; i++)
+		launch(a, F1, 20 * MS);		/* estimate: 100 us */
 	before = charged();
 	waited = fake.now;
 	vgpu_measure_thread_exit(&a->m);
 	waited = fake.now - waited;
 	cr_expect_geq(waited, VGPU_MEASURE_EXIT_WAIT_NS, "waited %llu ns",
 		      (unsigned long long)waited);
-	share = (fake.now - t1) / 3;
-	if (share > waited)
-		share = waited;
-	cr_expect_eq(charged() - before, 3 * share, "%llu ns charged, %llu each",
-		     (unsigned long long)(charged() - before),
-		     (unsigned long long)share);
-	cr_expect_gt(share, 100 * US, "more than their estimate");
+	cr_expect_lt(fake.now, release, "still behind the wait");
+	cr_expect_eq(charged() - before, 0, "none read yet");
 	cr_expect_null(state_of(a, &fake.ctx[0]));
+	fake.now = release + 40 * 20 * MS;	/* all ran, back to back */
+	cr_expect_not(vgpu__m_orphans_poll());
+	cr_expect_eq(charged() - before, 40 * 20 * MS, "%llu ns charged",
+		     (unsigned long long)(charged() - before));
+	cr_expect_eq(live_events(), 0);
 }
