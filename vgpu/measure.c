@@ -248,10 +248,15 @@ static bool behind_blocked(const struct vgpu_measure_ctx *c)
 {
 	const struct vgpu_measure_pending *p = AT(c, 0);
 
-	return c->blocked_start && p->stream == c->blocked &&
-	       p->per_thread == c->blocked_per_thread &&
-	       P.event_query(c->blocked_start) != VGPU_PRIM_DONE &&
-	       P.event_query(p->start) != VGPU_PRIM_DONE;
+	for (int i = 0; i < VGPU_MEASURE_BLOCKED; i++) {
+		const struct vgpu_measure_blocked *b = &c->blocked[i];
+
+		if (b->start && p->stream == b->stream &&
+		    p->per_thread == b->per_thread)
+			return P.event_query(b->start) != VGPU_PRIM_DONE &&
+			       P.event_query(p->start) != VGPU_PRIM_DONE;
+	}
+	return false;
 }
 
 /* Reads c's oldest launch in flight not given up on (and any ended after

@@ -151,6 +151,11 @@ struct vgpu_slot;
 #define VGPU_MEASURE_PARK_MAX		1024
 #define VGPU_MEASURE_PARK_POLL_NS	1000000ull	/* 1 ms */
 #define VGPU_MEASURE_PARK_BATCH		64
+/* Streams a thread remembers per context as blocked behind a launch given
+ * up on before it started (measure.c, behind_blocked()): with one, launches
+ * alternating between two streams behind two waits waited 50 ms each (200
+ * in 9.9 s, a hostile review). */
+#define VGPU_MEASURE_BLOCKED		4
 /* Launches still unread when their thread exits, or its state in a
  * context is evicted, are read and charged by the process's watch thread
  * when they end (measure_park.c), up to this many in the process: the
@@ -254,12 +259,16 @@ struct vgpu_measure_ctx {		/* one thread's, in one context */
 	struct vgpu_measure_pending *park;
 	unsigned npark, park_cap, park_rr, park_probes;
 	uint64_t park_next;
-	/* The stream of the last launch given up on before it started, and
-	 * its start event while it is parked or in the ring (NULL: none): a
-	 * later launch on that stream cannot start before it does. */
-	struct vgpu_prim_stream *blocked;
-	bool blocked_per_thread;
-	struct vgpu_prim_event *blocked_start;
+	/* The streams of the last launches given up on before they started
+	 * (VGPU_MEASURE_BLOCKED of them, the oldest replaced), each with its
+	 * start event while the launch is parked or in the ring (NULL: none):
+	 * a later launch on that stream cannot start before it does. */
+	struct vgpu_measure_blocked {
+		struct vgpu_prim_stream *stream;
+		bool per_thread;
+		struct vgpu_prim_event *start;
+	} blocked[VGPU_MEASURE_BLOCKED];
+	unsigned blocked_next;
 	struct vgpu_measure_done done[2 * VGPU_MEASURE_RING];
 	unsigned done_head, done_count;
 	unsigned early;			/* done entries still early */

@@ -429,8 +429,9 @@ static bool off_by_much(uint64_t estimate, uint64_t first)
 static void give_events(struct vgpu_measure_ctx *c,
 			const struct vgpu_measure_pending *p)
 {
-	if (c->blocked_start == p->start)
-		c->blocked_start = NULL;
+	for (int i = 0; i < VGPU_MEASURE_BLOCKED; i++)
+		if (c->blocked[i].start == p->start)
+			c->blocked[i].start = NULL;
 	if (c->nfree + 2 <= 2 * RING) {
 		c->free_ev[c->nfree++] = p->start;
 		c->free_ev[c->nfree++] = p->end;
@@ -566,9 +567,19 @@ void vgpu__m_give_up(struct vgpu_measure_ctx *c)
 	/* Not started: the launches made after it on its stream cannot
 	 * start before it (wait_oldest() goes past them at once). */
 	if (P.event_query(p->start) != VGPU_PRIM_DONE) {
-		c->blocked = p->stream;
-		c->blocked_per_thread = p->per_thread;
-		c->blocked_start = p->start;
+		struct vgpu_measure_blocked *b = NULL;
+
+		/* Its stream's entry, else the oldest. */
+		for (int i = 0; i < VGPU_MEASURE_BLOCKED && !b; i++)
+			if (c->blocked[i].start &&
+			    c->blocked[i].stream == p->stream &&
+			    c->blocked[i].per_thread == p->per_thread)
+				b = &c->blocked[i];
+		if (!b)
+			b = &c->blocked[c->blocked_next++ %
+					VGPU_MEASURE_BLOCKED];
+		*b = (struct vgpu_measure_blocked){ p->stream, p->per_thread,
+						    p->start };
 	}
 	if (vgpu__m_park(c))
 		return;

@@ -119,6 +119,40 @@ Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
 	cr_expect_eq(charged(), 0, "nothing ran, nothing retired");
 }
 
+/* Thread t launches a kernel of len ns on stream s. */
+static int launch_on(struct fthread *t, struct fstream *s, uint64_t len)
+{
+	struct kernel k = { .len = len, .s = s };
+	struct vgpu_measure_call call = {
+		.key = F1, .kind = VGPU_MEASURE_KERNEL,
+		.stream = (struct vgpu_prim_stream *)s,
+		.launch = f_launch, .arg = &k,
+	};
+
+	as(t);
+	return vgpu_measure_launch(&t->m, &call);
+}
+
+/* Launches alternating between two streams, each behind a wait: once the
+ * first launch on each has been given up on (a stall each), every later
+ * one goes at once (with one stream remembered, each waited the stall). */
+Test(measure, launches_behind_waits_on_two_streams_go_at_once)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fstream s1 = { &fake.ctx[0], 0, true };
+	struct fstream s2 = { &fake.ctx[0], 0, true };
+	uint64_t t1;
+
+	run_and_read(a, F1, 100 * US);
+	s1.busy = s2.busy = fake.now + 1000 * SEC;
+	t1 = fake.now;
+	for (int i = 0; i < 200; i++)
+		cr_assert_eq(launch_on(a, i % 2 ? &s2 : &s1, 100 * US), 0);
+	cr_expect_leq(fake.now - t1, 2 * (STALL + POLL), "200 launches took "
+		      "%llu ns", (unsigned long long)(fake.now - t1));
+}
+
 /* Reads c's parked launches as time passes, 1 ms at a time (the park is
  * polled PARK_BATCH at a time, at most every PARK_POLL_NS), until none is
  * left or `most` has passed; then the charge's delay. */
