@@ -17,6 +17,7 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -400,6 +401,52 @@ bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *P)
 	return running;
 }
 
+/* Each token's word when a waiter found its launch not started after
+ * the stall (vgpu_inflight_mark_stalled), + 1; 0: none. A token taken
+ * again has another generation, so a mark holds for one launch only. */
+static uint64_t stalled[VGPU_MAX_DEVICES][TOKENS];
+
+/* Whether t's launch (ARMED, word w) has not started, its context live. */
+static bool unstarted(struct token *t, uint64_t w, const struct vgpu_prim *P)
+{
+	struct vgpu_inflight_launch l;
+	bool yes = false;
+
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	if (snapshot(t, w, &l) &&
+	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
+		yes = P->event_query(l.start) != VGPU_PRIM_DONE;
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	return yes;
+}
+
+void vgpu_inflight_mark_stalled(int gpu, const struct vgpu_prim *P)
+{
+	for (int i = 0; i < TOKENS; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
+
+		if ((w & 3) == ARMED && unstarted(t, w, P))
+			__atomic_store_n(&stalled[gpu][i], w + 1,
+					 __ATOMIC_RELAXED);
+	}
+}
+
+bool vgpu_inflight_all_stalled(int gpu, const struct vgpu_prim *P)
+{
+	for (int i = 0; i < TOKENS; i++) {
+		struct token *t = &tokens[gpu][i];
+		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
+
+		if ((w & 3) != ARMED ||
+		    __atomic_load_n(&stalled[gpu][i], __ATOMIC_RELAXED) !=
+			    w + 1 ||
+		    !unstarted(t, w, P))
+			return false;
+	}
+	return true;
+}
+
 void vgpu_inflight_read_begin(void)
 {
 	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
@@ -426,6 +473,7 @@ void vgpu_inflight_fork_child(void)
 		}
 	for (int g = 0; g < VGPU_MAX_DEVICES; g++)
 		waiting[g] = 0;
+	memset(stalled, 0, sizeof(stalled));
 	readers = 0;
 }
 

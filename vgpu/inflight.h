@@ -162,6 +162,16 @@ void vgpu_inflight_wait(int gpu, uint32_t seq, uint64_t ns,
  * token sleeps until then. Reads no event. */
 uint64_t vgpu_inflight_next_due(int gpu);
 
+/* A thread that waited TOKEN_STALL_NS for a token while no holder's
+ * launch started (measure.c, take_token()) marks those holders stalled;
+ * later waiters go past them at once while every token is held by a
+ * launch so marked that has still not started (a second context's or
+ * another thread's launches behind the first one's two, queued behind a
+ * wait for the thread's later work, waited the stall each: 300 in
+ * 15.5 s, a hostile review). */
+void vgpu_inflight_mark_stalled(int gpu, const struct vgpu_prim *P);
+bool vgpu_inflight_all_stalled(int gpu, const struct vgpu_prim *P);
+
 /* Around a reading of events of a thread that may be gone (the watch's
  * orphans, measure_park.c): counted as a reader, so that a teardown,
  * which moves its context's epoch first, waits for it

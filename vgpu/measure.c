@@ -523,8 +523,12 @@ static uint64_t take_token(struct vgpu_measure_ctx *c,
 		 * start may still wait (a start event says only that the
 		 * work before it is done), so any is given TOKEN_MAX_WAIT_NS.
 		 * Two hostile reviews hung jobs both ways. */
-		if (holders_stuck(g, now - t0))
+		if (vgpu_inflight_all_stalled(g->ordinal, &P))
 			return now;
+		if (holders_stuck(g, now - t0)) {
+			vgpu_inflight_mark_stalled(g->ordinal, &P);
+			return now;
+		}
 		/* Sleeps until a token is given back (a futex wakes it), or
 		 * at most until the first launch holding one is due to end
 		 * (within TOKEN_MIN_WAIT_NS and TOKEN_POLL_NS), when it may

@@ -153,6 +153,33 @@ Test(measure, launches_behind_waits_on_two_streams_go_at_once)
 		      "%llu ns", (unsigned long long)(fake.now - t1));
 }
 
+/* Another thread's launches, in another context, while the first one's
+ * two launches behind a wait hold the process's two tokens: the first
+ * waits the stall and goes without a token, marking the holders stalled;
+ * the next ones go at once while those have still not started. */
+Test(measure, a_thread_goes_past_holders_found_stalled_at_once)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fthread *b = thread_in(&fake.ctx[1]);
+	uint64_t t1;
+
+	run_and_read(a, F1, 100 * US);
+	run_and_read(b, F1, 100 * US);
+	block_stream();
+	launch(a, F1, 100 * US);
+	launch(a, F1, 100 * US);
+	fake.engine = fake.now;		/* they wait on their stream only */
+	t1 = fake.now;
+	launch(b, F1, 100 * US);
+	expect_went_between(t1 + STALL, t1 + STALL + POLL);
+	t1 = fake.now;
+	for (int i = 0; i < 40; i++)
+		cr_assert_eq(launch(b, F1, 100 * US), 0);
+	cr_expect_leq(fake.now - t1, 40 * 1 * MS, "40 launches took %llu ns",
+		      (unsigned long long)(fake.now - t1));
+}
+
 /* Reads c's parked launches as time passes, 1 ms at a time (the park is
  * polled PARK_BATCH at a time, at most every PARK_POLL_NS), until none is
  * left or `most` has passed; then the charge's delay. */
