@@ -158,11 +158,16 @@ struct vgpu_slot;
 #define VGPU_MEASURE_BLOCKED		4
 /* Launches still unread when their thread exits, or its state in a
  * context is evicted, are read and charged by the process's watch thread
- * when they end (measure_park.c), up to this many in the process: the
+ * when they end (measure_park.c), up to this many in the process (past
+ * that, as before; a hostile review filled 4,096 with launches behind a
+ * wait never released, and later exits were charged their wait): the
  * exit's wait was the most they were charged, and 500 kernels of 20 ms
  * queued behind a wait that another thread released after the exit ran
  * 10 s for a 2 s charge (45% of a device under a 30% cap). */
-#define VGPU_MEASURE_ORPHANS_MAX	4096
+#define VGPU_MEASURE_ORPHANS_MAX	65536
+/* The watch asks this many orphans at most per pass (about every ms), in
+ * turn: with 4,096 stuck for good, it queried every one each pass. */
+#define VGPU_MEASURE_ORPHANS_BATCH	256
 /* With the ring full of launches given up on (the park full, or no
  * memory for it), a launch waits this long for one of them to end, then
  * goes unmeasured, charged the wait. */

@@ -100,14 +100,21 @@ void vgpu__m_park_free(struct vgpu_measure_ctx *c);
 
 /* Hands p, an unread launch of c (its context live, not a probe), to the
  * process's watch thread, which reads it when it ends and charges it what
- * it ran (vgpu__m_orphans_poll); p is marked orphaned (its events are the
- * watch's now). False when it cannot be (a probe, c's context torn down,
- * ORPHANS_MAX): then it is settled as before. */
-bool vgpu__m_orphan(const struct vgpu_measure_ctx *c,
-		    struct vgpu_measure_pending *p);
+ * it ran, placed as c would have placed it (vgpu__m_orphans_poll); p is
+ * marked orphaned (its events are the watch's now, and the reference
+ * event it is placed against too: c's slot for it is emptied, refs
+ * names its holder for c's other launches). False when it cannot be (a
+ * probe, c's context torn down, ORPHANS_MAX): then it is settled as
+ * before. c is dropped after its launches are handed over. */
+struct vgpu__m_orphan_refs {		/* a retirement's, zeroed */
+	struct orphan_ref *ref[2];	/* c's references, once moved */
+};
+bool vgpu__m_orphan(struct vgpu_measure_ctx *c, struct vgpu_measure_pending *p,
+		    struct vgpu__m_orphan_refs *refs);
 /* One pass of the watch over the orphans (those of a context torn down
- * since charged their share of the time since the oldest was issued);
- * whether any is left. */
+ * since charged their share of the time since the oldest was issued; at
+ * most ORPHANS_BATCH of the others asked, in turn); whether any is
+ * left. */
 bool vgpu__m_orphans_poll(void);
 /* At the process's exit, the watch stopped: the rest at what they were
  * charged (the driver discards what has not run). */

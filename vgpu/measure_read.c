@@ -927,6 +927,7 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 {
 	uint64_t now, t0;
 	bool orphans = false;
+	struct vgpu__m_orphan_refs refs = { { NULL, NULL } };
 
 	if (vgpu__m_stale(c) || !P.ctx_push(c->ctx)) {
 		vgpu__m_forget(c);
@@ -968,7 +969,7 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 		struct vgpu_measure_pending *p =
 			i < c->count ? AT(c, i) : &c->park[i - c->count];
 
-		if (vgpu__m_orphan(c, p))
+		if (vgpu__m_orphan(c, p, &refs))
 			orphans = true;
 	}
 	if (orphans)

@@ -515,7 +515,8 @@ Test(measure, a_launch_running_past_a_thread_exit_is_read_by_the_watch)
 				VGPU_MEASURE_END_POLL_NS);
 	cr_expect_eq(charged(), 1 * MS, "%llu", (unsigned long long)charged());
 	cr_expect_gt(fake.probe_watches, watches, "the watch started");
-	cr_expect_eq(live_events(), 2, "its events the watch's");
+	cr_expect_eq(live_events(), 3, "its events and its reference the "
+		     "watch's");
 	cr_expect_null(state_of(a, &fake.ctx[0]));
 	cr_expect(vgpu__m_orphans_poll(), "still running");
 	cr_expect_eq(charged(), 1 * MS);

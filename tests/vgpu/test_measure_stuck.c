@@ -180,6 +180,40 @@ Test(measure, a_thread_goes_past_holders_found_stalled_at_once)
 		      (unsigned long long)(fake.now - t1));
 }
 
+/* A thread that queued kernels on six streams behind one wait and exited:
+ * once released they run one after another, each start event completing
+ * at the release, so each one's events span its wait behind the others.
+ * The watch places them as their thread would have and charges each the
+ * part after the ends before it: what ran, not six times that (each was
+ * charged its events' whole span before, a hostile review). */
+Test(measure, orphans_on_several_streams_are_charged_what_ran)
+{
+	start(100);
+	struct fthread *a = thread_in(&fake.ctx[0]);
+	struct fstream st[6];
+	uint64_t release, before;
+	const int n = 30;
+
+	run_and_read(a, F1, 20 * MS);
+	fake.now += 2 * VGPU_MEASURE_CHARGE_DELAY_NS;
+	sync_as(a);			/* the first one charged */
+	release = fake.now + 30 * SEC;
+	for (int i = 0; i < 6; i++)
+		st[i] = (struct fstream){ &fake.ctx[0], release, true };
+	before = charged();
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(launch_on(a, &st[i % 6], 20 * MS), 0);
+	vgpu_measure_thread_exit(&a->m);
+	cr_expect_lt(fake.now, release, "still behind the wait");
+	cr_expect_eq(charged(), before, "none read yet");
+	fake.now = release + n * 20 * MS;	/* all ran, one after another */
+	cr_expect_not(vgpu__m_orphans_poll());
+	cr_expect_eq(charged() - before, n * 20 * MS, "%llu ns charged for "
+		     "%llu ns run", (unsigned long long)(charged() - before),
+		     (unsigned long long)(n * 20 * MS));
+	cr_expect_eq(live_events(), 0);
+}
+
 /* Reads c's parked launches as time passes, 1 ms at a time (the park is
  * polled PARK_BATCH at a time, at most every PARK_POLL_NS), until none is
  * left or `most` has passed; then the charge's delay. */
