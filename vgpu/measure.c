@@ -313,6 +313,10 @@ static uint64_t estimate_with_room(struct vgpu_measure_ctx *c,
 	while (!est && vgpu__m_live(c) &&
 	       !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);
+	/* Past one given up on: STUCK_EST_NS if the process still has no
+	 * estimate, not a probe of its own (vgpu__m_estimate). */
+	if (stuck && !est)
+		est = vgpu__m_estimate(c, g, kind, key);
 	while (!stuck && !room(c, g, est, *now) &&
 	       !(stuck = !wait_oldest(c, now, since)))
 		est = vgpu__m_estimate(c, g, kind, key);

@@ -113,6 +113,11 @@ Test(measure, a_first_launch_that_does_not_start_leaves_an_estimate)
 	cr_expect_eq(newest(a, &fake.ctx[0])->probe_at, 0, "not a probe");
 	cr_expect_eq(newest(a, &fake.ctx[0])->estimate,
 		     VGPU_MEASURE_STUCK_EST_NS);
+	/* The probe, not started, holds the tenant's other processes no
+	 * longer (nor is it retired by one, charged its age). */
+	cr_expect_eq(__atomic_load_n(&vgpu_ledger_tenant_record(slot)->probe,
+				     __ATOMIC_ACQUIRE), 0,
+		     "the tenant's probe let go");
 	t1 = fake.now;
 	launch(a, F3, 100 * US);
 	expect_went_between(t1, t1);
