@@ -31,13 +31,15 @@ void vgpu_timeline_record(struct vgpu_ledger *l, uint64_t end_ns);
 uint64_t vgpu_timeline_late(const struct vgpu_ledger *l);
 
 /* The part of [start_ns, end_ns] after the latest recorded end before
- * end_ns (its own end excluded). */
+ * end_ns (its own end excluded); an end within 1 us of start_ns does not
+ * cut it (the placing's error: timeline.c). */
 uint64_t vgpu_timeline_exclusive(const struct vgpu_ledger *l,
 				 uint64_t start_ns, uint64_t end_ns);
 
 /* Records end_ns (vgpu_timeline_record) and returns the part of
  * [start_ns, end_ns] that vgpu_timeline_exclusive would, without its scan
- * when the newest end recorded before lies at or before start_ns: no end
+ * when the newest end recorded before lies at or before start_ns (within
+ * the same 1 us): no end
  * recorded so far can cut the interval (the common case of one busy
  * process, whose previous launch ended before this one started). The
  * newest end is lowered only past a clock skew (an end from another
