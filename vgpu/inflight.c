@@ -381,24 +381,34 @@ uint64_t vgpu_inflight_next_due(int gpu)
 	return due;
 }
 
+/* What t's launch's start event says (ARMED, word w): event_query's
+ * answer, or START_GONE when the token moved on or its context was torn
+ * down. Its events are not freed meanwhile (a reader, as in read_one). */
+#define START_GONE 2
+
+static int start_of(struct token *t, uint64_t w, const struct vgpu_prim *P)
+{
+	struct vgpu_inflight_launch l;
+	int q = START_GONE;
+
+	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	if (snapshot(t, w, &l) &&
+	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
+		q = P->event_query(l.start);
+	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+	return q;
+}
+
 bool vgpu_inflight_any_running(int gpu, const struct vgpu_prim *P)
 {
-	bool running = false;
-
-	for (int i = 0; i < TOKENS && !running; i++) {
+	for (int i = 0; i < TOKENS; i++) {
 		struct token *t = &tokens[gpu][i];
 		uint64_t w = __atomic_load_n(&t->word, __ATOMIC_ACQUIRE);
-		struct vgpu_inflight_launch l;
 
-		if ((w & 3) != ARMED)
-			continue;
-		__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-		if (snapshot(t, w, &l) &&
-		    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
-			running = P->event_query(l.start) == VGPU_PRIM_DONE;
-		__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
+		if ((w & 3) == ARMED && start_of(t, w, P) == VGPU_PRIM_DONE)
+			return true;
 	}
-	return running;
+	return false;
 }
 
 /* Each token's word when a waiter found its launch not started after
@@ -409,15 +419,9 @@ static uint64_t stalled[VGPU_MAX_DEVICES][TOKENS];
 /* Whether t's launch (ARMED, word w) has not started, its context live. */
 static bool unstarted(struct token *t, uint64_t w, const struct vgpu_prim *P)
 {
-	struct vgpu_inflight_launch l;
-	bool yes = false;
+	int q = start_of(t, w, P);
 
-	__atomic_add_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	if (snapshot(t, w, &l) &&
-	    __atomic_load_n(l.epoch_word, __ATOMIC_SEQ_CST) == l.epoch)
-		yes = P->event_query(l.start) != VGPU_PRIM_DONE;
-	__atomic_sub_fetch(&readers, 1, __ATOMIC_SEQ_CST);
-	return yes;
+	return q != VGPU_PRIM_DONE && q != START_GONE;
 }
 
 void vgpu_inflight_mark_stalled(int gpu, const struct vgpu_prim *P)

@@ -76,13 +76,13 @@ void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx)
 	vgpu_inflight_quiesce();
 }
 
-/* Whether c's context may have been torn down since c was made: then its
- * handles may be freed, or name another context's objects. */
 const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c)
 {
 	return epoch_of(c->ctx);
 }
 
+/* Whether c's context may have been torn down since c was made: then its
+ * handles may be freed, or name another context's objects. */
 bool vgpu__m_stale(const struct vgpu_measure_ctx *c)
 {
 	return c->epoch != __atomic_load_n(epoch_of(c->ctx), __ATOMIC_ACQUIRE);

@@ -60,6 +60,14 @@ static inline unsigned vgpu__m_slot(const struct vgpu_measure_ctx *c,
 
 #define AT(c, i) (&(c)->ring[vgpu__m_slot((c), (i))])
 
+/* The i-th of c's launches not yet read (0 .. count + npark - 1): the
+ * ring's, oldest first, then the park's. */
+static inline struct vgpu_measure_pending *
+vgpu__m_unread(struct vgpu_measure_ctx *c, unsigned i)
+{
+	return i < c->count ? AT(c, i) : &c->park[i - c->count];
+}
+
 /* Whether c's oldest launch in flight is one given up on: then they all
  * are (vgpu__m_stuck_behind()). */
 static inline bool vgpu__m_head_stuck(const struct vgpu_measure_ctx *c)
@@ -92,12 +100,16 @@ const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c);
  * the park is full (PARK_MAX) or cannot grow. */
 bool vgpu__m_park(struct vgpu_measure_ctx *c);
 /* Reads c's parked launches that have ended: at most PARK_BATCH of them
- * (a query each), in turn, no more often than PARK_POLL_NS. */
-void vgpu__m_poll_park(struct vgpu_measure_ctx *c);
+ * (a query each), in turn, no more often than PARK_POLL_NS (now: the
+ * host's time). */
+void vgpu__m_poll_park(struct vgpu_measure_ctx *c, uint64_t now);
 /* The memory of c's park back (its launches read or settled; a child
  * after fork, whose parent's they are). */
 void vgpu__m_park_free(struct vgpu_measure_ctx *c);
 
+struct vgpu__m_orphan_refs {		/* a retirement's, zeroed */
+	struct orphan_ref *ref[2];	/* c's references, once moved */
+};
 /* Hands p, an unread launch of c (its context live, not a probe), to the
  * process's watch thread, which reads it when it ends and charges it what
  * it ran, placed as c would have placed it (vgpu__m_orphans_poll); p is
@@ -106,9 +118,6 @@ void vgpu__m_park_free(struct vgpu_measure_ctx *c);
  * names its holder for c's other launches). False when it cannot be (a
  * probe, c's context torn down, ORPHANS_MAX): then it is settled as
  * before. c is dropped after its launches are handed over. */
-struct vgpu__m_orphan_refs {		/* a retirement's, zeroed */
-	struct orphan_ref *ref[2];	/* c's references, once moved */
-};
 bool vgpu__m_orphan(struct vgpu_measure_ctx *c, struct vgpu_measure_pending *p,
 		    struct vgpu__m_orphan_refs *refs);
 /* One pass of the watch over the orphans (those of a context torn down

@@ -39,9 +39,8 @@ bool vgpu__m_park(struct vgpu_measure_ctx *c)
 	return true;
 }
 
-void vgpu__m_poll_park(struct vgpu_measure_ctx *c)
+void vgpu__m_poll_park(struct vgpu_measure_ctx *c, uint64_t now)
 {
-	uint64_t now = P.now();
 	unsigned todo = c->npark < VGPU_MEASURE_PARK_BATCH
 			? c->npark : VGPU_MEASURE_PARK_BATCH;
 

@@ -24,7 +24,6 @@ static uint64_t proc_avg[VGPU_MAX_DEVICES][KINDS];
  * (measure.c, wait_oldest(); atomic). */
 static bool proc_stuck[VGPU_MAX_DEVICES];
 
-
 /* The process's first reading on a GPU, of a kind: its average until
  * charges refine it. */
 static void proc_avg_seed(int gpu, int kind, uint64_t ns)
@@ -811,7 +810,7 @@ uint64_t vgpu__m_collect(struct vgpu_measure_ctx *c)
 			settle_read(c, q[i], now);
 	} while (k && c->nstuck && c->nstuck < c->count);
 	if (c->npark)
-		vgpu__m_poll_park(c);
+		vgpu__m_poll_park(c, now);
 	running(c, now);
 	review(c, now);
 	if (c->done_count)
@@ -862,8 +861,7 @@ void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
 	unsigned n = 0;
 
 	for (unsigned i = 0; i < c->count + c->npark; i++) {
-		const struct vgpu_measure_pending *p =
-			i < c->count ? AT(c, i) : &c->park[i - c->count];
+		const struct vgpu_measure_pending *p = vgpu__m_unread(c, i);
 
 		if (p->orphaned)
 			continue;
@@ -876,8 +874,7 @@ void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
 	if (share > most)
 		share = most;
 	for (unsigned i = 0; i < c->count + c->npark; i++) {
-		struct vgpu_measure_pending *p =
-			i < c->count ? AT(c, i) : &c->park[i - c->count];
+		struct vgpu_measure_pending *p = vgpu__m_unread(c, i);
 
 		if (!p->orphaned)
 			settle_one(p, share, now);
@@ -892,8 +889,7 @@ static void release(struct vgpu_measure_ctx *c)
 	 * from now on, and one reading them still is waited out. */
 	vgpu_inflight_quiesce();
 	for (unsigned i = 0; i < c->count + c->npark; i++) {
-		struct vgpu_measure_pending *p =
-			i < c->count ? AT(c, i) : &c->park[i - c->count];
+		struct vgpu_measure_pending *p = vgpu__m_unread(c, i);
 
 		/* Still recorded: the driver frees them once complete. An
 		 * orphan's are the watch's. */
@@ -951,7 +947,7 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 			continue;
 		c->park_next = 0;
 		if (parked) {
-			vgpu__m_poll_park(c);
+			vgpu__m_poll_park(c, now);
 			if (c->npark < parked)
 				continue;
 		}
@@ -973,8 +969,7 @@ void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
 	 * fifth context paid for the one before (4.6 s, 20 s, 86 s, a
 	 * hostile review). */
 	for (unsigned i = 0; i < c->count + c->npark; i++) {
-		struct vgpu_measure_pending *p =
-			i < c->count ? AT(c, i) : &c->park[i - c->count];
+		struct vgpu_measure_pending *p = vgpu__m_unread(c, i);
 
 		if (vgpu__m_orphan(c, p, &refs))
 			orphans = true;
