@@ -1,8 +1,8 @@
 /* measure.c - the launches of a capped tenant measured and charged: see
  * measure.h for the steps, docs/compute.md for why each is so. This half:
- * a launch (its admission, tokens and probe), a thread's state per
- * context, synchronisation, exits and fork; measure_read.c reads the
- * launches and charges them (measure_internal.h).
+ * a launch (its admission, tokens and probe) and a thread's state per
+ * context; measure_read.c reads the launches and charges them,
+ * measure_end.c ends them (measure_internal.h).
  *
  * The driver, the clock and sleeping are reached only through the
  * primitives (prim.h), copied into P once.
@@ -44,48 +44,6 @@ static void wait_ns(uint64_t ns)
 	pthread_testcancel();
 	P.sleep(ns);
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-}
-
-/* ---- contexts torn down ------------------------------------------------------ */
-
-/* A thread's events and calibration stream are given back when it exits,
- * if its context has not been torn down since they were made: then the
- * driver has freed them with it, or its handle may name another context.
- * Teardowns are counted per context handle (in buckets: a collision only
- * forgets more). */
-static unsigned ctx_epochs[VGPU_MEASURE_EPOCHS];
-
-static unsigned *epoch_of(const struct vgpu_prim_ctx *ctx)
-{
-	uintptr_t v = (uintptr_t)ctx;
-
-	return &ctx_epochs[(v >> 4 ^ v >> 12) % VGPU_MEASURE_EPOCHS];
-}
-
-void vgpu_measure_ctx_teardown(struct vgpu_prim_ctx *ctx)
-{
-	if (!ctx) {	/* which one is not known: every thread's */
-		for (int i = 0; i < VGPU_MEASURE_EPOCHS; i++)
-			__atomic_add_fetch(&ctx_epochs[i], 1, __ATOMIC_SEQ_CST);
-	} else {
-		__atomic_add_fetch(epoch_of(ctx), 1, __ATOMIC_SEQ_CST);
-	}
-	/* Another thread reading a launch of ctx in its holder's place
-	 * (inflight.h) is done with its events before the driver frees
-	 * them; later ones see the count moved and leave them. */
-	vgpu_inflight_quiesce();
-}
-
-const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c)
-{
-	return epoch_of(c->ctx);
-}
-
-/* Whether c's context may have been torn down since c was made: then its
- * handles may be freed, or name another context's objects. */
-bool vgpu__m_stale(const struct vgpu_measure_ctx *c)
-{
-	return c->epoch != __atomic_load_n(epoch_of(c->ctx), __ATOMIC_ACQUIRE);
 }
 
 /* ---- a thread's state per context ------------------------------------------- */
@@ -155,7 +113,7 @@ static struct vgpu_measure_ctx *state(struct vgpu_measure_thread *t)
 	}
 	memset(lru, 0, sizeof(*lru));
 	lru->ctx = ctx;
-	lru->epoch = __atomic_load_n(epoch_of(ctx), __ATOMIC_ACQUIRE);
+	lru->epoch = __atomic_load_n(vgpu__m_epoch_of(ctx), __ATOMIC_ACQUIRE);
 	lru->used = ++t->clock;
 	lru->ref = -1;
 	sm_share(lru);
@@ -844,7 +802,7 @@ static int measured(struct vgpu_measure_thread *t, struct vgpu_measure_ctx *c,
 				.ref = c->ref >= 0 ? c->ref_ev[c->ref] : NULL,
 				.ref_ns = c->ref >= 0 ? c->ref_ns[c->ref] : 0,
 				.issued = now,
-				.epoch_word = epoch_of(c->ctx),
+				.epoch_word = vgpu__m_epoch_of(c->ctx),
 				.epoch = c->epoch, .estimate = est,
 				.key = call->key, .gpu = g->ordinal,
 				.kind = call->kind, .probe_at = probe_at,
@@ -906,57 +864,4 @@ int vgpu_measure_launch(struct vgpu_measure_thread *t,
 	cancel_in_waits = false;
 	pthread_setcancelstate(cancel, NULL);
 	return r;
-}
-
-/* ---- synchronisation, exits, fork ------------------------------------------ */
-
-void vgpu_measure_synchronised(struct vgpu_measure_thread *t)
-{
-	for (int i = 0; i < CTXS; i++) {
-		struct vgpu_measure_ctx *c = &t->ctx[i];
-
-		if (!c->ctx || !(c->count || c->npark || c->done_count))
-			continue;
-		if (vgpu__m_stale(c)) {
-			vgpu__m_forget(c);
-			continue;
-		}
-		vgpu__m_collect(c);
-	}
-}
-
-void vgpu_measure_thread_exit(struct vgpu_measure_thread *t)
-{
-	uint64_t deadline = P.now() + VGPU_MEASURE_EXIT_WAIT_NS;
-	int cancel;
-
-	/* Not cancelled in the exit's waits (a thread cancelled while it
-	 * exits: a review's 500 parked launches went uncharged and their
-	 * memory and events leaked). */
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
-	for (int i = 0; i < CTXS; i++)
-		if (t->ctx[i].ctx)
-			vgpu__m_retire(&t->ctx[i], deadline);
-	pthread_setcancelstate(cancel, NULL);
-}
-
-void vgpu_measure_process_exit(struct vgpu_measure_thread *t)
-{
-	for (int i = 0; i < CTXS; i++)
-		if (t->ctx[i].ctx)
-			vgpu__m_forget(&t->ctx[i]);
-	vgpu__m_orphans_settle();
-}
-
-void vgpu_measure_fork_child(struct vgpu_measure_thread *t)
-{
-	for (int i = 0; i < CTXS; i++)
-		vgpu__m_park_free(&t->ctx[i]);
-	memset(t, 0, sizeof(*t));
-	vgpu__m_orphans_fork_child();
-	vgpu_inflight_fork_child();
-	vgpu__m_watch_fork_child();
-	/* A probe the parent had in flight is the tenant's, the parent's to
-	 * read (vgpu_throttle_probe_begin). The estimates (proc_avg) are the
-	 * parent's and stay: they are good. */
 }

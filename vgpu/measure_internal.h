@@ -1,9 +1,11 @@
 /* measure_internal.h - what the parts of the measuring core share:
  * measure.c (a launch: its admission, tokens and probe, a thread's state
- * per context, synchronisation, exits, fork), measure_read.c (the
- * estimates, placing events on the host's clock, reading launches and
- * charging them, settling what is left) and measure_watch.c (the watch
- * thread on the probe and the lanes). See measure.h for the steps.
+ * per context), measure_read.c (the estimates, placing events on the
+ * host's clock, reading launches and charging them, settling the unread
+ * ones at an estimate), measure_end.c (synchronisation, a context
+ * retired or forgotten, exits, fork), measure_park.c (launches given up
+ * on, and orphans) and measure_watch.c (the watch thread on the probe,
+ * the lanes and the orphans). See measure.h for the steps.
  * The names below are the core's own (vgpu__m_), not an interface. */
 #ifndef VGPU_MEASURE_INTERNAL_H
 #define VGPU_MEASURE_INTERNAL_H
@@ -88,10 +90,10 @@ static inline unsigned vgpu__m_live(const struct vgpu_measure_ctx *c)
  * process's launches with no estimate at all go at STUCK_EST_NS from
  * then on (vgpu__m_estimate). It is read and charged when it ends. */
 void vgpu__m_give_up(struct vgpu_measure_ctx *c);
+/* c's oldest launch in flight moved behind the others in the ring (its
+ * slot and the first free one swap; the head moves on). */
+void vgpu__m_oldest_last(struct vgpu_measure_ctx *c);
 
-/* c's context's teardown count (measure.c), for a launch read after c
- * is gone. */
-const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c);
 
 /* ---- measure_park.c --------------------------------------------------------- */
 
@@ -170,11 +172,22 @@ void vgpu__m_learnt_in_place(const struct vgpu_inflight_launch *l,
  * (vgpu_inflight_reap): those torn down, and those ended if `ended`. */
 unsigned vgpu__m_reap(const struct vgpu_measure_gpu *g, bool ended);
 
-/* Ending c: its unread launches settled without a driver call
- * (settle_unread), c dropped without one (forget), or its launches read
- * until deadline and its events given back (retire). */
+/* c's unread launches settled without a driver call, each at its
+ * estimate or its share of the time since the oldest was issued, the
+ * share at most `most`. */
 void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
 			   uint64_t most);
+
+/* ---- measure_end.c -------------------------------------------------------- */
+
+/* ctx's teardown count (in buckets: a collision only forgets more), and
+ * c's context's, for a launch read after c is gone. */
+unsigned *vgpu__m_epoch_of(const struct vgpu_prim_ctx *ctx);
+const unsigned *vgpu__m_epoch_word(const struct vgpu_measure_ctx *c);
+
+/* Ending c: dropped without a driver call (forget), or its launches read
+ * until deadline, the rest handed to the watch, and its events given
+ * back (retire). */
 void vgpu__m_forget(struct vgpu_measure_ctx *c);
 void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline);
 

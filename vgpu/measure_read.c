@@ -2,8 +2,8 @@
  * measure.h, and measure_internal.h for the split with measure.c): the
  * estimates they are admitted with, their events placed on the host's
  * clock, each read as it completes, charged its own part of its interval
- * once every process has recorded the ends before it, and what is left
- * settled when a thread, context or process ends.
+ * once every process has recorded the ends before it, and the unread
+ * ones settled at an estimate (for measure_end.c).
  */
 #include "measure_internal.h"
 #include "log.h"
@@ -541,7 +541,7 @@ static void settle_read(struct vgpu_measure_ctx *c, int q, uint64_t seen)
 
 /* Moves c's oldest launch in flight behind the others: the slots of the
  * head and of the first free position swap, and the head moves on. */
-static void oldest_last(struct vgpu_measure_ctx *c)
+void vgpu__m_oldest_last(struct vgpu_measure_ctx *c)
 {
 	unsigned h = c->head, t = (c->head + c->count) % RING;
 	unsigned a = c->perm[h] ^ h, f = c->perm[t] ^ t;
@@ -599,7 +599,7 @@ void vgpu__m_stuck_behind(struct vgpu_measure_ctx *c)
 	     k && c->nstuck < c->count && AT(c, 0)->stuck &&
 	     P.event_query(AT(c, 0)->end) == VGPU_PRIM_NOT_READY;
 	     k--)
-		oldest_last(c);
+		vgpu__m_oldest_last(c);
 }
 
 /* How long a thread waiting for c's oldest launch sleeps at now: until
@@ -880,105 +880,3 @@ void vgpu__m_settle_unread(struct vgpu_measure_ctx *c, uint64_t now,
 			settle_one(p, share, now);
 	}
 }
-
-/* Gives c's events and stream back to the driver (c->ctx current); its
- * launches not yet complete stay charged as settle_unread charged them. */
-static void release(struct vgpu_measure_ctx *c)
-{
-	/* settle_unread gave their tokens back: no other thread reads them
-	 * from now on, and one reading them still is waited out. */
-	vgpu_inflight_quiesce();
-	for (unsigned i = 0; i < c->count + c->npark; i++) {
-		struct vgpu_measure_pending *p = vgpu__m_unread(c, i);
-
-		/* Still recorded: the driver frees them once complete. An
-		 * orphan's are the watch's. */
-		if (p->orphaned)
-			continue;
-		P.event_destroy(p->start);
-		P.event_destroy(p->end);
-	}
-	vgpu__m_park_free(c);
-	for (int i = 0; i < c->nfree; i++)
-		P.event_destroy(c->free_ev[i]);
-	for (int r = 0; r < 2; r++)
-		if (c->ref_ev[r])
-			P.event_destroy(c->ref_ev[r]);
-	if (c->cal_stream)
-		P.stream_destroy(c->cal_stream);
-	memset(c, 0, sizeof(*c));
-}
-
-/* Drops c without a driver call: its measured launches are charged, the
- * ones not yet read are settled by settle_unread; its events and stream
- * are left to its context. */
-void vgpu__m_forget(struct vgpu_measure_ctx *c)
-{
-	vgpu__m_settle_unread(c, P.now(), UINT64_MAX);
-	vgpu__m_charge_done(c, 0, true);
-	vgpu__m_park_free(c);
-	memset(c, 0, sizeof(*c));
-}
-
-/* Ends c: with its context made current, its launches are read as they
- * complete until the host's clock passes deadline (never blocking in the
- * driver: one may wait for the thread that ends c), the rest settled by
- * settle_unread, each at most the time waited here, all charged, and its
- * events and stream destroyed; a stale c, or one whose context cannot be
- * made current, is forgotten. */
-void vgpu__m_retire(struct vgpu_measure_ctx *c, uint64_t deadline)
-{
-	uint64_t now, t0;
-	bool orphans = false;
-	struct vgpu__m_orphan_refs refs = { { NULL, NULL } };
-
-	if (vgpu__m_stale(c) || !P.ctx_push(c->ctx)) {
-		vgpu__m_forget(c);
-		return;
-	}
-	now = t0 = P.now();
-
-	/* The ones given up on are waited for too: left at their estimate,
-	 * they could run any length once released. */
-	for (; c->count || c->npark; now = P.now()) {
-		unsigned parked = c->npark;
-
-		if (c->count && vgpu__m_settle_oldest(c))
-			continue;
-		c->park_next = 0;
-		if (parked) {
-			vgpu__m_poll_park(c, now);
-			if (c->npark < parked)
-				continue;
-		}
-		if (now > deadline)
-			break;
-		if (c->count && !vgpu__m_head_stuck(c)) {
-			P.sleep(vgpu__m_until_oldest(c, now));
-			continue;
-		}
-		/* All given up on: each polled in turn. */
-		if (c->count)
-			oldest_last(c);
-		P.sleep(VGPU_MEASURE_TOKEN_POLL_NS);
-	}
-	/* The rest to the process's watch, which charges each what it ran
-	 * once it ends; those it cannot take (probes, a full list) at most
-	 * the time waited here each: the time since they were issued
-	 * included the throttle's own waits, and each eviction of a thread's
-	 * fifth context paid for the one before (4.6 s, 20 s, 86 s, a
-	 * hostile review). */
-	for (unsigned i = 0; i < c->count + c->npark; i++) {
-		struct vgpu_measure_pending *p = vgpu__m_unread(c, i);
-
-		if (vgpu__m_orphan(c, p, &refs))
-			orphans = true;
-	}
-	if (orphans)
-		vgpu__m_watch_lanes();
-	vgpu__m_settle_unread(c, now, now - t0);
-	vgpu__m_charge_done(c, 0, true);
-	release(c);
-	P.ctx_pop();
-}
-
