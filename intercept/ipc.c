@@ -36,18 +36,27 @@ void vgpu__share_uncharge(int dev, int kind, uint64_t bytes)
 /* ---- legacy IPC ---------------------------------------------------------------- */
 
 /* Legacy IPC handles do not work on VMM memory (the driver's rule): a
- * spilled (or promoted) allocation is refused with a message. */
+ * movable allocation (overcommit to the host, VGPU_CONTROL), on the
+ * device or on the host, is refused with a message naming why. */
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
 	struct vgpu_tracked t;
 	CUresult r;
 
 	if (vgpu__spilled_range(dptr)) {
-		vgpu_log(VGPU_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): the "
-			 "allocation was overcommitted (VGPU_OVERCOMMIT=host) "
-			 "and lives in a virtual-memory range, which legacy IPC "
-			 "handles cannot share; use cuMemExportToShareableHandle "
-			 "or VGPU_OVERCOMMIT=managed", (unsigned long long)dptr);
+		struct vgpu_dev *dv = vgpu__dev_current();
+		bool host = dv && dv->overcommit == VGPU_OVERCOMMIT_HOST;
+
+		vgpu_log(VGPU_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): "
+			 "CUDA_ERROR_NOT_SUPPORTED: the allocation is movable "
+			 "(%s) and lives in a virtual-memory range, which "
+			 "legacy IPC handles cannot share; share it with "
+			 "cuMemExportToShareableHandle, or run the job without "
+			 "%s", (unsigned long long)dptr,
+			 host ? "VGPU_OVERCOMMIT=host" : "VGPU_CONTROL",
+			 host ? "host overcommit (VGPU_OVERCOMMIT=managed "
+				"keeps IPC)" : "VGPU_CONTROL (it cannot then "
+				"be suspended)");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	if (!vgpu__real.cuIpcGetMemHandle)

@@ -788,7 +788,11 @@ bool vgpu__spilled_range(CUdeviceptr p)
 {
 	bool found = false;
 
-	if (!__atomic_load_n(&spill_seq, __ATOMIC_RELAXED))
+	/* Every movable range, on the device or on the host: spill_seq
+	 * counts only moves to the host, and a range that never left the
+	 * device went to the driver's legacy IPC, which refused it with
+	 * CUDA_ERROR_INVALID_VALUE and no word (a hostile review). */
+	if (!__atomic_load_n(&ever_spilled, __ATOMIC_RELAXED))
 		return false;
 	pthread_mutex_lock(&spill_lock);
 	for (int i = 0; i < MAX_SPILLS && !found; i++) {

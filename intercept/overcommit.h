@@ -46,7 +46,8 @@ static inline bool vgpu__movable_any(void)
 {
 	return __atomic_load_n(&vgpu__movable_count, __ATOMIC_RELAXED) != 0;
 }
-/* Whether p lies in a VMM range the shim made for spilling. */
+/* Whether p lies in a movable range (a VMM range the shim made, for
+ * overcommit or VGPU_CONTROL), on the device or on the host. */
 bool vgpu__spilled_range(CUdeviceptr p);
 void vgpu__overcommit_fork_child(void);
 

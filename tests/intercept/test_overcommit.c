@@ -208,6 +208,45 @@ Test(overcommit, legacy_ipc_is_refused_on_spilled_memory,
 	cr_assert_eq(cuMemFree(a), CUDA_SUCCESS);
 }
 
+/* A movable range that never left the device is VMM memory too: refused
+ * with CUDA_ERROR_NOT_SUPPORTED, not passed to the driver (which said
+ * CUDA_ERROR_INVALID_VALUE), under host overcommit and under
+ * VGPU_CONTROL alike; without either, legacy IPC works. */
+static CUresult ipc_of_a_resident_range(const char *mode, bool control)
+{
+	CUdeviceptr a;
+	CUipcMemHandle h;
+	CUresult r;
+
+	if (control)
+		setenv("VGPU_CONTROL", "1", 1);
+	start(mode, NULL);
+	cr_assert_eq(cuMemAlloc(&a, 4 * MIB), CUDA_SUCCESS);
+	cr_assert_eq(usage(VGPU_USAGE_SPILLED), 0, "nothing spilled");
+	r = cuIpcGetMemHandle(&h, a);
+	cr_assert_eq(cuMemFree(a), CUDA_SUCCESS);
+	return r;
+}
+
+Test(overcommit, legacy_ipc_is_refused_on_resident_movable_memory,
+     .fini = shimtest_cleanup)
+{
+	cr_assert_eq(ipc_of_a_resident_range("host", false),
+		     CUDA_ERROR_NOT_SUPPORTED);
+}
+
+Test(overcommit, legacy_ipc_is_refused_under_control,
+     .fini = shimtest_cleanup)
+{
+	cr_assert_eq(ipc_of_a_resident_range("off", true),
+		     CUDA_ERROR_NOT_SUPPORTED);
+}
+
+Test(overcommit, legacy_ipc_works_on_plain_memory, .fini = shimtest_cleanup)
+{
+	cr_assert_eq(ipc_of_a_resident_range("off", false), CUDA_SUCCESS);
+}
+
 /* Two tenants whose slices add up to more than the device (200 + 200 MiB
  * on 256 MiB): the second's allocation does not fit the device, spills,
  * and the device is never overcommitted. */
