@@ -26,6 +26,11 @@ signals     SIGTERM and SIGINT stop it with status 0 while 4 clients
             scrape without a pause
 empty       no ledger directory yet: 200 and vgpu_top_ledgers 0; after a
             process has made one, the next scrape has it
+slow        a host (127.0.0.2) that opens 200 connections and sends a
+            header line on each every 2 s: at most 64 of them are kept
+            (the rest closed by the server), and scrapes from 127.0.0.1
+            are answered meanwhile; a connection silent after half a
+            request is closed after 10 s (between 8 and 20 s)
 ipv6        [::1]:0 and :0 (every address: reached over 127.0.0.1 and ::1);
             skipped where the host has no IPv6 loopback
 Exit 77 is a skip for meson.
@@ -263,6 +268,84 @@ def case_concurrent(w):
         check(srv.stop() == 0, "SIGTERM after the scrapes: exit 0")
 
 
+def slow_client(host, port, n):
+    """n connections from 127.0.0.2, each with half a request sent."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.2", 0))
+        s.settimeout(5)
+        try:
+            s.connect((host, port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            pass
+        socks.append(s)
+    return socks
+
+
+def still_open(socks):
+    """Those the server has not closed: a header line each, and a read
+    that times out (closed: EOF or a reset)."""
+    alive = []
+    for s in socks:
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+            s.settimeout(0.01)
+            if s.recv(1) == b"":
+                continue
+        except socket.timeout:
+            alive.append(s)
+            continue
+        except OSError:
+            continue
+        alive.append(s)
+    return alive
+
+
+def case_slow(w):
+    jobs(w)
+    srv = Server(w)
+    socks = []
+    try:
+        socks = slow_client(srv.host, srv.port, 200)
+        time.sleep(1)
+        times = []
+        for _ in range(4):
+            t0 = time.time()
+            status, _, body = fetch(srv.url("/metrics"))
+            times.append(time.time() - t0)
+            check(status == 200 and "vgpu_top_ledgers" in body,
+                  "a scrape beside 200 slow connections: 200")
+            alive = still_open(socks)
+            time.sleep(2)
+        check(len(alive) <= 64, "%d of 200 slow connections from one "
+              "address kept, at most 64" % len(alive))
+        check(max(times) < 5, "scrapes answered in %.2f s at most"
+              % max(times))
+        for s in socks:
+            s.close()
+        socks = []
+        # Half a request, then silence: closed after the idle timeout.
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.connect((srv.host, srv.port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\n")
+        s.settimeout(30)
+        t0 = time.time()
+        try:
+            got = s.recv(1)
+        except OSError:
+            got = b""
+        dt = time.time() - t0
+        s.close()
+        check(got == b"" and 8 <= dt <= 20, "a silent connection closed "
+              "after %.1f s (10 s idle timeout)" % dt)
+    finally:
+        for s in socks:
+            s.close()
+        check(srv.stop() == 0, "SIGTERM after the slow clients: exit 0")
+
+
 def case_errors(w):
     w.hold("team-a", [8 * MIB])
     srv = Server(w)
@@ -443,7 +526,7 @@ def case_ipv6(w):
 
 CASES = {"metrics": case_metrics, "concurrent": case_concurrent,
          "errors": case_errors, "args": case_args, "signals": case_signals,
-         "empty": case_empty, "ipv6": case_ipv6}
+         "empty": case_empty, "ipv6": case_ipv6, "slow": case_slow}
 
 
 def main():
