@@ -301,6 +301,12 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err,
 	rc = parse_command(a, argv[1], err, errlen);
 	if (rc)
 		return rc;
+	/* "set --memory 1GiB a" took "--memory" for the tenant and then
+	 * said "unknown option '1GiB'" (a hostile review). */
+	if (takes_value(argv[2]))
+		return bad(err, errlen, CTL_EXIT_USAGE, "%s: the tenant comes "
+			   "first: vgpu-ctl %s TENANT [OPTIONS]", argv[2],
+			   argv[1]);
 	a->tenant = argv[2];
 	rc = parse_rest(argc, argv, a, err, errlen);
 	if (rc || a->help)

@@ -226,11 +226,19 @@ void ctl_print_suspend(const char *uuid, const struct vgpu_ledger_tenant *t,
 {
 	const char *verb = want ? "suspended" : "resumed";
 	char nm[256], a[64], b[64];
+	unsigned watchers = 0;
 
+	for (unsigned i = 0; i < n && i < VGPU_LEDGER_MAX_SLOTS; i++)
+		watchers += !!(p[i].flags & VGPU_LEDGER_SLOT_CONTROL);
 	shown(t->name, nm, sizeof(nm));
+	/* "suspended" read the same when no process could carry it out (a
+	 * hostile review): then the change is only recorded. */
 	printf("vgpu-ctl: tenant '%s' on %s: %s (change %llu)", nm, uuid,
-	       how == CTL_DONE ? verb : want ? "suspend asked" : "resume asked",
-	       (unsigned long long)t->ctl_changes);
+	       how == CTL_DONE && !watchers
+	       ? (want ? "suspend recorded, carried out by no process"
+		       : "resume recorded, carried out by no process")
+	       : how == CTL_DONE ? verb : want ? "suspend asked"
+	       : "resume asked", (unsigned long long)t->ctl_changes);
 	if (how == CTL_SUPERSEDED)
 		printf("; superseded by change %llu (a %s) before every process "
 		       "answered", (unsigned long long)by,

@@ -49,7 +49,8 @@ uint64_t top_over_limit(const struct top_tenant *t)
 	return t->used - t->mem_limit;
 }
 
-int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS])
+int top_ctl_fields(uint32_t fields, bool suspended,
+		   const char *names[TOP_CTL_FIELDS])
 {
 	static const struct {
 		uint32_t bit;
@@ -59,13 +60,16 @@ int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS])
 		{ VGPU_LEDGER_CTL_COMPUTE, "compute" },
 		{ VGPU_LEDGER_CTL_POLICY, "policy" },
 		{ VGPU_LEDGER_CTL_SPILL, "host-spill" },
-		{ VGPU_LEDGER_CTL_SUSPEND, "suspension" },
+		{ VGPU_LEDGER_CTL_SUSPEND, "suspend" },
 	};
 	int n = 0;
 
+	/* A resume said "suspension" once, as a suspend did (a hostile
+	 * review): the change is named by the state it left. */
 	for (int i = 0; i < TOP_CTL_FIELDS; i++)
 		if (fields & known[i].bit)
-			names[n++] = known[i].name;
+			names[n++] = known[i].bit == VGPU_LEDGER_CTL_SUSPEND &&
+				     !suspended ? "resume" : known[i].name;
 	return n;
 }
 
@@ -148,7 +152,7 @@ static void json_last_change(FILE *f, const char *in,
 	else
 		fputs("null", f);
 	fputs(", \"fields\": [", f);
-	n = top_ctl_fields(t->ctl_fields, names);
+	n = top_ctl_fields(t->ctl_fields, t->suspended, names);
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s\"%s\"", i ? ", " : "", names[i]);
 	fputs("]}", f);

@@ -421,7 +421,7 @@ static void print_last_change(struct out *o, const struct top_tenant *t)
 	else
 		snprintf(pids, sizeof(pids), "pid %" PRId32, t->ctl_pid);
 	what[0] = '\0';
-	n = top_ctl_fields(t->ctl_fields, names);
+	n = top_ctl_fields(t->ctl_fields, t->suspended, names);
 	for (int i = 0; i < n; i++) {
 		strcat(what, " ");
 		strcat(what, names[i]);
@@ -470,10 +470,14 @@ static void print_tenant(struct out *o, const struct top_tenant *t)
 	     tgt, sm, pct(&t->r1, t->r1.share_pct, a1, 16),
 	     pct(&t->r10, t->r10.share_pct, a10, 16), rate(&t->r1, lr, 24),
 	     pct(&t->r1, t->r1.wait_pct, w, 16), t->alive, t->procs);
+	/* What was carried out, and what the device still holds: "memory
+	 * on the host" read the same when no process could move any (a
+	 * hostile review: 1.5 GiB still on the device). */
 	if (t->suspended)
 		emit(o, NULL, "    SUSPENDED by vgpu-ctl: %d of %d live "
-		     "processes hold their launches, memory on the host",
-		     t->procs_suspended, t->alive);
+		     "processes hold their launches; %s on the device, %s "
+		     "on the host", t->procs_suspended, t->alive, used,
+		     sp);
 	print_last_change(o, t);
 }
 

@@ -207,11 +207,13 @@ const char *top_policy_name(uint32_t policy);
  * limit. */
 uint64_t top_over_limit(const struct top_tenant *t);
 /* The names of the terms a change set (VGPU_LEDGER_CTL_* in fields, as
- * vgpu-ctl's options name them: "memory", "compute", "policy",
- * "host-spill"), into names (room for TOP_CTL_FIELDS); returns how many.
- * Bits this vgpu-top does not know are left out. */
+ * vgpu-ctl names them: "memory", "compute", "policy", "host-spill", and
+ * "suspend" or "resume" by suspended, the state it left), into names
+ * (room for TOP_CTL_FIELDS); returns how many. Bits this vgpu-top does
+ * not know are left out. */
 #define TOP_CTL_FIELDS	5
-int top_ctl_fields(uint32_t fields, const char *names[TOP_CTL_FIELDS]);
+int top_ctl_fields(uint32_t fields, bool suspended,
+		   const char *names[TOP_CTL_FIELDS]);
 void top_print_json(FILE *f, const struct top_snap *s, const char *dir,
 		    double interval_s);
 void top_print_prometheus(FILE *f, const struct top_snap *s);

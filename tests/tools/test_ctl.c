@@ -217,6 +217,8 @@ Test(ctl, bad_arguments_name_what_was_wrong)
 		"lists them)\n", "set", "t", "--memroy", "1GiB");
 	REFUSED(64, "vgpu-ctl: --memory needs a value\n", "set", "t",
 		"--memory");
+	REFUSED(64, "vgpu-ctl: --memory: the tenant comes first: vgpu-ctl "
+		"set TENANT [OPTIONS]\n", "set", "--memory", "1GiB", "t");
 	REFUSED(64, "vgpu-ctl: set: nothing to set; give --memory, --compute, "
 		"--policy or --host-spill\n", "set", "t");
 	REFUSED(64, "vgpu-ctl: --memory: show takes only --gpu and "

@@ -334,10 +334,15 @@ Test(ctl_suspend, process_without_control_is_named)
 		 (int)a.pid);
 	cr_expect(strstr(r.out, "started without VGPU_CONTROL: cannot be "
 		  "suspended"), "%s", r.out);
+	/* Not "suspended": no process could carry it out. */
+	cr_expect(strstr(r.out, ": suspend recorded, carried out by no "
+			 "process (change "), "%s", r.out);
 	/* Its allocations go on. */
 	ctl_job_cmd(&a, "alloc 104857600", ans, sizeof(ans));
 	cr_expect_str_eq(ans, "ok 1");
 	CTL_RUN(&r, 0, "resume", "nc", "--wait", "2");
+	cr_expect(strstr(r.out, ": resume recorded, carried out by no "
+			 "process (change "), "%s", r.out);
 	ctl_job_stop(&a);
 }
 

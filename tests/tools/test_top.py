@@ -1076,6 +1076,31 @@ def case_control(w):
           "--once: calm: not over ('-'), no share, no last change: %s" %
           lines[calm_row[0]])
     check(text.count("changes ") == 1, "--once: one last-change line")
+
+    # A suspend and a resume are named as such (a resume read
+    # "suspension", as a suspend did). The holders cannot be suspended
+    # (no VGPU_CONTROL), which vgpu-ctl says; the change is recorded.
+    for cmd, want in (("suspend", True), ("resume", False)):
+        subprocess.run([CTL, cmd, "calm", "--ledger-dir", w.ledger,
+                        "--wait", "0"], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        doc = json.loads(w.top("--json", "--interval", "0").stdout)
+        calm = {x["name"]: x for x in doc["gpus"][0]["tenants"]}["calm"]
+        check(calm["suspended"] is want and
+              calm["last_change"]["fields"] == [cmd],
+              "JSON: after %s, fields %s" % (cmd, calm["last_change"]))
+        lines = w.top("--once", "--interval", "0").stdout.splitlines()
+        row = [i for i, l in enumerate(lines) if l.startswith("  calm ")]
+        check(len(row) == 1, "--once: calm's row")
+        nxt = row[0] + 1
+        if want:
+            # Nothing could move (no VGPU_CONTROL): it says so.
+            check(lines[nxt] == "    SUSPENDED by vgpu-ctl: 0 of 1 live "
+                  "processes hold their launches; 8.0 MiB on the device, "
+                  "0 B on the host", "--once: %r" % lines[nxt])
+            nxt += 1
+        check(lines[nxt].endswith(": " + cmd),
+              "--once: after %s: %r" % (cmd, lines[nxt]))
     for p in list(w.procs):
         w.stop(p)
 
