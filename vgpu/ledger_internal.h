@@ -86,6 +86,8 @@ struct vgpu_ledger {
 	char path[4096];
 };
 
+#define VGPU__IMPORTS_KEPT	16
+
 struct vgpu_slot {
 	struct vgpu_ledger *l;
 	struct vgpu_ledger_slot *rec;
@@ -101,6 +103,13 @@ struct vgpu_slot {
 	/* To join again elsewhere (ledger_move.c): the record's usage as
 	 * this process last left it (under the tenant lock), and the join. */
 	uint64_t mine[VGPU_USAGE_COUNT];
+	/* The share records this process holds by import (share_hold), to
+	 * look at their payers at each reservation (ledger_shares.c); more
+	 * than fit: every record is looked at. Written under the shares
+	 * lock, read without it (a hint). */
+	int32_t imported[VGPU__IMPORTS_KEPT];
+	uint32_t nimported;		/* atomic; kept full once more */
+	bool imported_more;		/* atomic; for good */
 	struct vgpu_ledger_terms terms;
 	int32_t pid, host_pid;
 	char name[VGPU_LEDGER_NAME_MAX];
@@ -351,6 +360,15 @@ bool vgpu__tenant_name_ok(const char *name);
  * VGPU_LEDGER_ETIMEDOUT when a charge it pays for could not be handed
  * over by `deadline` (0: locks only tried): then the slot must keep its
  * usage (not be freed). A slot that no record names takes no lock. */
+/* The payers of the shares s holds by import: a payer whose process is
+ * gone is reclaimed (its charge moves to a live holder, perhaps s), at
+ * once rather than when its own tenant next looks (ledger_shares.c).
+ * Takes l->mu when it reclaims; no lock held by the caller. */
+void vgpu__shares_payers_check(struct vgpu_slot *s);
+static inline bool vgpu__shares_imported(const struct vgpu_slot *s)
+{
+	return __atomic_load_n(&s->nimported, __ATOMIC_RELAXED) != 0;
+}
 int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
 			   uint32_t owner, uint64_t deadline);
 

@@ -239,6 +239,8 @@ int vgpu_ledger_reserve(struct vgpu_slot *s, int kind, uint64_t bytes)
 	if (bytes == 0)
 		return 0;
 	vgpu__ledger_watch(s->l);
+	if (__builtin_expect(vgpu__shares_imported(s), 0))
+		vgpu__shares_payers_check(s);
 	rc = locked_charge(s, kind, bytes);
 	if (__builtin_expect(rc != VGPU_LEDGER_EOVERLIMIT, 1))
 		return rc;

@@ -27,6 +27,7 @@
  */
 #include "ledger_internal.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #define H VGPU_LEDGER_SHARE_HOLDERS
@@ -270,6 +271,105 @@ int vgpu_ledger_share_export(struct vgpu_slot *s, const uint64_t key[2],
 	return i;
 }
 
+/* ---- the imports' payers ---------------------------------------------------- */
+
+/* Under the shares lock: record i is held by import, or no longer. */
+static void imported_add(struct vgpu_slot *s, int i)
+{
+	uint32_t n = s->nimported;
+
+	for (uint32_t k = 0; k < n; k++)
+		if (s->imported[k] == i)
+			return;
+	if (n == VGPU__IMPORTS_KEPT) {
+		__atomic_store_n(&s->imported_more, true, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_store_n(&s->imported[n], i, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->nimported, n + 1, __ATOMIC_RELEASE);
+}
+
+static void imported_remove(struct vgpu_slot *s, int i)
+{
+	uint32_t n = s->nimported;
+
+	/* Once more than fit, every record is looked at for good, and the
+	 * count stays non-zero (the reservation's one test). */
+	if (__atomic_load_n(&s->imported_more, __ATOMIC_RELAXED))
+		return;
+
+	for (uint32_t k = 0; k < n; k++)
+		if (s->imported[k] == i) {
+			__atomic_store_n(&s->imported[k], s->imported[n - 1],
+					 __ATOMIC_RELAXED);
+			__atomic_store_n(&s->nimported, n - 1,
+					 __ATOMIC_RELEASE);
+			return;
+		}
+}
+
+/* Whether record r, which s holds, is paid by another process that is
+ * gone; then that slot's index (its OFD lock taken: the caller reclaims
+ * and unlocks). Read without the shares lock: a torn read names some
+ * slot, which is reclaimed only if its process is gone anyway. */
+static bool payer_gone(struct vgpu_slot *s, const struct vgpu_ledger_share *r,
+		       uint32_t gen, uint32_t *idx)
+{
+	struct vgpu_ledger *l = s->l;
+	uint32_t payer = __atomic_load_n(&r->payer, __ATOMIC_RELAXED);
+	int p;
+
+	if (!key_ok(r->key) || !payer || payer > H ||
+	    (p = holder_of(r, s->index, gen)) < 0 || p == (int)payer - 1)
+		return false;
+	*idx = __atomic_load_n(&r->slot[payer - 1], __ATOMIC_RELAXED);
+	if (!*idx || *idx > VGPU_LEDGER_MAX_SLOTS ||
+	    __atomic_load_n(&l->slots[*idx - 1].state, __ATOMIC_ACQUIRE) !=
+		    VGPU_SLOT_ACTIVE)
+		return false;
+	(*idx)--;
+	return !vgpu__slot_owned(l, *idx) && vgpu__slot_trylock(l, *idx);
+}
+
+/* Exporters killed while others held their memory kept its charge until
+ * a process of their own tenant looked, while the importer's tenant,
+ * charged nothing for it, allocated its whole slice besides: 256 MiB
+ * over a 512 MiB slice on the device (a hostile review). So each
+ * reservation of an importer looks at the payers of what it imported:
+ * one trylock (a system call) per record whose payer is another
+ * process, and none for a process that imports nothing. */
+void vgpu__shares_payers_check(struct vgpu_slot *s)
+{
+	struct vgpu_ledger *l = s->l;
+	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
+	bool all = __atomic_load_n(&s->imported_more, __ATOMIC_RELAXED);
+	uint32_t n = all ? VGPU_LEDGER_MAX_SHARES
+			 : __atomic_load_n(&s->nimported, __ATOMIC_ACQUIRE);
+	int cancel;
+
+	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
+		return;
+	for (uint32_t k = 0; k < n; k++) {
+		int32_t i = all ? (int32_t)k
+				: __atomic_load_n(&s->imported[k],
+						  __ATOMIC_RELAXED);
+		uint32_t idx;
+
+		if (i < 0 || i >= VGPU_LEDGER_MAX_SHARES ||
+		    !payer_gone(s, &l->share[i], gen, &idx))
+			continue;
+		/* Under l->mu: a move never grafts under a reclaim. */
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+		pthread_mutex_lock(&l->mu);
+		if (__atomic_load_n(&l->slots[idx].state, __ATOMIC_ACQUIRE) ==
+		    VGPU_SLOT_ACTIVE)
+			vgpu__slot_reclaim(l, idx, vgpu__deadline());
+		pthread_mutex_unlock(&l->mu);
+		pthread_setcancelstate(cancel, NULL);
+		vgpu__slot_unlock(l, idx);
+	}
+}
+
 int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
 {
 	struct vgpu_ledger *l = s->l;
@@ -287,6 +387,8 @@ int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
 		rc = VGPU_LEDGER_ENOENT;
 	else if (hold(l, &l->share[i], s->index, gen) < 0)
 		rc = VGPU_LEDGER_EFULL;
+	else
+		imported_add(s, i);
 	vgpu__shares_unlock(l);
 	return rc ? rc : i;
 }
@@ -310,6 +412,9 @@ int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
 	    (p = holder_of(r, s->index, gen)) >= 0 &&
 	    !let_go(l, r, p, r->count[p] ? 1 : 0, s->owner, deadline))
 		rc = VGPU_LEDGER_ETIMEDOUT;
+	if (r->key[0] != key[0] || r->key[1] != key[1] ||
+	    holder_of(r, s->index, gen) < 0)
+		imported_remove(s, idx);
 	vgpu__shares_unlock(l);
 	return rc;
 }

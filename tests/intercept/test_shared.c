@@ -486,6 +486,48 @@ Test(shared, the_exporter_killed_hands_the_charge_to_the_importer)
 	done();
 }
 
+/* The exporter is killed and the importer's tenant allocates next: its
+ * reservation finds the payer gone and takes the charge over first, so
+ * the importer's tenant cannot allocate its whole slice besides what it
+ * holds (it could: 704 MiB on the device for a 512 MiB slice, a hostile
+ * review). */
+Test(shared, the_exporter_killed_the_importer_pays_at_its_next_allocation)
+{
+	struct worker a = spawn("t-a"), b = spawn("t-b");
+	struct msg m, r = { .op = OP_ALLOC, .a = 512 * MIB - OBJ };
+	uint64_t pa, pb, h, hb, vb, got;
+	int fd;
+
+	pa = call(&a, OP_ALLOC, OBJ, 0).a;
+	call(&a, OP_WRITE, pa, 0x22);
+	m = call(&a, OP_IPC_GET, pa, 0);
+	h = call(&a, OP_VMM_CREATE, OBJ, 0).a;
+	call_fd(&a, OP_VMM_EXPORT, h, 0, NULL, -1, &fd);
+	pb = call_fd(&b, OP_IPC_OPEN, 0, 0, m.data, -1, NULL).a;
+	hb = call_fd(&b, OP_VMM_IMPORT, 0, 0, NULL, fd, NULL).a;
+	vb = call(&b, OP_VMM_MAP, hb, 0).a;
+	close(fd);
+	expect("both exported and imported", 2 * OBJ, 0);
+	kill_worker(&a);
+	/* 448 MiB more would put t-b at 576 MiB with what it holds. */
+	cr_assert_eq(send_msg(b.sock, &r, -1), 0);
+	cr_assert_eq(recv_msg(b.sock, &r, &fd), 0);
+	cr_assert_eq(r.rc, CUDA_ERROR_OUT_OF_MEMORY, "t-b got 448 MiB more "
+		     "besides the 128 MiB it holds of the dead exporter's "
+		     "(answer %d)", r.rc);
+	expect("the dead exporter's charge moved to t-b", 0, 2 * OBJ);
+	got = call(&b, OP_ALLOC, 512 * MIB - 2 * OBJ, 0).a;
+	expect("t-b's slice full", 0, 512 * MIB);
+	call(&b, OP_CHECK, pb, 0x22);
+	call(&b, OP_FREE, got, 0);
+	call(&b, OP_IPC_CLOSE, pb, 0);
+	call(&b, OP_VMM_UNMAP, vb, 0);
+	call(&b, OP_VMM_RELEASE, hb, 0);
+	expect("all gone", 0, 0);
+	stop(&b);
+	done();
+}
+
 /* ---- seeded random orders ------------------------------------------------------ */
 
 static uint64_t rnd(uint64_t *x)
