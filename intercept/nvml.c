@@ -186,9 +186,14 @@ static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 		capped = share > 0 && share < 100;
 	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, s->uuid,
 					   o->ledger_group, o->tenant,
-					   &u, &l) == 0) {
+					   &u, &l, &share) == 0) {
+		/* The tenant's terms, as for a process that joined: a
+		 * monitor started without the job's VGPU_COMPUTE_LIMIT saw
+		 * the whole device, other tenants' processes included (a
+		 * hostile review). */
 		s->used = u;
 		s->limit = l;
+		capped = share > 0 && share < 100;
 	}
 	return s->limit != VGPU_LEDGER_UNLIMITED || capped;
 }

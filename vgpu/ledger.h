@@ -181,8 +181,10 @@ int32_t vgpu_host_pid(void);
  * errno (ELOOP or ENOTDIR: a link). No check of type or owner. */
 int vgpu_ledger_open_view(const char *dir, const char *gpu_uuid);
 
-/* Reads tenant `tenant`'s device usage and limit from the ledger of GPU
- * `gpu_uuid` in `dir` without joining or writing anything. Returns 0,
+/* Reads tenant `tenant`'s device usage (less what its dead processes
+ * still hold until they are reclaimed), limit and compute share (if
+ * share_pct is not NULL; 0: none) from the ledger of GPU `gpu_uuid` in
+ * `dir` without joining or writing anything. Returns 0,
  * VGPU_LEDGER_ESYS (no such file, or not a regular file: a FIFO is
  * never waited on), _EBADFILE (not a ledger of this version), _EPERM (a
  * file a job with VGPU_LEDGER_GROUP `group` (NULL or "": none) would not
@@ -190,10 +192,11 @@ int vgpu_ledger_open_view(const char *dir, const char *gpu_uuid);
  * (no such tenant). */
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 			    const char *group, const char *tenant,
-			    uint64_t *used, uint64_t *limit);
+			    uint64_t *used, uint64_t *limit,
+			    uint32_t *share_pct);
 
-/* The processes of tenant `tenant` in that file (its active slots: a dead
- * process's is listed until some process reclaims it), with the device
+/* The processes of tenant `tenant` in that file (its active slots whose
+ * process is alive: a dead one's is not listed), with the device
  * memory each is charged: the first max in out, all counted in *count.
  * A slot's pid is its owner's own namespace's: `here` is the pid that
  * names the owner in the caller's namespace, found by the owner's lock on

@@ -89,12 +89,26 @@ static int read_checked(int fd, const char *path, unsigned char *base,
 	return 0;
 }
 
+/* Whether slot i's byte is locked by a process (its owner is alive). */
+static bool slot_alive(int fd, unsigned i)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = (off_t)VGPU_LEDGER_SLOTS_OFFSET +
+				       (off_t)i * VGPU_LEDGER_SLOT_SIZE,
+			    .l_len = 1 };
+
+	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+		return true;		/* cannot tell: counted */
+	return fl.l_type != F_UNLCK;
+}
+
 /* The whole file, copied (not mapped: a file truncated meanwhile is then
  * a short read, not a SIGBUS), and checked; NULL with *rc set if not.
- * *stp (if not NULL): the file's stat. */
-static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
-				     const char *group, int *rc,
-				     struct stat *stp)
+ * *stp (if not NULL): the file's stat. *fdp (if not NULL): the file, left
+ * open for the slots' liveness (slot_alive), else closed. */
+static unsigned char *peek_file_fd(const char *dir, const char *gpu_uuid,
+				   const char *group, int *rc,
+				   struct stat *stp, int *fdp)
 {
 	struct vgpu_ledger_access acc = { .group = group };
 	unsigned char *base;
@@ -118,18 +132,15 @@ static unsigned char *peek_file_stat(const char *dir, const char *gpu_uuid,
 	base = malloc(VGPU_LEDGER_FILE_SIZE);
 	*rc = !base ? VGPU_LEDGER_ENOMEM
 		    : read_checked(fd, path, base, stp, NULL, 0);
-	close(fd);
+	if (*rc || !fdp)
+		close(fd);
 	if (*rc) {
 		free(base);
 		return NULL;
 	}
+	if (fdp)
+		*fdp = fd;
 	return base;
-}
-
-static unsigned char *peek_file(const char *dir, const char *gpu_uuid,
-				const char *group, int *rc)
-{
-	return peek_file_stat(dir, gpu_uuid, group, rc, NULL);
 }
 
 /* The index of the active tenant `tenant` in a copied file, or -1. */
@@ -148,28 +159,65 @@ static int tenant_index(const unsigned char *base, const char *tenant)
 	return -1;
 }
 
+/* The device memory slot s is charged. */
+static uint64_t slot_device_bytes(const struct vgpu_ledger_slot *s)
+{
+	uint64_t bytes = 0;
+
+	for (int k = 0; k < VGPU_USAGE_COUNT; k++)
+		if (VGPU_USAGE_IS_DEVICE(k))
+			bytes += s->usage[k];
+	return bytes;
+}
+
+static const struct vgpu_ledger_slot *slot_at(const unsigned char *base,
+					      unsigned i)
+{
+	return (const void *)(base + VGPU_LEDGER_SLOTS_OFFSET +
+			      (size_t)i * VGPU_LEDGER_SLOT_SIZE);
+}
+
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 			    const char *group, const char *tenant,
-			    uint64_t *used, uint64_t *limit)
+			    uint64_t *used, uint64_t *limit,
+			    uint32_t *share_pct)
 {
 	const struct vgpu_ledger_tenant *t;
 	unsigned char *base;
-	int rc, i;
+	uint64_t dead = 0;
+	int rc, i, fd;
 
 	if (!dir || !gpu_uuid || !tenant || !used || !limit)
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file(dir, gpu_uuid, group, &rc);
+	base = peek_file_fd(dir, gpu_uuid, group, &rc, NULL, &fd);
 	if (!base)
 		return rc;
 	i = tenant_index(base, tenant);
 	if (i < 0) {
+		close(fd);
 		free(base);
 		return VGPU_LEDGER_EINVAL;	/* no such tenant */
 	}
 	t = (const void *)(base + VGPU_LEDGER_TENANTS_OFFSET +
 			   (size_t)i * VGPU_LEDGER_TENANT_SIZE);
+	/* What dead processes still hold until some process reclaims them
+	 * is not the tenant's: a killed holder's 264 MiB stayed in a
+	 * monitor's view, which no NVML call ever reclaims (a hostile
+	 * review). */
+	for (unsigned k = 0; k < VGPU_LEDGER_MAX_SLOTS; k++) {
+		const struct vgpu_ledger_slot *sl = slot_at(base, k);
+
+		if (sl->state == VGPU_SLOT_ACTIVE && sl->tenant == (uint32_t)i &&
+		    !slot_alive(fd, k))
+			dead += slot_device_bytes(sl);
+	}
+	close(fd);
 	*used = __atomic_load_n(&t->used, __ATOMIC_RELAXED);
+	*used -= dead < *used ? dead : *used;
 	*limit = __atomic_load_n(&t->mem_limit, __ATOMIC_RELAXED);
+	if (share_pct)
+		*share_pct = __atomic_load_n(&t->compute.share_pct,
+					     __ATOMIC_RELAXED);
 	free(base);
 	return 0;
 }
@@ -238,32 +286,30 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 	unsigned char *base;
 	struct stat st;
 	unsigned n = 0;
-	int rc, ti;
+	int rc, ti, fd;
 
 	if (!dir || !gpu_uuid || !tenant || !count || (max && !out))
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file_stat(dir, gpu_uuid, group, &rc, &st);
+	base = peek_file_fd(dir, gpu_uuid, group, &rc, &st, &fd);
 	if (!base)
 		return rc;
 	ti = tenant_index(base, tenant);
 	if (ti < 0) {
+		close(fd);
 		free(base);
 		*count = 0;
 		return VGPU_LEDGER_EINVAL;
 	}
 	for (unsigned i = 0; i < VGPU_LEDGER_MAX_SLOTS; i++) {
-		const struct vgpu_ledger_slot *s =
-			(const void *)(base + VGPU_LEDGER_SLOTS_OFFSET +
-				       (size_t)i * VGPU_LEDGER_SLOT_SIZE);
-		uint64_t bytes = 0;
+		const struct vgpu_ledger_slot *s = slot_at(base, i);
+		uint64_t bytes = slot_device_bytes(s);
 
+		/* A dead process is not listed (it was, with pid 0, until
+		 * some process reclaimed its slot). */
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) !=
 			    VGPU_SLOT_ACTIVE ||
-		    s->tenant != (uint32_t)ti)
+		    s->tenant != (uint32_t)ti || !slot_alive(fd, i))
 			continue;
-		for (int k = 0; k < VGPU_USAGE_COUNT; k++)
-			if (VGPU_USAGE_IS_DEVICE(k))
-				bytes += s->usage[k];
 		if (n < max) {
 			uint64_t at = VGPU_LEDGER_SLOTS_OFFSET +
 				      (uint64_t)i * VGPU_LEDGER_SLOT_SIZE;
@@ -279,6 +325,7 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 		}
 		n++;
 	}
+	close(fd);
 	free(base);
 	*count = n;
 	return 0;
@@ -328,19 +375,6 @@ static int open_refused(const char *path, char *err, size_t errlen)
 			   "file; links are not followed)", path);
 	return say(err, errlen, VGPU_LEDGER_ESYS, "cannot open ledger '%s': "
 		   "%s", path, strerror(e));
-}
-
-/* Whether slot i's byte is locked by a process (its owner is alive). */
-static bool slot_alive(int fd, unsigned i)
-{
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
-			    .l_start = (off_t)VGPU_LEDGER_SLOTS_OFFSET +
-				       (off_t)i * VGPU_LEDGER_SLOT_SIZE,
-			    .l_len = 1 };
-
-	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
-		return true;		/* cannot tell: counted */
-	return fl.l_type != F_UNLCK;
 }
 
 static unsigned live_slots(int fd, const unsigned char *base, unsigned t)

@@ -20,7 +20,13 @@ a process of the tenant and one of another tenant hold memory, sees the
 tenant's slice and only the tenant's processes, whether it never used CUDA
 (the ledger read without joining) or joined. And processes of a tenant in
 pid namespaces of their own are listed by the pid that names them here, or 0
-where none does (not as this namespace's pid 1). Prints PASS/FAIL lines.
+where none does (not as this namespace's pid 1).
+
+And a monitor that never used CUDA and states no option of its own sees
+its tenant's terms from the ledger: a tenant with a compute share alone is
+listed alone (other tenants' processes not shown), and a killed process of
+a tenant is neither listed nor counted in used (a monitor never reclaims
+it). Prints PASS/FAIL lines.
 """
 import ctypes
 import os
@@ -279,7 +285,80 @@ def one_view(tmp):
             h.wait(timeout=60)
 
 
+def monitor(tenant, used, want):
+    """The view of a process that never used CUDA, of tenant, with no
+    option of its own: used bytes (None: not checked) and the list."""
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    d = ctypes.c_void_p()
+    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
+            0, ctypes.byref(d)):
+        check("monitor-nvml", False, "init or handle failed")
+        return 1
+    if used is not None:
+        m = Memory()
+        rc = nvml.nvmlDeviceGetMemoryInfo(d, ctypes.byref(m))
+        check("monitor-memory-" + tenant, rc == 0 and m.total == SLICE and
+              m.used == used, "rc %d total %d used %d, expected %d" %
+              (rc, m.total, m.used, used))
+    rc, got = procs(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", d,
+                    ProcV2)
+    check("monitor-procs-" + tenant, rc == 0 and sorted(got) == want,
+          "rc %d %r, expected %r" % (rc, sorted(got), want))
+    nvml.nvmlShutdown()
+    return 1 if failed else 0
+
+
+def monitors(tmp):
+    """Tenant "share" (a compute share, no memory limit), "lim" (a
+    512 MiB slice) and "other"; one holder of each of the first two is
+    killed; then a monitor of each of the first two."""
+    base = dict(os.environ, VGPU_SIM_STATE_DIR=tmp,
+                VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
+                VGPU_CONTEXT_OVERHEAD="0")
+    base.pop("VGPU_MEMORY_LIMIT", None)
+    me = [sys.executable, os.path.abspath(__file__)]
+    terms = {"share": {"VGPU_COMPUTE_LIMIT": "50"},
+             "lim": {"VGPU_MEMORY_LIMIT": "512MiB"}, "other": {}}
+    holders, live = [], {}
+    try:
+        for tenant, size, killed in (("share", 32 * MiB, False),
+                                     ("share", 64 * MiB, True),
+                                     ("lim", 48 * MiB, False),
+                                     ("lim", 80 * MiB, True),
+                                     ("other", 16 * MiB, False)):
+            env = dict(base, VGPU_TENANT=tenant, **terms[tenant])
+            h = subprocess.Popen(me + ["--hold", str(size)], env=env,
+                                 stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+            holders.append(h)
+            if not h.stdout.readline().startswith("READY"):
+                print("FAIL setup: holder of %s" % tenant)
+                return 1
+            if killed:
+                h.kill()
+                h.wait(timeout=60)
+            else:
+                live[tenant] = [(h.pid, size)]
+        rc = 0
+        for tenant, used in (("share", None), ("lim", 48 * MiB)):
+            r = subprocess.run(me + ["--monitor", tenant, repr(used),
+                                     repr(live[tenant])],
+                               env=dict(base, VGPU_TENANT=tenant),
+                               timeout=60)
+            rc |= r.returncode
+        return rc
+    finally:
+        for h in holders:
+            if h.poll() is None:
+                h.stdin.close()
+                h.wait(timeout=60)
+
+
 def main():
+    if len(sys.argv) > 4 and sys.argv[1] == "--monitor":
+        import ast
+        return monitor(sys.argv[2], ast.literal_eval(sys.argv[3]),
+                       ast.literal_eval(sys.argv[4]))
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child()
     if len(sys.argv) > 2 and sys.argv[1] == "--hold":
@@ -303,6 +382,8 @@ def main():
                             "--child"], env=env, timeout=60)
     with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
         rc = r.returncode | one_view(tmp)
+    with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
+        rc |= monitors(tmp)
     with tempfile.TemporaryDirectory(prefix="vgpu-nvml-ctypes.") as tmp:
         return rc | pid_namespaces(tmp)
 

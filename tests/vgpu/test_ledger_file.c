@@ -643,24 +643,24 @@ Test(ledger_file, a_view_believes_only_what_a_job_would_join, .timeout = 20)
 		     0);
 	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 4096), 0);
 	cr_assert_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit), 0);
+					     &limit, NULL), 0);
 	cr_expect_eq(used, 4096);
 	cr_expect_eq(limit, GiB);
 	ledger_path();
 	cr_assert_eq(chown(path, OTHER_UID, OTHER_UID), 0);
 	used = limit = 7;
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit), VGPU_LEDGER_EPERM);
+					     &limit, NULL), VGPU_LEDGER_EPERM);
 	cr_expect_eq(used + limit, 14, "nothing read");
 	/* Its group named: shared by the group's members. */
 	cr_assert_eq(chown(path, OTHER_UID, TEST_GID), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, "4242", "t",
-					     &used, &limit), 0);
+					     &used, &limit, NULL), 0);
 	cr_expect_eq(used, 4096);
 	cr_assert_eq(chown(path, 0, 0), 0);
 	cr_assert_eq(chmod(path, 0666), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit), VGPU_LEDGER_EPERM,
+					     &limit, NULL), VGPU_LEDGER_EPERM,
 		     "every user may write it");
 	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, 4096);
 	vgpu_ledger_leave(s);
@@ -668,7 +668,7 @@ Test(ledger_file, a_view_believes_only_what_a_job_would_join, .timeout = 20)
 	cr_assert_eq(unlink(path), 0);
 	cr_assert_eq(mkfifo(path, 0644), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit), VGPU_LEDGER_ESYS);
+					     &limit, NULL), VGPU_LEDGER_ESYS);
 }
 
 Test(ledger_file, root_in_a_container_uses_its_files)
@@ -741,11 +741,11 @@ Test(ledger_file, a_view_does_not_follow_a_linked_directory)
 	snprintf(link_path, sizeof(link_path), "%s/linked", test_dir);
 	cr_assert_eq(symlink(test_dir, link_path), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit), 0);
+					     &limit, NULL), 0);
 	cr_expect_eq(limit, GiB);
 	used = limit = 7;
 	cr_expect_eq(vgpu_ledger_peek_tenant(link_path, UUID, NULL, "t", &used,
-					     &limit), VGPU_LEDGER_ESYS);
+					     &limit, NULL), VGPU_LEDGER_ESYS);
 	cr_expect_eq(used + limit, 14, "nothing read");
 	vgpu_ledger_leave(s);
 	vgpu_ledger_close(l);
