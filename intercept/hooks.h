@@ -76,9 +76,25 @@ void vgpu__real_block(void);
 /* Where the real driver was loaded from ("" if it was not). */
 const char *vgpu__real_path(void);
 
-/* The forwarders' table (forwarders.S), with names (fwd_names.c). */
+/* The forwarders' table (forwarders.S), with names (fwd_names.c, sorted). */
 extern void *vgpu__fwd_table[];
 extern const char *const vgpu__fwd_names[];
 extern const size_t vgpu__fwd_count;
+
+/* The driver's error names, from cuda.h (errnames.c, gen_errnames.py). */
+struct vgpu_errname {
+	int value;
+	const char *name;
+};
+extern const struct vgpu_errname vgpu__errnames[];
+extern const size_t vgpu__errname_count;
+
+/* With no driver to ask (none loaded, or refused): what cuGetProcAddress
+ * hands out for symbol, which a driver answers before cuInit
+ * (cuGetErrorName, cuGetErrorString, cuDriverGetVersion, answered here),
+ * any other function of the driver answering CUDA_ERROR_NOT_INITIALIZED,
+ * or NULL for a name the driver does not have. Hooks are not looked at
+ * (procaddr.c hands those out itself). */
+void *vgpu__no_driver_fn(const char *symbol);
 
 #endif

@@ -84,14 +84,17 @@ static void trace(const char *symbol, void **pfn, int version,
 		 (unsigned long long)flags, who);
 }
 
-/* No driver to ask (none found, or the GPU refused once it was up): the
- * answer a driver gives before cuInit for the two functions every client
- * looks up first, so that it calls cuInit and is told why (no device, or
- * the refusal), instead of reporting "function cuInit is not found";
- * every other name is not found. */
+/* No driver to ask (none found, or the GPU refused once it was up): every
+ * function the driver has is found, so that a client calls cuInit and is
+ * told why (no device, or the refusal), and can name the error, instead
+ * of reporting "function cuInit is not found" (or cuGetErrorName): cuInit
+ * and the hooks themselves, the answers a driver gives before cuInit
+ * (real.c), every other function answering CUDA_ERROR_NOT_INITIALIZED;
+ * a name the driver does not have is not found. */
 static CUresult no_driver(const char *symbol, void **pfn, int version,
 			  CUdriverProcAddressQueryResult *status)
 {
+	const struct vgpu_hook_entry *e;
 	void *fn = NULL;
 
 	if (!symbol || !pfn)
@@ -101,6 +104,10 @@ static CUresult no_driver(const char *symbol, void **pfn, int version,
 	else if (strcmp(symbol, "cuGetProcAddress") == 0)
 		fn = version >= 12000 ? (void *)cuGetProcAddress_v2
 				      : (void *)cuGetProcAddress;
+	else if ((e = by_version(first_of(symbol), symbol, version, 0)))
+		fn = e->hook;
+	else
+		fn = vgpu__no_driver_fn(symbol);
 	*pfn = fn;
 	if (status)
 		*status = fn ? CU_GET_PROC_ADDRESS_SUCCESS

@@ -35,6 +35,92 @@ static CUresult fwd_no_driver(void)
 	return CUDA_ERROR_NOT_INITIALIZED;
 }
 
+/* ---- with no driver ------------------------------------------------------------ */
+
+/* What a driver answers before cuInit, answered here when there is no
+ * driver to ask: a client formatting cuInit's CUDA_ERROR_NO_DEVICE got
+ * CUDA_ERROR_NOT_INITIALIZED and no name, and cuda-core said "function
+ * cuGetErrorName is not found" (a hostile review). The string is the
+ * name: the driver's own sentences are not in the header. */
+static CUresult no_driver_error_name(CUresult error, const char **str)
+{
+	if (!str)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < vgpu__errname_count; i++)
+		if (vgpu__errnames[i].value == (int)error) {
+			*str = vgpu__errnames[i].name;
+			return CUDA_SUCCESS;
+		}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* No driver installed: version 0, as the runtime's cudaDriverGetVersion
+ * documents it. */
+static CUresult no_driver_version(int *version)
+{
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = 0;
+	return CUDA_SUCCESS;
+}
+
+static const struct {
+	const char *name;
+	void *fn;
+} no_driver_answers[] = {
+	{ "cuDriverGetVersion", (void *)no_driver_version },
+	{ "cuGetErrorName", (void *)no_driver_error_name },
+	{ "cuGetErrorString", (void *)no_driver_error_name },
+};
+
+static void *no_driver_answer(const char *symbol)
+{
+	for (size_t i = 0; i < sizeof(no_driver_answers) /
+			       sizeof(no_driver_answers[0]); i++)
+		if (strcmp(symbol, no_driver_answers[i].name) == 0)
+			return no_driver_answers[i].fn;
+	return NULL;
+}
+
+static bool fwd_known(const char *symbol)
+{
+	size_t lo = 0, hi = vgpu__fwd_count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(vgpu__fwd_names[mid], symbol);
+
+		if (c == 0)
+			return true;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+void *vgpu__no_driver_fn(const char *symbol)
+{
+	char v[128];
+	void *fn = no_driver_answer(symbol);
+
+	if (fn)
+		return fn;
+	/* cuGetProcAddress asks by the base name; the driver may export
+	 * only later ABIs of it. */
+	for (int k = 1; k <= 4; k++) {
+		if (k == 1)
+			snprintf(v, sizeof(v), "%s", symbol);
+		else
+			snprintf(v, sizeof(v), "%s_v%d", symbol, k);
+		if (fwd_known(v))
+			return (void *)fwd_no_driver;
+	}
+	return NULL;
+}
+
 const char *vgpu__real_path(void)
 {
 	return loaded_path;
@@ -191,7 +277,8 @@ static void load(void)
 		have_self = true;
 	h = find_driver(o->real_libcuda);
 	for (size_t i = 0; i < vgpu__fwd_count; i++) {
-		void *f = h ? dlsym(h, vgpu__fwd_names[i]) : NULL;
+		void *f = h ? dlsym(h, vgpu__fwd_names[i])
+			    : no_driver_answer(vgpu__fwd_names[i]);
 		if (!f)
 			f = h ? (void *)fwd_missing : (void *)fwd_no_driver;
 		__atomic_store_n(&vgpu__fwd_table[i], f, __ATOMIC_RELEASE);
@@ -209,9 +296,13 @@ static void load(void)
 
 void vgpu__real_block(void)
 {
-	for (size_t i = 0; i < vgpu__fwd_count; i++)
-		__atomic_store_n(&vgpu__fwd_table[i], (void *)fwd_no_driver,
+	for (size_t i = 0; i < vgpu__fwd_count; i++) {
+		void *f = no_driver_answer(vgpu__fwd_names[i]);
+
+		__atomic_store_n(&vgpu__fwd_table[i],
+				 f ? f : (void *)fwd_no_driver,
 				 __ATOMIC_RELEASE);
+	}
 }
 
 bool vgpu__real_load(void)

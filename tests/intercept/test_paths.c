@@ -211,9 +211,15 @@ Test(paths, no_driver_without_cuda)
 }
 
 /* A driver that is not there: a client that looks everything up through
- * cuGetProcAddress (cuda-bindings, numba, the CUDA runtime) gets cuInit,
- * which says CUDA_ERROR_NO_DEVICE, and cuGetProcAddress itself; any other
- * name is not found. The same by the v1 ABI and by dlsym in the handle. Never "function cuInit is not found". */
+ * cuGetProcAddress (cuda-bindings, numba, cuda-core, the CUDA runtime)
+ * finds every function a driver has: cuInit, which says
+ * CUDA_ERROR_NO_DEVICE, cuGetProcAddress itself, the error's name
+ * (cuGetErrorName, cuGetErrorString) and a driver version of 0 (no
+ * driver), and any other function answering CUDA_ERROR_NOT_INITIALIZED;
+ * a name no driver has is not found. The same by the v1 ABI and by dlsym
+ * in the handle. Never "function cuInit is not found" (nor
+ * cuGetErrorName: cuda-core said so, a hostile review). */
+typedef CUresult (*name_fn)(CUresult, const char **);
 typedef CUresult (*gpa_v1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*init_fn)(unsigned);
 
@@ -235,8 +241,36 @@ static int missing_driver_child(void *arg)
 	printf("gpa-lookup=%d same=%d\n", (int)r,
 	       gpa == (void *)cuGetProcAddress_v2);
 	r = cuGetProcAddress("cuMemAlloc", &alloc, 3020, 0, &st);
-	printf("alloc-lookup=%d null=%d status=%d\n", (int)r, alloc == NULL,
+	printf("alloc-lookup=%d status=%d\n", (int)r, (int)st);
+	if (r == CUDA_SUCCESS && alloc) {
+		CUdeviceptr p;
+
+		printf("alloc=%d\n",
+		       (int)((CUresult (*)(CUdeviceptr *, size_t))alloc)(&p,
+									 64));
+	}
+	void *fn = (void *)1;
+	const char *str = NULL;
+	int version = -1;
+
+	r = cuGetProcAddress("cuNoSuchFunction", &fn, 13000, 0, &st);
+	printf("bogus-lookup=%d null=%d status=%d\n", (int)r, fn == NULL,
 	       (int)st);
+	r = cuGetProcAddress("cuGetErrorName", &fn, 13000, 0, &st);
+	if (r == CUDA_SUCCESS && fn &&
+	    ((name_fn)fn)(CUDA_ERROR_NO_DEVICE, &str) == CUDA_SUCCESS)
+		printf("name=%s\n", str);
+	r = cuGetProcAddress("cuGetErrorString", &fn, 13000, 0, &st);
+	if (r == CUDA_SUCCESS && fn)
+		printf("unknown-code=%d\n", (int)((name_fn)fn)(12345, &str));
+	r = cuGetProcAddress("cuDriverGetVersion", &fn, 13000, 0, &st);
+	if (r == CUDA_SUCCESS && fn) {
+		r = ((CUresult (*)(int *))fn)(&version);
+		printf("version=%d,%d\n", (int)r, version);
+	}
+	r = cuGetProcAddress("cuDeviceGetCount", &fn, 13000, 0, &st);
+	if (r == CUDA_SUCCESS && fn)
+		printf("count=%d\n", (int)((CUresult (*)(int *))fn)(&version));
 	/* The v1 ABI of cuGetProcAddress, and dlsym in the driver's handle. */
 	void *h = dlopen("libcuda.so.1", RTLD_NOW);
 	gpa_v1_fn gpa1 = h ? (gpa_v1_fn)dlsym(h, "cuGetProcAddress") : NULL;
@@ -245,6 +279,11 @@ static int missing_driver_child(void *arg)
 	r = gpa1 ? gpa1("cuInit", (void **)&init1, 13000, 0) : (CUresult)-1;
 	printf("v1-lookup=%d init=%d\n", (int)r, init1 ? (int)init1(0) : -1);
 	printf("dlsym-init=%d\n", init2 ? (int)init2(0) : -1);
+	name_fn str2 = h ? (name_fn)dlsym(h, "cuGetErrorString") : NULL;
+
+	str = NULL;
+	if (str2 && str2(CUDA_ERROR_NO_DEVICE, &str) == CUDA_SUCCESS)
+		printf("dlsym-string=%s\n", str);
 	return 0;
 }
 
@@ -255,10 +294,12 @@ Test(paths, a_missing_driver_hands_out_cuinit_saying_no_device)
 	cr_assert_eq(shimtest_run_child(missing_driver_child, NULL, out,
 					sizeof(out)), 0, "%s", out);
 	cr_assert(strstr(out, "init-lookup=0 status=0\ninit=100\n"
-			 "gpa-lookup=0 same=1\nalloc-lookup=500 null=1 "
-			 "status=1\n"), "%s", out);
-	cr_assert(strstr(out, "v1-lookup=0 init=100\ndlsym-init=100\n"),
-		  "%s", out);
+			 "gpa-lookup=0 same=1\nalloc-lookup=0 status=0\n"
+			 "alloc=3\nbogus-lookup=500 null=1 status=1\n"
+			 "name=CUDA_ERROR_NO_DEVICE\nunknown-code=1\n"
+			 "version=0,0\ncount=3\n"), "%s", out);
+	cr_assert(strstr(out, "v1-lookup=0 init=100\ndlsym-init=100\n"
+			 "dlsym-string=CUDA_ERROR_NO_DEVICE\n"), "%s", out);
 	/* One line says why: where it looked, and what it found there. */
 	cr_assert(strstr(out, "VGPU_REAL_LIBCUDA=/nowhere/libcuda.so.1: "
 			 "cannot load a CUDA driver from it (missing or not a "
