@@ -30,6 +30,8 @@
 /* Processes listed at most (a ledger's slots are more; a tenant with more
  * is listed in part). */
 #define VGPU_NVML_PROCS 256
+/* Utilisation samples read on the stack; more: from the heap. */
+#define UTIL_SAMPLES 256
 
 /* The real NVML's functions: hooks.def's VGPU_NVML rows. */
 struct nvml_fns {
@@ -422,18 +424,42 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(
 	struct slice s;
 	nvmlReturn_t r;
 
+	nvmlProcessUtilizationSample_t mine_s[UTIL_SAMPLES], *all = mine_s;
+	unsigned n = UTIL_SAMPLES;
+
 	if (!nv->proc_util)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
-	r = nv->proc_util(device, utilization, count, lastSeenTimeStamp);
-	if (r != NVML_SUCCESS || !utilization || !count ||
-	    !slice_of(nv, device, &s))
-		return r;
+	if (!count || !slice_of(nv, device, &s))
+		return nv->proc_util(device, utilization, count,
+				     lastSeenTimeStamp);
+	/* In a slice the samples are read whole and filtered before the
+	 * caller's buffer is looked at: the sizing call (no buffer, or one
+	 * too small) answered with the device's count, every tenant's
+	 * processes, not the tenant's (a hostile review). */
+	r = nv->proc_util(device, all, &n, lastSeenTimeStamp);
+	if (r == NVML_ERROR_INSUFFICIENT_SIZE && n > UTIL_SAMPLES &&
+	    (all = calloc(n, sizeof(*all))))
+		r = nv->proc_util(device, all, &n, lastSeenTimeStamp);
+	if (r != NVML_SUCCESS) {
+		if (all != mine_s)
+			free(all);
+		return r == NVML_ERROR_INSUFFICIENT_SIZE ? NVML_ERROR_UNKNOWN
+							 : r;
+	}
 	np = tenant_procs(s.uuid, p);
-	for (unsigned i = 0; i < *count; i++)
-		if (tenant_pid(p, np, utilization[i].pid))
-			utilization[kept++] = utilization[i];
+	for (unsigned i = 0; i < n; i++)
+		if (tenant_pid(p, np, all[i].pid))
+			all[kept++] = all[i];
+	if (!utilization || *count < kept) {
+		r = kept ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_NOT_FOUND;
+	} else {
+		memcpy(utilization, all, kept * sizeof(*all));
+		r = kept ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
+	}
 	*count = kept;
-	return kept ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
+	if (all != mine_s)
+		free(all);
+	return r;
 }
 
 /* ---- the dlsym catch (the jump is in trampolines.S) ---------------------- */

@@ -26,7 +26,8 @@ And a monitor that never used CUDA and states no option of its own sees
 its tenant's terms from the ledger: a tenant with a compute share alone is
 listed alone (other tenants' processes not shown), and a killed process of
 a tenant is neither listed nor counted in used (a monitor never reclaims
-it). Prints PASS/FAIL lines.
+it), and its utilisation samples are sized and read as its own
+processes'. Prints PASS/FAIL lines.
 """
 import ctypes
 import os
@@ -69,6 +70,15 @@ class ProcV2(ctypes.Structure):
 
 class Util(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+NVML_INSUFFICIENT_SIZE = 7
+
+
+class UtilSample(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong),
+                ("smUtil", ctypes.c_uint), ("memUtil", ctypes.c_uint),
+                ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
 
 
 def procs(nvml, fn, dev, kind):
@@ -304,6 +314,23 @@ def monitor(tenant, used, want):
                     ProcV2)
     check("monitor-procs-" + tenant, rc == 0 and sorted(got) == want,
           "rc %d %r, expected %r" % (rc, sorted(got), want))
+    # The utilisation samples: sized and read as the tenant's alone (the
+    # sizing call said the device's count once).
+    n = ctypes.c_uint(0)
+    rc = nvml.nvmlDeviceGetProcessUtilization(d, None, ctypes.byref(n),
+                                              ctypes.c_ulonglong(0))
+    check("monitor-util-sizing-" + tenant,
+          rc == NVML_INSUFFICIENT_SIZE and n.value == len(want),
+          "rc %d count %d, expected %d and %d" %
+          (rc, n.value, NVML_INSUFFICIENT_SIZE, len(want)))
+    buf = (UtilSample * len(want))()
+    n = ctypes.c_uint(len(want))
+    rc = nvml.nvmlDeviceGetProcessUtilization(d, buf, ctypes.byref(n),
+                                              ctypes.c_ulonglong(0))
+    pids = sorted(buf[i].pid for i in range(n.value)) if rc == 0 else []
+    check("monitor-util-" + tenant, rc == 0 and
+          pids == sorted(p for p, _ in want),
+          "rc %d %r, expected %r" % (rc, pids, sorted(p for p, _ in want)))
     nvml.nvmlShutdown()
     return 1 if failed else 0
 
