@@ -175,6 +175,7 @@ static int change(const struct ctl_args *a, const char *uuid, bool chosen,
 	struct vgpu_ledger_access access = { .control = true };
 	static char err[ERR_MAX];
 	struct vgpu_ledger *l;
+	uint64_t phys;
 	int rc;
 
 	rc = vgpu_ledger_open_with(a->dir, uuid, 0, &access, &l, err,
@@ -184,7 +185,21 @@ static int change(const struct ctl_args *a, const char *uuid, bool chosen,
 			    code_of(rc), err);
 	rc = vgpu_ledger_ctl_set(l, a->tenant, &a->change, after, err,
 				 sizeof(err));
+	phys = vgpu_ledger_physical_bytes(l);
 	vgpu_ledger_close(l);
+	/* Said as VGPU_MEMORY_LIMIT's is (a hostile review: 4 GiB on a
+	 * 2 GiB GPU went without a word). */
+	if (rc == 0 && (a->change.fields & VGPU_LEDGER_CTL_MEMORY) && phys &&
+	    a->change.mem_limit != VGPU_LEDGER_UNLIMITED &&
+	    a->change.mem_limit > phys) {
+		char want[32], have[32];
+
+		ctl_size(a->change.mem_limit, want, sizeof(want));
+		ctl_size(phys, have, sizeof(have));
+		fprintf(stderr, "vgpu-ctl: note: --memory %s is more than GPU "
+			"%s has (%s): the GPU's memory, not the slice, is "
+			"what bounds the tenant there\n", want, uuid, have);
+	}
 	if (rc == VGPU_LEDGER_ENOENT && !chosen)
 		return 1;
 	return rc ? fail(code_of(rc), err) : 0;

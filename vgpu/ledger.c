@@ -707,3 +707,10 @@ int32_t vgpu_host_pid(void)
 		return 0;
 	return (int32_t)first;
 }
+
+uint64_t vgpu_ledger_physical_bytes(const struct vgpu_ledger *l)
+{
+	return l && l->hdr ? __atomic_load_n(&l->hdr->physical_bytes,
+					     __ATOMIC_RELAXED)
+			   : 0;
+}

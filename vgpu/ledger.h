@@ -119,6 +119,9 @@ int vgpu_ledger_trusted(const struct stat *st, const char *path,
 			const struct vgpu_ledger_access *access, char *err,
 			size_t errlen);
 
+/* The GPU's memory as the ledger's creator recorded it (0: not known). */
+uint64_t vgpu_ledger_physical_bytes(const struct vgpu_ledger *l);
+
 /* How many times `l` followed its name to another file: the file was
  * deleted, replaced or truncated while in use (ledger_move.c). */
 uint64_t vgpu_ledger_moves(const struct vgpu_ledger *l);

@@ -103,12 +103,18 @@ Test(ctl, memory_limit_lowered_below_use_then_raised)
 
 	/* Raised: more fits at once. */
 	CTL_RUN(&r, 0, "set", "mem", "--memory", "768MiB");
+	cr_expect_null(strstr(r.err, "note:"), "%s", r.err);
 	alloc_mib(&j, 500, "ok 5");
 	cr_expect_eq(device_used(), u0 + 350 * MIB);
 	cr_expect_eq(t->used, 750 * MIB);
 	cr_expect_eq(t->ctl_changes, 2);
 	cr_expect_eq(t->ctl_fields, VGPU_LEDGER_CTL_MEMORY);
 	cr_expect_eq(t->ctl_uid, 0);
+	/* More than the GPU has: accepted, with a note saying so. */
+	CTL_RUN(&r, 0, "set", "mem", "--memory", "64GiB");
+	cr_expect(strstr(r.err, "vgpu-ctl: note: --memory 64GiB is more than "
+			 "GPU "), "%s", r.err);
+	CTL_RUN(&r, 0, "set", "mem", "--memory", "768MiB");
 	ctl_job_stop(&j);
 	cr_expect_eq(t->used, 0, "the ledger back to zero");
 	cr_expect_eq(device_used(), 0, "the device back to zero");
