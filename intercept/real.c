@@ -283,9 +283,15 @@ static void load(void)
 			f = h ? (void *)fwd_missing : (void *)fwd_no_driver;
 		__atomic_store_n(&vgpu__fwd_table[i], f, __ATOMIC_RELEASE);
 	}
-	for (size_t i = 0; h && i < vgpu__hook_count; i++)
+	/* With no driver every hook's driver function answers
+	 * CUDA_ERROR_NOT_INITIALIZED: the hooks' fast paths call it without
+	 * a test (an uncapped launch), and cuGetProcAddress hands the hooks
+	 * out (procaddr.c): a launch there jumped to address 0 (a hostile
+	 * review). */
+	for (size_t i = 0; i < vgpu__hook_count; i++)
 		*vgpu__hook_entries[i].real =
-			dlsym(h, vgpu__hook_entries[i].symbol);
+			h ? dlsym(h, vgpu__hook_entries[i].symbol)
+			  : (void *)fwd_no_driver;
 	for (size_t i = 0; i < vgpu__call_count; i++)
 		*vgpu__call_entries[i].real =
 			h ? dlsym(h, vgpu__call_entries[i].symbol) : NULL;

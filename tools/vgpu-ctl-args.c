@@ -302,8 +302,9 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err,
 	if (rc)
 		return rc;
 	/* "set --memory 1GiB a" took "--memory" for the tenant and then
-	 * said "unknown option '1GiB'" (a hostile review). */
-	if (takes_value(argv[2]))
+	 * said "unknown option '1GiB'" (a hostile review); so did
+	 * "--memory=1GiB". A tenant's name never starts with '-' here. */
+	if (argv[2][0] == '-')
 		return bad(err, errlen, CTL_EXIT_USAGE, "%s: the tenant comes "
 			   "first: vgpu-ctl %s TENANT [OPTIONS]", argv[2],
 			   argv[1]);

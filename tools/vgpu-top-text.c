@@ -475,9 +475,9 @@ static void print_tenant(struct out *o, const struct top_tenant *t)
 	 * hostile review: 1.5 GiB still on the device). */
 	if (t->suspended)
 		emit(o, NULL, "    SUSPENDED by vgpu-ctl: %d of %d live "
-		     "processes hold their launches; %s on the device, %s "
-		     "on the host", t->procs_suspended, t->alive, used,
-		     sp);
+		     "processes hold their launches; %s charged on the "
+		     "device, %s on the host", t->procs_suspended, t->alive,
+		     used, sp);
 	print_last_change(o, t);
 }
 

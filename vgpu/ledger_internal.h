@@ -110,6 +110,8 @@ struct vgpu_slot {
 	int32_t imported[VGPU__IMPORTS_KEPT];
 	uint32_t nimported;		/* atomic; kept full once more */
 	bool imported_more;		/* atomic; for good */
+	uint64_t payers_seen_ns;	/* coarse clock of the last look
+					 * (atomic: a hint) */
 	struct vgpu_ledger_terms terms;
 	int32_t pid, host_pid;
 	char name[VGPU_LEDGER_NAME_MAX];

@@ -177,6 +177,45 @@ static const struct vgpu_ledger_slot *slot_at(const unsigned char *base,
 			      (size_t)i * VGPU_LEDGER_SLOT_SIZE);
 }
 
+/* The bytes of the shared memory that slot k pays for and a live process
+ * of another slot still holds (docs/memory.md: charged once, to the
+ * payer, until the charge moves). */
+static uint64_t shared_kept(const unsigned char *base, int fd, unsigned k)
+{
+	const struct vgpu_ledger_shares *h =
+		(const void *)(base + VGPU_LEDGER_SHARES_OFFSET);
+	uint64_t bytes = 0;
+
+	if (!h->in_use)
+		return 0;
+	for (unsigned i = 0; i < VGPU_LEDGER_MAX_SHARES; i++) {
+		const struct vgpu_ledger_share *r =
+			(const void *)(base + VGPU_LEDGER_SHARES_OFFSET +
+				       VGPU_LEDGER_SHARES_HEAD +
+				       (size_t)i * VGPU_LEDGER_SHARE_SIZE);
+		bool held = false;
+
+		if ((!r->key[0] && !r->key[1]) || !r->payer ||
+		    r->payer > VGPU_LEDGER_SHARE_HOLDERS ||
+		    r->slot[r->payer - 1] != k + 1)
+			continue;
+		for (unsigned p = 0; p < VGPU_LEDGER_SHARE_HOLDERS && !held;
+		     p++) {
+			uint32_t o = r->slot[p];
+
+			held = p + 1 != r->payer && r->count[p] && o &&
+			       o <= VGPU_LEDGER_MAX_SLOTS &&
+			       slot_at(base, o - 1)->state ==
+				       VGPU_SLOT_ACTIVE &&
+			       slot_at(base, o - 1)->generation == r->gen[p] &&
+			       slot_alive(fd, o - 1);
+		}
+		if (held)
+			bytes += r->bytes;
+	}
+	return bytes;
+}
+
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 			    const char *group, const char *tenant,
 			    uint64_t *used, uint64_t *limit,
@@ -184,7 +223,7 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 {
 	const struct vgpu_ledger_tenant *t;
 	unsigned char *base;
-	uint64_t dead = 0;
+	uint64_t dead = 0, kept;
 	int rc, i, fd;
 
 	if (!dir || !gpu_uuid || !tenant || !used || !limit)
@@ -203,13 +242,18 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 	/* What dead processes still hold until some process reclaims them
 	 * is not the tenant's: a killed holder's 264 MiB stayed in a
 	 * monitor's view, which no NVML call ever reclaims (a hostile
-	 * review). */
+	 * review). But memory such a process paid for that a live process
+	 * still holds stays on the device, and charged (shared_kept). */
 	for (unsigned k = 0; k < VGPU_LEDGER_MAX_SLOTS; k++) {
 		const struct vgpu_ledger_slot *sl = slot_at(base, k);
+		uint64_t b;
 
-		if (sl->state == VGPU_SLOT_ACTIVE && sl->tenant == (uint32_t)i &&
-		    !slot_alive(fd, k))
-			dead += slot_device_bytes(sl);
+		if (sl->state != VGPU_SLOT_ACTIVE || sl->tenant != (uint32_t)i ||
+		    slot_alive(fd, k))
+			continue;
+		b = slot_device_bytes(sl);
+		kept = shared_kept(base, fd, k);
+		dead += b - (kept < b ? kept : b);
 	}
 	close(fd);
 	*used = __atomic_load_n(&t->used, __ATOMIC_RELAXED);

@@ -313,7 +313,7 @@ static void imported_remove(struct vgpu_slot *s, int i)
  * and unlocks). Read without the shares lock: a torn read names some
  * slot, which is reclaimed only if its process is gone anyway. */
 static bool payer_gone(struct vgpu_slot *s, const struct vgpu_ledger_share *r,
-		       uint32_t gen, uint32_t *idx)
+		       uint32_t gen, unsigned char *seen, uint32_t *idx)
 {
 	struct vgpu_ledger *l = s->l;
 	uint32_t payer = __atomic_load_n(&r->payer, __ATOMIC_RELAXED);
@@ -328,16 +328,24 @@ static bool payer_gone(struct vgpu_slot *s, const struct vgpu_ledger_share *r,
 		    VGPU_SLOT_ACTIVE)
 		return false;
 	(*idx)--;
+	/* Each payer slot once per look. */
+	if (seen[*idx / 8] & (1u << (*idx % 8)))
+		return false;
+	seen[*idx / 8] |= (unsigned char)(1u << (*idx % 8));
 	return !vgpu__slot_owned(l, *idx) && vgpu__slot_trylock(l, *idx);
 }
 
 /* Exporters killed while others held their memory kept its charge until
  * a process of their own tenant looked, while the importer's tenant,
  * charged nothing for it, allocated its whole slice besides: 256 MiB
- * over a 512 MiB slice on the device (a hostile review). So each
- * reservation of an importer looks at the payers of what it imported:
- * one trylock (a system call) per record whose payer is another
- * process, and none for a process that imports nothing. */
+ * over a 512 MiB slice on the device (a hostile review). So an
+ * importer's reservations look at the payers of what it imported: at
+ * most once per tick of the coarse clock (1 to 4 ms), one trylock (a
+ * system call) per payer slot however many records it pays for, none
+ * in a process that imports nothing. The reclaim only tries the locks
+ * it needs: a stopped process of the dead payer's tenant holding that
+ * tenant's lock made every reservation of the importer wait 2 s (a
+ * second review); the next look tries again. */
 void vgpu__shares_payers_check(struct vgpu_slot *s)
 {
 	struct vgpu_ledger *l = s->l;
@@ -345,10 +353,14 @@ void vgpu__shares_payers_check(struct vgpu_slot *s)
 	bool all = __atomic_load_n(&s->imported_more, __ATOMIC_RELAXED);
 	uint32_t n = all ? VGPU_LEDGER_MAX_SHARES
 			 : __atomic_load_n(&s->nimported, __ATOMIC_ACQUIRE);
+	uint64_t now = vgpu__coarse_ns();
+	unsigned char seen[(VGPU_LEDGER_MAX_SLOTS + 7) / 8] = { 0 };
 	int cancel;
 
-	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
+	if (now == __atomic_load_n(&s->payers_seen_ns, __ATOMIC_RELAXED) ||
+	    !__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
 		return;
+	__atomic_store_n(&s->payers_seen_ns, now, __ATOMIC_RELAXED);
 	for (uint32_t k = 0; k < n; k++) {
 		int32_t i = all ? (int32_t)k
 				: __atomic_load_n(&s->imported[k],
@@ -356,14 +368,14 @@ void vgpu__shares_payers_check(struct vgpu_slot *s)
 		uint32_t idx;
 
 		if (i < 0 || i >= VGPU_LEDGER_MAX_SHARES ||
-		    !payer_gone(s, &l->share[i], gen, &idx))
+		    !payer_gone(s, &l->share[i], gen, seen, &idx))
 			continue;
 		/* Under l->mu: a move never grafts under a reclaim. */
 		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 		pthread_mutex_lock(&l->mu);
 		if (__atomic_load_n(&l->slots[idx].state, __ATOMIC_ACQUIRE) ==
 		    VGPU_SLOT_ACTIVE)
-			vgpu__slot_reclaim(l, idx, vgpu__deadline());
+			vgpu__slot_reclaim(l, idx, 0);
 		pthread_mutex_unlock(&l->mu);
 		pthread_setcancelstate(cancel, NULL);
 		vgpu__slot_unlock(l, idx);

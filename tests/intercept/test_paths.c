@@ -271,6 +271,19 @@ static int missing_driver_child(void *arg)
 	r = cuGetProcAddress("cuDeviceGetCount", &fn, 13000, 0, &st);
 	if (r == CUDA_SUCCESS && fn)
 		printf("count=%d\n", (int)((CUresult (*)(int *))fn)(&version));
+	/* A hook's fast path (an uncapped launch) calls the driver without
+	 * a test: it jumped to address 0 once these were handed out. */
+	r = cuGetProcAddress("cuLaunchKernel", &fn, 13000, 0, &st);
+	if (r == CUDA_SUCCESS && fn) {
+		void *args[1] = { NULL };
+
+		r = ((CUresult (*)(CUfunction, unsigned, unsigned, unsigned,
+				   unsigned, unsigned, unsigned, unsigned,
+				   CUstream, void **, void **))fn)(
+			(CUfunction)0x1000, 1, 1, 1, 1, 1, 1, 0, NULL, args,
+			NULL);
+		printf("launch=%d\n", (int)r);
+	}
 	/* The v1 ABI of cuGetProcAddress, and dlsym in the driver's handle. */
 	void *h = dlopen("libcuda.so.1", RTLD_NOW);
 	gpa_v1_fn gpa1 = h ? (gpa_v1_fn)dlsym(h, "cuGetProcAddress") : NULL;
@@ -297,7 +310,7 @@ Test(paths, a_missing_driver_hands_out_cuinit_saying_no_device)
 			 "gpa-lookup=0 same=1\nalloc-lookup=0 status=0\n"
 			 "alloc=3\nbogus-lookup=500 null=1 status=1\n"
 			 "name=CUDA_ERROR_NO_DEVICE\nunknown-code=1\n"
-			 "version=0,0\ncount=3\n"), "%s", out);
+			 "version=0,0\ncount=3\nlaunch=3\n"), "%s", out);
 	cr_assert(strstr(out, "v1-lookup=0 init=100\ndlsym-init=100\n"
 			 "dlsym-string=CUDA_ERROR_NO_DEVICE\n"), "%s", out);
 	/* One line says why: where it looked, and what it found there. */

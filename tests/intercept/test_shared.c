@@ -12,6 +12,7 @@
  */
 #include "shimtest.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -447,6 +448,51 @@ Test(shared, vmm_importer_releases_its_handle_while_mapped)
 	vmm_case(true, true);
 }
 
+/* What a monitor of tenant sees as used (NVML's memory info in a process
+ * that never used CUDA: the ledger read without joining). */
+struct nvml_mem {
+	unsigned long long total, free, used;
+};
+
+static uint64_t monitor_used(const char *tenant)
+{
+	int pfd[2];
+	uint64_t used = UINT64_MAX;
+	pid_t pid;
+	int status;
+
+	cr_assert_eq(pipe(pfd), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+		int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2")
+				      : NULL;
+		int (*get)(unsigned, void **) =
+			h ? (int (*)(unsigned, void **))dlsym(
+				    h, "nvmlDeviceGetHandleByIndex_v2")
+			  : NULL;
+		int (*mem)(void *, struct nvml_mem *) =
+			h ? (int (*)(void *, struct nvml_mem *))dlsym(
+				    h, "nvmlDeviceGetMemoryInfo")
+			  : NULL;
+		struct nvml_mem m;
+		void *d;
+
+		setenv("VGPU_TENANT", tenant, 1);
+		if (init && get && mem && !init() && !get(0, &d) &&
+		    !mem(d, &m))
+			used = m.used;
+		_exit(write(pfd[1], &used, sizeof(used)) == sizeof(used)
+		      ? 0 : 1);
+	}
+	close(pfd[1]);
+	cr_assert_eq(read(pfd[0], &used, sizeof(used)), (ssize_t)sizeof(used));
+	close(pfd[0]);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	return used;
+}
+
 /* The exporter is killed while the importer holds the memory: once its
  * death is noticed (here: a refused allocation of its tenant reclaims its
  * slot), the importer's tenant pays, and letting go gives it back. */
@@ -468,6 +514,11 @@ Test(shared, the_exporter_killed_hands_the_charge_to_the_importer)
 	close(fd);
 	expect("both exported and imported", 2 * OBJ, 0);
 	kill_worker(&a);
+	/* Still on the device, and charged to t-a, while t-b holds it: a
+	 * monitor of t-a counts it (it left out all a dead process held,
+	 * memory live holders keep included). */
+	cr_assert_eq(monitor_used("t-a"), 2 * OBJ, "t-a's monitor: %llu MiB",
+		     (unsigned long long)(monitor_used("t-a") / MIB));
 	/* A process of t-a asking for the whole slice is refused while the
 	 * dead exporter's slot counts, reclaims it, and gets it. */
 	c = spawn("t-a");

@@ -225,6 +225,9 @@ Test(ctl, bad_arguments_name_what_was_wrong)
 		"--memory");
 	REFUSED(64, "vgpu-ctl: --memory: the tenant comes first: vgpu-ctl "
 		"set TENANT [OPTIONS]\n", "set", "--memory", "1GiB", "t");
+	REFUSED(64, "vgpu-ctl: --memory=1GiB: the tenant comes first: "
+		"vgpu-ctl set TENANT [OPTIONS]\n", "set", "--memory=1GiB",
+		"t");
 	REFUSED(64, "vgpu-ctl: set: nothing to set; give --memory, --compute, "
 		"--policy or --host-spill\n", "set", "t");
 	REFUSED(64, "vgpu-ctl: --memory: show takes only --gpu and "

@@ -1096,7 +1096,8 @@ def case_control(w):
         if want:
             # Nothing could move (no VGPU_CONTROL): it says so.
             check(lines[nxt] == "    SUSPENDED by vgpu-ctl: 0 of 1 live "
-                  "processes hold their launches; 8.0 MiB on the device, "
+                  "processes hold their launches; 8.0 MiB charged on the "
+                  "device, "
                   "0 B on the host", "--once: %r" % lines[nxt])
             nxt += 1
         check(lines[nxt].endswith(": " + cmd),
