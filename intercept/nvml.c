@@ -156,10 +156,13 @@ struct slice {
  * process runs under the tenant's terms, whatever its own options say),
  * else in this process's options. Every view here asks this one
  * question, so the memory view and the process lists always agree. */
+static bool said_unread;	/* atomic */
+
 static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 		     struct slice *s)
 {
 	const struct vgpu_options *o = vgpu__options();
+	char err[768] = "";
 	const struct vgpu_ledger_tenant *t;
 	const struct vgpu_dev *dv;
 	uint64_t u = 0, l = 0;
@@ -188,7 +191,8 @@ static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 		capped = share > 0 && share < 100;
 	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, s->uuid,
 					   o->ledger_group, o->tenant,
-					   &u, &l, &share) == 0) {
+					   &u, &l, &share, err,
+					   sizeof(err)) == 0) {
 		/* The tenant's terms, as for a process that joined: a
 		 * monitor started without the job's VGPU_COMPUTE_LIMIT saw
 		 * the whole device, other tenants' processes included (a
@@ -196,6 +200,13 @@ static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 		s->used = u;
 		s->limit = l;
 		capped = share > 0 && share < 100;
+	} else if (err[0] &&
+		   !__atomic_exchange_n(&said_unread, true, __ATOMIC_RELAXED)) {
+		/* A view that cannot read its ledger (a group that does not
+		 * exist, a file it does not trust) showed this process's own
+		 * terms without a word (a hostile review). */
+		vgpu_log(VGPU_LOG_WARN, "NVML views: %s; they show this "
+			 "process's own limits instead", err);
 	}
 	return s->limit != VGPU_LEDGER_UNLIMITED || capped;
 }

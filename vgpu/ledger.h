@@ -187,7 +187,9 @@ int vgpu_ledger_open_view(const char *dir, const char *gpu_uuid);
 /* Reads tenant `tenant`'s device usage (less what its dead processes
  * still hold until they are reclaimed), limit and compute share (if
  * share_pct is not NULL; 0: none) from the ledger of GPU `gpu_uuid` in
- * `dir` without joining or writing anything. Returns 0,
+ * `dir` without joining or writing anything. A file it does not trust,
+ * or a group that does not exist, is said in err (if not NULL; "" for
+ * the other errors). Returns 0,
  * VGPU_LEDGER_ESYS (no such file, or not a regular file: a FIFO is
  * never waited on), _EBADFILE (not a ledger of this version), _EPERM (a
  * file a job with VGPU_LEDGER_GROUP `group` (NULL or "": none) would not
@@ -196,7 +198,7 @@ int vgpu_ledger_open_view(const char *dir, const char *gpu_uuid);
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 			    const char *group, const char *tenant,
 			    uint64_t *used, uint64_t *limit,
-			    uint32_t *share_pct);
+			    uint32_t *share_pct, char *err, size_t errlen);
 
 /* The processes of tenant `tenant` in that file (its active slots whose
  * process is alive: a dead one's is not listed), with the device

@@ -108,7 +108,8 @@ static bool slot_alive(int fd, unsigned i)
  * open for the slots' liveness (slot_alive), else closed. */
 static unsigned char *peek_file_fd(const char *dir, const char *gpu_uuid,
 				   const char *group, int *rc,
-				   struct stat *stp, int *fdp)
+				   struct stat *stp, int *fdp, char *err,
+				   size_t errlen)
 {
 	struct vgpu_ledger_access acc = { .group = group };
 	unsigned char *base;
@@ -125,7 +126,7 @@ static unsigned char *peek_file_fd(const char *dir, const char *gpu_uuid,
 		return NULL;
 	}
 	/* What a job would refuse to join is not shown as the slice. */
-	if ((*rc = vgpu_ledger_trusted(&st, path, &acc, NULL, 0))) {
+	if ((*rc = vgpu_ledger_trusted(&st, path, &acc, err, errlen))) {
 		close(fd);
 		return NULL;
 	}
@@ -219,7 +220,7 @@ static uint64_t shared_kept(const unsigned char *base, int fd, unsigned k)
 int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 			    const char *group, const char *tenant,
 			    uint64_t *used, uint64_t *limit,
-			    uint32_t *share_pct)
+			    uint32_t *share_pct, char *err, size_t errlen)
 {
 	const struct vgpu_ledger_tenant *t;
 	unsigned char *base;
@@ -228,7 +229,9 @@ int vgpu_ledger_peek_tenant(const char *dir, const char *gpu_uuid,
 
 	if (!dir || !gpu_uuid || !tenant || !used || !limit)
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file_fd(dir, gpu_uuid, group, &rc, NULL, &fd);
+	if (err && errlen)
+		err[0] = '\0';
+	base = peek_file_fd(dir, gpu_uuid, group, &rc, NULL, &fd, err, errlen);
 	if (!base)
 		return rc;
 	i = tenant_index(base, tenant);
@@ -334,7 +337,7 @@ int vgpu_ledger_peek_procs(const char *dir, const char *gpu_uuid,
 
 	if (!dir || !gpu_uuid || !tenant || !count || (max && !out))
 		return VGPU_LEDGER_EINVAL;
-	base = peek_file_fd(dir, gpu_uuid, group, &rc, &st, &fd);
+	base = peek_file_fd(dir, gpu_uuid, group, &rc, &st, &fd, NULL, 0);
 	if (!base)
 		return rc;
 	ti = tenant_index(base, tenant);

@@ -193,7 +193,7 @@ static bool slice_of(uint32_t dv, uint64_t *limit, uint64_t *used)
 		*limit = vgpu_ledger_tenant_limit(hd->slot);
 	} else if (vgpu_ledger_peek_tenant(o->ledger_dir, m->key,
 					   o->ledger_group, o->tenant,
-					   &u, &l, NULL) == 0) {
+					   &u, &l, NULL, NULL, 0) == 0) {
 		*used = u;
 		*limit = l;
 	}

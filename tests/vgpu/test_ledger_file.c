@@ -636,6 +636,7 @@ Test(ledger_file, a_view_believes_only_what_a_job_would_join, .timeout = 20)
 	struct vgpu_ledger *l;
 	struct vgpu_slot *s = NULL;
 	uint64_t used = 7, limit = 7;
+	char err[1024];
 
 	need_root();
 	l = ledger_open_ok();
@@ -643,24 +644,33 @@ Test(ledger_file, a_view_believes_only_what_a_job_would_join, .timeout = 20)
 		     0);
 	cr_assert_eq(vgpu_ledger_reserve(s, VGPU_USAGE_BUFFER, 4096), 0);
 	cr_assert_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit, NULL), 0);
+					     &limit, NULL, NULL, 0), 0);
 	cr_expect_eq(used, 4096);
 	cr_expect_eq(limit, GiB);
 	ledger_path();
 	cr_assert_eq(chown(path, OTHER_UID, OTHER_UID), 0);
 	used = limit = 7;
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit, NULL), VGPU_LEDGER_EPERM);
+					     &limit, NULL, err, sizeof(err)),
+		     VGPU_LEDGER_EPERM);
+	cr_expect_eq(used + limit, 14, "nothing read");
+	cr_expect(strstr(err, path) && strstr(err, "is refused"), "%s", err);
+	/* A group that does not exist: said, nothing read. */
+	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID,
+					     "no-such-group-vgpu", "t", &used,
+					     &limit, NULL, err, sizeof(err)),
+		     VGPU_LEDGER_EINVAL);
+	cr_expect(strstr(err, "no-such-group-vgpu"), "%s", err);
 	cr_expect_eq(used + limit, 14, "nothing read");
 	/* Its group named: shared by the group's members. */
 	cr_assert_eq(chown(path, OTHER_UID, TEST_GID), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, "4242", "t",
-					     &used, &limit, NULL), 0);
+					     &used, &limit, NULL, NULL, 0), 0);
 	cr_expect_eq(used, 4096);
 	cr_assert_eq(chown(path, 0, 0), 0);
 	cr_assert_eq(chmod(path, 0666), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit, NULL), VGPU_LEDGER_EPERM,
+					     &limit, NULL, NULL, 0), VGPU_LEDGER_EPERM,
 		     "every user may write it");
 	vgpu_ledger_release(s, VGPU_USAGE_BUFFER, 4096);
 	vgpu_ledger_leave(s);
@@ -668,7 +678,7 @@ Test(ledger_file, a_view_believes_only_what_a_job_would_join, .timeout = 20)
 	cr_assert_eq(unlink(path), 0);
 	cr_assert_eq(mkfifo(path, 0644), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit, NULL), VGPU_LEDGER_ESYS);
+					     &limit, NULL, NULL, 0), VGPU_LEDGER_ESYS);
 }
 
 Test(ledger_file, root_in_a_container_uses_its_files)
@@ -741,11 +751,11 @@ Test(ledger_file, a_view_does_not_follow_a_linked_directory)
 	snprintf(link_path, sizeof(link_path), "%s/linked", test_dir);
 	cr_assert_eq(symlink(test_dir, link_path), 0);
 	cr_expect_eq(vgpu_ledger_peek_tenant(test_dir, UUID, NULL, "t", &used,
-					     &limit, NULL), 0);
+					     &limit, NULL, NULL, 0), 0);
 	cr_expect_eq(limit, GiB);
 	used = limit = 7;
 	cr_expect_eq(vgpu_ledger_peek_tenant(link_path, UUID, NULL, "t", &used,
-					     &limit, NULL), VGPU_LEDGER_ESYS);
+					     &limit, NULL, NULL, 0), VGPU_LEDGER_ESYS);
 	cr_expect_eq(used + limit, 14, "nothing read");
 	vgpu_ledger_leave(s);
 	vgpu_ledger_close(l);
