@@ -225,6 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct vgpu_ledger *l;
 	uint64_t used, limit;
+	uint32_t share;
 	char err[512], other[VGPU_LEDGER_NAME_MAX];
 	size_t len;
 
@@ -235,9 +236,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	fuzz_file_tenant(other);
 	vgpu_ledger_peek_tenant(fuzz_dir, FUZZ_UUID, NULL, FUZZ_TENANT, &used,
-				&limit);
+				&limit, &share, err, sizeof(err));
 	vgpu_ledger_peek_tenant(fuzz_dir, FUZZ_UUID, NULL, other, &used,
-				&limit);
+				&limit, NULL, NULL, 0);
 	if (vgpu_ledger_open(fuzz_dir, FUZZ_UUID, 1 << 30, &l, err,
 			     sizeof(err)) == 0) {
 		vgpu_ledger_header(l);
