@@ -92,13 +92,24 @@ static void trace(const char *symbol, void **pfn, int version,
  * (real.c), every other function answering CUDA_ERROR_NOT_INITIALIZED;
  * a name the driver does not have is not found. */
 static CUresult no_driver(const char *symbol, void **pfn, int version,
+			  cuuint64_t flags,
 			  CUdriverProcAddressQueryResult *status)
 {
 	const struct vgpu_hook_entry *e;
 	void *fn = NULL;
 
-	if (!symbol || !pfn)
+	/* As a driver answers: flags it does not know are refused, and no
+	 * function is older than the first version (a review). */
+	if (!symbol || !pfn ||
+	    (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+				   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (version <= 0) {
+		*pfn = NULL;
+		if (status)
+			*status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+		return CUDA_ERROR_NOT_FOUND;
+	}
 	if (strcmp(symbol, "cuInit") == 0)
 		fn = (void *)cuInit;
 	else if (strcmp(symbol, "cuGetProcAddress") == 0)
@@ -124,7 +135,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
 
 	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress_v2 ||
 	    vgpu__refused_late())
-		return no_driver(symbol, pfn, cudaVersion, symbolStatus);
+		return no_driver(symbol, pfn, cudaVersion, flags,
+				 symbolStatus);
 	r = vgpu__real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags,
 					   symbolStatus);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
@@ -140,7 +152,7 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 
 	if (!vgpu__real_load() || !vgpu__real.cuGetProcAddress ||
 	    vgpu__refused_late())
-		return no_driver(symbol, pfn, cudaVersion, NULL);
+		return no_driver(symbol, pfn, cudaVersion, flags, NULL);
 	r = vgpu__real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
 		*pfn = hook_for(symbol, *pfn, cudaVersion, flags);

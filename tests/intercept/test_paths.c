@@ -256,6 +256,10 @@ static int missing_driver_child(void *arg)
 	r = cuGetProcAddress("cuNoSuchFunction", &fn, 13000, 0, &st);
 	printf("bogus-lookup=%d null=%d status=%d\n", (int)r, fn == NULL,
 	       (int)st);
+	printf("bad-flags=%d\n",
+	       (int)cuGetProcAddress("cuMemAlloc", &fn, 13000, 0xff, &st));
+	r = cuGetProcAddress("cuMemAlloc", &fn, 0, 0, &st);
+	printf("version-0=%d status=%d\n", (int)r, (int)st);
 	r = cuGetProcAddress("cuGetErrorName", &fn, 13000, 0, &st);
 	if (r == CUDA_SUCCESS && fn &&
 	    ((name_fn)fn)(CUDA_ERROR_NO_DEVICE, &str) == CUDA_SUCCESS)
@@ -309,6 +313,7 @@ Test(paths, a_missing_driver_hands_out_cuinit_saying_no_device)
 	cr_assert(strstr(out, "init-lookup=0 status=0\ninit=100\n"
 			 "gpa-lookup=0 same=1\nalloc-lookup=0 status=0\n"
 			 "alloc=3\nbogus-lookup=500 null=1 status=1\n"
+			 "bad-flags=1\nversion-0=500 status=2\n"
 			 "name=CUDA_ERROR_NO_DEVICE\nunknown-code=1\n"
 			 "version=0,0\ncount=3\nlaunch=3\n"), "%s", out);
 	cr_assert(strstr(out, "v1-lookup=0 init=100\ndlsym-init=100\n"
