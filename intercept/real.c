@@ -101,6 +101,23 @@ static bool fwd_known(const char *symbol)
 	return false;
 }
 
+/* cuGetProcAddress names functions by their base name: "cuMemAlloc",
+ * never "cuMemAlloc_v2" or a per-thread "_ptsz"/"_ptds" export, which a
+ * driver does not find. */
+static bool base_name(const char *symbol)
+{
+	size_t n = strlen(symbol);
+	const char *u = strrchr(symbol, '_');
+
+	if (!u)
+		return true;
+	if (!strcmp(u, "_ptsz") || !strcmp(u, "_ptds"))
+		return false;
+	if (u[1] != 'v' || !u[2])
+		return true;
+	return strspn(u + 2, "0123456789") != n - (size_t)(u + 2 - symbol);
+}
+
 void *vgpu__no_driver_fn(const char *symbol)
 {
 	char v[128];
@@ -108,6 +125,8 @@ void *vgpu__no_driver_fn(const char *symbol)
 
 	if (fn)
 		return fn;
+	if (!base_name(symbol))
+		return NULL;
 	/* cuGetProcAddress asks by the base name; the driver may export
 	 * only later ABIs of it. */
 	for (int k = 1; k <= 4; k++) {
