@@ -798,9 +798,12 @@ bool vgpu__spilled_range(CUdeviceptr p)
 	for (int i = 0; i < MAX_SPILLS && !found; i++) {
 		CUdeviceptr va = __atomic_load_n(&spills[i].va,
 						 __ATOMIC_RELAXED);
-		size_t size = __atomic_load_n(&spills[i].size,
-					      __ATOMIC_RELAXED);
+		size_t size = spills[i].asked ? spills[i].asked
+					      : __atomic_load_n(&spills[i].size,
+								__ATOMIC_RELAXED);
 
+		/* The job's bytes, not the range's rounding: past them is
+		 * past the allocation, which the driver refuses itself. */
 		if (spills[i].state != SPILL_FREE &&
 		    spills[i].state != SPILL_MANAGED && p >= va &&
 		    p < va + size)
