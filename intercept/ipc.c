@@ -43,7 +43,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	struct vgpu_tracked t;
 	CUresult r;
 
-	if (vgpu__spilled_range(dptr)) {
+	if (vgpu__movable_overlaps(dptr, 1, true)) {
 		struct vgpu_dev *dv = vgpu__dev_current();
 		bool host = dv && dv->overcommit == VGPU_OVERCOMMIT_HOST;
 

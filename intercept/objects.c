@@ -323,6 +323,22 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 	return r;
 }
 
+/* A movable range (overcommit, VGPU_CONTROL) is the job's cuMemAlloc
+ * memory, which the driver refuses to the VMM calls: so does the shim,
+ * though the range is VMM memory underneath. A handle retained from one
+ * kept its memory on the device after the shim's release gave the
+ * charge back: 2400 MiB held under a 512 MiB slice (a hostile review);
+ * an unmap would pull the memory from under the shim. */
+static bool movable(CUdeviceptr p, size_t n)
+{
+	if (!vgpu__movable_overlaps(p, n, false))
+		return false;
+	vgpu_log(VGPU_LOG_DEBUG, "a VMM call on 0x%llx, memory of cuMemAlloc "
+		 "made movable: CUDA_ERROR_INVALID_VALUE, as the driver "
+		 "answers for cuMemAlloc memory", (unsigned long long)p);
+	return true;
+}
+
 /* A retained handle is one more reference, released by cuMemRelease. */
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
 				     void *addr)
@@ -332,6 +348,8 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle,
 
 	if (!vgpu__real.cuMemRetainAllocationHandle)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if (movable((uintptr_t)addr, 1))
+		return CUDA_ERROR_INVALID_VALUE;
 	/* Counted before the driver makes it: an unmap racing it cannot
 	 * give the charge back meanwhile. */
 	gen = vgpu__vmm_ref_mapped((uintptr_t)addr, &pre);
@@ -370,6 +388,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 	if (!vgpu__real.cuMemUnmap)
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if (movable(ptr, size))
+		return CUDA_ERROR_INVALID_VALUE;
 	ticket = vgpu__vmm_unmap_begin(ptr, size);
 	r = vgpu__real.cuMemUnmap(ptr, size);
 	vgpu__vmm_unmap_end(ptr, size, ticket, r == CUDA_SUCCESS);

@@ -784,7 +784,7 @@ void vgpu__promote(struct vgpu_dev *dv)
 }
 
 /* Legacy IPC handles do not work on VMM memory: refused with a message. */
-bool vgpu__spilled_range(CUdeviceptr p)
+bool vgpu__movable_overlaps(CUdeviceptr p, size_t n, bool job_bytes)
 {
 	bool found = false;
 
@@ -792,21 +792,23 @@ bool vgpu__spilled_range(CUdeviceptr p)
 	 * counts only moves to the host, and a range that never left the
 	 * device went to the driver's legacy IPC, which refused it with
 	 * CUDA_ERROR_INVALID_VALUE and no word (a hostile review). */
-	if (!__atomic_load_n(&ever_spilled, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&ever_spilled, __ATOMIC_RELAXED) || n == 0)
 		return false;
 	pthread_mutex_lock(&spill_lock);
 	for (int i = 0; i < MAX_SPILLS && !found; i++) {
 		CUdeviceptr va = __atomic_load_n(&spills[i].va,
 						 __ATOMIC_RELAXED);
-		size_t size = spills[i].asked ? spills[i].asked
-					      : __atomic_load_n(&spills[i].size,
-								__ATOMIC_RELAXED);
+		size_t size = __atomic_load_n(&spills[i].size,
+					      __ATOMIC_RELAXED);
 
-		/* The job's bytes, not the range's rounding: past them is
-		 * past the allocation, which the driver refuses itself. */
+		/* The job's bytes (IPC: past them is past the allocation,
+		 * which the driver refuses itself), or the whole range (VMM
+		 * calls: the rounding is mapped by the shim's handle too). */
+		if (job_bytes && spills[i].asked)
+			size = spills[i].asked;
 		if (spills[i].state != SPILL_FREE &&
-		    spills[i].state != SPILL_MANAGED && p >= va &&
-		    p < va + size)
+		    spills[i].state != SPILL_MANAGED && p < va + size &&
+		    va < p + n)
 			found = true;
 	}
 	pthread_mutex_unlock(&spill_lock);

@@ -46,9 +46,10 @@ static inline bool vgpu__movable_any(void)
 {
 	return __atomic_load_n(&vgpu__movable_count, __ATOMIC_RELAXED) != 0;
 }
-/* Whether p lies in a movable range (a VMM range the shim made, for
- * overcommit or VGPU_CONTROL), on the device or on the host. */
-bool vgpu__spilled_range(CUdeviceptr p);
+/* Whether [p, p + n) meets a movable range (a VMM range the shim made,
+ * for overcommit or VGPU_CONTROL), on the device or on the host: its
+ * job's bytes only (job_bytes), or the whole range, rounding included. */
+bool vgpu__movable_overlaps(CUdeviceptr p, size_t n, bool job_bytes);
 void vgpu__overcommit_fork_child(void);
 
 /* ---- ctxsync.c: contexts synchronised before a pass of moves ---- */

@@ -247,6 +247,47 @@ Test(overcommit, legacy_ipc_works_on_plain_memory, .fini = shimtest_cleanup)
 	cr_assert_eq(ipc_of_a_resident_range("off", false), CUDA_SUCCESS);
 }
 
+/* A movable range is cuMemAlloc memory to the job: the VMM calls get the
+ * driver's answer for that, CUDA_ERROR_INVALID_VALUE, anywhere in the
+ * range (its rounding included). A handle retained from one kept its
+ * memory on the device after the free gave the charge back (2400 MiB
+ * under a 512 MiB slice, a hostile review); the data stays usable. */
+static void vmm_calls_on_movable(const char *mode, bool control)
+{
+	CUmemGenericAllocationHandle h;
+	size_t n = 4 * MIB + 123;
+	CUdeviceptr a;
+
+	if (control)
+		setenv("VGPU_CONTROL", "1", 1);
+	start(mode, NULL);
+	cr_assert_eq(cuMemAlloc(&a, n), CUDA_SUCCESS);
+	cr_assert_eq(touch_run(a, 4 * MIB, 0, 7), 0);
+	for (size_t off = 0; off < 6 * MIB; off += MIB) {
+		cr_expect_eq(cuMemRetainAllocationHandle(&h, (void *)(a + off)),
+			     CUDA_ERROR_INVALID_VALUE, "retain at +%zu MiB",
+			     off / MIB);
+		cr_expect_eq(cuMemUnmap(a + off, 2 * MIB),
+			     CUDA_ERROR_INVALID_VALUE, "unmap at +%zu MiB",
+			     off / MIB);
+	}
+	cr_assert_eq(touch_run(a, 4 * MIB, 7, 8), 0, "the data is intact");
+	cr_assert_eq(cuMemFree(a), CUDA_SUCCESS);
+	cr_expect_eq(usage(VGPU_USAGE_BUFFER), 0, "the charge given back");
+}
+
+Test(overcommit, vmm_calls_on_movable_memory_are_refused_host,
+     .fini = shimtest_cleanup)
+{
+	vmm_calls_on_movable("host", false);
+}
+
+Test(overcommit, vmm_calls_on_movable_memory_are_refused_control,
+     .fini = shimtest_cleanup)
+{
+	vmm_calls_on_movable("off", true);
+}
+
 /* Two tenants whose slices add up to more than the device (200 + 200 MiB
  * on 256 MiB): the second's allocation does not fit the device, spills,
  * and the device is never overcommitted. */
