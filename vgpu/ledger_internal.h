@@ -88,6 +88,14 @@ struct vgpu_ledger {
 
 #define VGPU__IMPORTS_KEPT	16
 
+/* Shared memory a process holds by import, kept by the process. */
+struct vgpu__import {
+	uint64_t key[2];
+	uint64_t bytes;
+	uint32_t kind;
+	uint32_t count;		/* holds */
+};
+
 struct vgpu_slot {
 	struct vgpu_ledger *l;
 	struct vgpu_ledger_slot *rec;
@@ -112,6 +120,11 @@ struct vgpu_slot {
 	bool imported_more;		/* atomic; for good */
 	uint64_t payers_seen_ns;	/* coarse clock of the last look
 					 * (atomic: a hint) */
+	/* Imports carried over a move to another file (ledger_move.c),
+	 * whose records stayed in the old one: charged to this slot in the
+	 * new file, given back at their last drop (the shares mutex). */
+	struct vgpu__import carried[VGPU__IMPORTS_KEPT];
+	uint32_t ncarried;
 	struct vgpu_ledger_terms terms;
 	int32_t pid, host_pid;
 	char name[VGPU_LEDGER_NAME_MAX];
@@ -371,6 +384,16 @@ static inline bool vgpu__shares_imported(const struct vgpu_slot *s)
 {
 	return __atomic_load_n(&s->nimported, __ATOMIC_RELAXED) != 0;
 }
+/* A move (under l->shares_mu, l's old file still mapped): the imports
+ * slot s holds in l's file without paying, read from its records: their
+ * bytes added to have[] by kind (to be charged to s in the new file), and
+ * up to VGPU__IMPORTS_KEPT of them into out. Returns how many are in out.
+ * Once the move is done, vgpu__shares_carried(s, out, n) keeps them, to
+ * be given back at their drop; the rest stay charged until s leaves. */
+unsigned vgpu__shares_imports_of(struct vgpu_ledger *l, struct vgpu_slot *s,
+				 uint64_t *have, struct vgpu__import *out);
+void vgpu__shares_carried(struct vgpu_slot *s, const struct vgpu__import *in,
+			  unsigned n);
 int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,
 			   uint32_t owner, uint64_t deadline);
 

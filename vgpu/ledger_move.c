@@ -363,6 +363,8 @@ static int move_locked(struct vgpu_ledger *l, struct vgpu_slot **v, int count,
 		       char *err, size_t errlen)
 {
 	struct vgpu_slot *nv[MAX_MOVE];
+	struct vgpu__import imports[MAX_MOVE][VGPU__IMPORTS_KEPT];
+	unsigned nimports[MAX_MOVE] = { 0 };
 	struct vgpu_ledger *n;
 	uint64_t have[VGPU_USAGE_COUNT];
 	int rc, i, k;
@@ -387,6 +389,11 @@ static int move_locked(struct vgpu_ledger *l, struct vgpu_slot **v, int count,
 			goto out_close;
 		}
 		holds(l, v[i], have);
+		/* What it imported: charged to it there (the records stay
+		 * in the old file; ledger_shares.c). */
+		if (mapping_intact(l))
+			nimports[i] = vgpu__shares_imports_of(l, v[i], have,
+							      imports[i]);
 		for (k = 0; k < VGPU_USAGE_COUNT; k++) {
 			rc = vgpu_ledger_charge(nv[i], k, have[k]);
 			if (rc)
@@ -394,6 +401,8 @@ static int move_locked(struct vgpu_ledger *l, struct vgpu_slot **v, int count,
 		}
 	}
 	graft(l, n, v, nv, count);
+	for (i = 0; i < count; i++)
+		vgpu__shares_carried(v[i], imports[i], nimports[i]);
 	__atomic_store_n(&moving_fd, -1, __ATOMIC_RELAXED);
 	__atomic_store_n(&moving_map, NULL, __ATOMIC_RELAXED);
 	drop_handle(n);

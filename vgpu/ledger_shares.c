@@ -405,6 +405,68 @@ int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
 	return rc ? rc : i;
 }
 
+/* ---- imports carried over a move ------------------------------------------------- */
+
+/* A file deleted or replaced while memory was shared: the records stayed
+ * in the old file, so in the new one the exporter's release found none
+ * and kept its charge until it left, and the importer, charged nothing,
+ * then held the memory for free: 912 MiB on the device under a 512 MiB
+ * slice (a hostile review). So a moving importer is charged what it
+ * imported, as memory of a process the ledger does not know is, until it
+ * lets go: charged twice while the exporter holds it too, never less. */
+unsigned vgpu__shares_imports_of(struct vgpu_ledger *l, struct vgpu_slot *s,
+				 uint64_t *have, struct vgpu__import *out)
+{
+	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
+	unsigned n = 0;
+
+	if (!__atomic_load_n(&l->shares->in_use, __ATOMIC_ACQUIRE))
+		return 0;
+	for (int i = 0; i < VGPU_LEDGER_MAX_SHARES; i++) {
+		const struct vgpu_ledger_share *r = &l->share[i];
+		int p = key_ok(r->key) && record_ok(r)
+			? holder_of(r, s->index, gen) : -1;
+
+		if (p < 0 || (uint32_t)p + 1 == r->payer || !r->count[p])
+			continue;
+		have[r->kind] += r->bytes;
+		if (n < VGPU__IMPORTS_KEPT)
+			out[n++] = (struct vgpu__import){
+				{ r->key[0], r->key[1] }, r->bytes, r->kind,
+				r->count[p] };
+	}
+	return n;
+}
+
+void vgpu__shares_carried(struct vgpu_slot *s, const struct vgpu__import *in,
+			  unsigned n)
+{
+	for (unsigned i = 0; i < n && s->ncarried < VGPU__IMPORTS_KEPT; i++)
+		s->carried[s->ncarried++] = in[i];
+	/* The records named by the old file's indices are gone. */
+	__atomic_store_n(&s->imported_more, false, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->nimported, 0, __ATOMIC_RELEASE);
+}
+
+/* Under the shares lock: a drop of key that s carried over a move: its
+ * charge given back at the last hold. */
+static void carried_drop(struct vgpu_slot *s, const uint64_t key[2])
+{
+	for (uint32_t i = 0; i < s->ncarried; i++) {
+		struct vgpu__import *c = &s->carried[i];
+
+		if (c->key[0] != key[0] || c->key[1] != key[1])
+			continue;
+		if (c->count > 1) {
+			c->count--;
+			return;
+		}
+		vgpu_ledger_release(s, (int)c->kind, c->bytes);
+		s->carried[i] = s->carried[--s->ncarried];
+		return;
+	}
+}
+
 int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
 {
 	struct vgpu_ledger *l = s->l;
@@ -424,6 +486,8 @@ int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
 	    (p = holder_of(r, s->index, gen)) >= 0 &&
 	    !let_go(l, r, p, r->count[p] ? 1 : 0, s->owner, deadline))
 		rc = VGPU_LEDGER_ETIMEDOUT;
+	else if (r->key[0] != key[0] || r->key[1] != key[1])
+		carried_drop(s, key);
 	if (r->key[0] != key[0] || r->key[1] != key[1] ||
 	    holder_of(r, s->index, gen) < 0)
 		imported_remove(s, idx);
