@@ -115,7 +115,12 @@ static CUcontext start(void)
 	return ctx;
 }
 
-/* The tenant was charged at least n launches of 20 us of GPU time. */
+/* The tenant was charged n launches of 20 us of GPU time, each at least
+ * 18 us: a launch is charged its events' interval less what ends placed
+ * on the host's clock cut from it (up to a microsecond or so on a loaded
+ * machine: 33 launches read 637.6 us once, 20 us each asked). What this
+ * guards against, a thread's launches forgotten at its exit or at a
+ * context's release, leaves several 20 us short at once. */
 static void expect_charged(unsigned n)
 {
 	struct ledger_view v;
@@ -124,7 +129,7 @@ static void expect_charged(unsigned n)
 	ledger_view_must(&v, NULL);
 	t = ledger_tenant(&v, "threads");
 	cr_assert_not_null(t);
-	cr_expect_geq(t->compute.gpu_time_ns, (uint64_t)n * 20000,
+	cr_expect_geq(t->compute.gpu_time_ns, (uint64_t)n * 18000,
 		      "GPU time charged %llu ns for %u launches of 20 us",
 		      (unsigned long long)t->compute.gpu_time_ns, n);
 	ledger_view_close(&v);
