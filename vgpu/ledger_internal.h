@@ -116,6 +116,7 @@ struct vgpu_slot {
 	 * than fit: every record is looked at. Written under the shares
 	 * lock, read without it (a hint). */
 	int32_t imported[VGPU__IMPORTS_KEPT];
+	struct vgpu__import imported_what[VGPU__IMPORTS_KEPT];	/* each's */
 	uint32_t nimported;		/* atomic; kept full once more */
 	bool imported_more;		/* atomic; for good */
 	uint64_t payers_seen_ns;	/* coarse clock of the last look
@@ -392,6 +393,11 @@ static inline bool vgpu__shares_imported(const struct vgpu_slot *s)
  * be given back at their drop; the rest stay charged until s leaves. */
 unsigned vgpu__shares_imports_of(struct vgpu_ledger *l, struct vgpu_slot *s,
 				 uint64_t *have, struct vgpu__import *out);
+/* The same from what the process kept of its imports (up to
+ * VGPU__IMPORTS_KEPT), for a move whose old file cannot be read (it was
+ * truncated). */
+unsigned vgpu__shares_imports_kept(struct vgpu_slot *s, uint64_t *have,
+				   struct vgpu__import *out);
 void vgpu__shares_carried(struct vgpu_slot *s, const struct vgpu__import *in,
 			  unsigned n);
 int vgpu__shares_slot_gone(struct vgpu_ledger *l, uint32_t index,

@@ -390,10 +390,13 @@ static int move_locked(struct vgpu_ledger *l, struct vgpu_slot **v, int count,
 		}
 		holds(l, v[i], have);
 		/* What it imported: charged to it there (the records stay
-		 * in the old file; ledger_shares.c). */
+		 * in the old file, or are lost with it; ledger_shares.c). */
 		if (mapping_intact(l))
 			nimports[i] = vgpu__shares_imports_of(l, v[i], have,
 							      imports[i]);
+		else
+			nimports[i] = vgpu__shares_imports_kept(v[i], have,
+								imports[i]);
 		for (k = 0; k < VGPU_USAGE_COUNT; k++) {
 			rc = vgpu_ledger_charge(nv[i], k, have[k]);
 			if (rc)

@@ -273,20 +273,35 @@ int vgpu_ledger_share_export(struct vgpu_slot *s, const uint64_t key[2],
 
 /* ---- the imports' payers ---------------------------------------------------- */
 
-/* Under the shares lock: record i is held by import, or no longer. */
-static void imported_add(struct vgpu_slot *s, int i)
+/* Under the shares lock: record i (r) is held by import (p its holder
+ * entry), or no longer; what it is, kept for a move (ledger_move.c). */
+static void imported_add(struct vgpu_slot *s, int i,
+			 const struct vgpu_ledger_share *r, int p)
 {
 	uint32_t n = s->nimported;
+	struct vgpu__import w = { { r->key[0], r->key[1] }, r->bytes,
+				  r->kind, r->count[p] };
 
 	for (uint32_t k = 0; k < n; k++)
-		if (s->imported[k] == i)
+		if (s->imported[k] == i) {
+			s->imported_what[k] = w;
 			return;
+		}
 	if (n == VGPU__IMPORTS_KEPT) {
 		__atomic_store_n(&s->imported_more, true, __ATOMIC_RELAXED);
 		return;
 	}
+	s->imported_what[n] = w;
 	__atomic_store_n(&s->imported[n], i, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->nimported, n + 1, __ATOMIC_RELEASE);
+}
+
+/* Under the shares lock: record i is still held, count times. */
+static void imported_count(struct vgpu_slot *s, int i, uint32_t count)
+{
+	for (uint32_t k = 0; k < s->nimported; k++)
+		if (s->imported[k] == i)
+			s->imported_what[k].count = count;
 }
 
 static void imported_remove(struct vgpu_slot *s, int i)
@@ -300,6 +315,7 @@ static void imported_remove(struct vgpu_slot *s, int i)
 
 	for (uint32_t k = 0; k < n; k++)
 		if (s->imported[k] == i) {
+			s->imported_what[k] = s->imported_what[n - 1];
 			__atomic_store_n(&s->imported[k], s->imported[n - 1],
 					 __ATOMIC_RELAXED);
 			__atomic_store_n(&s->nimported, n - 1,
@@ -386,7 +402,7 @@ int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
 {
 	struct vgpu_ledger *l = s->l;
 	uint32_t gen = __atomic_load_n(&s->rec->generation, __ATOMIC_ACQUIRE);
-	int i, rc;
+	int i, p, rc;
 
 	if (!key_ok(key))
 		return VGPU_LEDGER_EINVAL;
@@ -397,10 +413,10 @@ int vgpu_ledger_share_hold(struct vgpu_slot *s, const uint64_t key[2])
 	i = find(l, key);
 	if (i < 0)
 		rc = VGPU_LEDGER_ENOENT;
-	else if (hold(l, &l->share[i], s->index, gen) < 0)
+	else if ((p = hold(l, &l->share[i], s->index, gen)) < 0)
 		rc = VGPU_LEDGER_EFULL;
 	else
-		imported_add(s, i);
+		imported_add(s, i, &l->share[i], p);
 	vgpu__shares_unlock(l);
 	return rc ? rc : i;
 }
@@ -434,6 +450,22 @@ unsigned vgpu__shares_imports_of(struct vgpu_ledger *l, struct vgpu_slot *s,
 			out[n++] = (struct vgpu__import){
 				{ r->key[0], r->key[1] }, r->bytes, r->kind,
 				r->count[p] };
+	}
+	return n;
+}
+
+unsigned vgpu__shares_imports_kept(struct vgpu_slot *s, uint64_t *have,
+				   struct vgpu__import *out)
+{
+	unsigned n = 0;
+
+	for (uint32_t k = 0; k < s->nimported; k++) {
+		const struct vgpu__import *w = &s->imported_what[k];
+
+		if (w->kind >= VGPU_USAGE_COUNT || !w->count)
+			continue;
+		have[w->kind] += w->bytes;
+		out[n++] = *w;
 	}
 	return n;
 }
@@ -489,8 +521,10 @@ int vgpu_ledger_share_drop(struct vgpu_slot *s, int idx, const uint64_t key[2])
 	else if (r->key[0] != key[0] || r->key[1] != key[1])
 		carried_drop(s, key);
 	if (r->key[0] != key[0] || r->key[1] != key[1] ||
-	    holder_of(r, s->index, gen) < 0)
+	    (p = holder_of(r, s->index, gen)) < 0)
 		imported_remove(s, idx);
+	else
+		imported_count(s, idx, r->count[p]);
 	vgpu__shares_unlock(l);
 	return rc;
 }

@@ -581,26 +581,28 @@ Test(shared, the_exporter_killed_the_importer_pays_at_its_next_allocation)
 	done();
 }
 
-/* Removes every ledger file of the test's directory: its processes move
- * to a new file at their next look at the name (ledger_move.c). */
-static void remove_ledgers(void)
+/* Removes (or truncates) every ledger file of the test's directory: its
+ * processes move to a new file at their next look (ledger_move.c). */
+static void remove_ledgers(bool truncate_them)
 {
 	char path[1024];
 	struct dirent *e;
 	DIR *d = opendir(shimtest_ledger_dir());
 
+	if (viewing) {
+		ledger_view_close(&v);
+		viewing = false;
+	}
 	cr_assert_not_null(d);
 	while ((e = readdir(d)))
 		if (strstr(e->d_name, ".ledger")) {
 			snprintf(path, sizeof(path), "%s/%s",
 				 shimtest_ledger_dir(), e->d_name);
-			cr_assert_eq(unlink(path), 0, "%s", path);
+			cr_assert_eq(truncate_them ? truncate(path, 0)
+						   : unlink(path), 0, "%s",
+				     path);
 		}
 	closedir(d);
-	if (viewing) {
-		ledger_view_close(&v);
-		viewing = false;
-	}
 }
 
 /* The ledger file is deleted while memory is shared: the records stay in
@@ -608,7 +610,7 @@ static void remove_ledgers(void)
  * (charged twice while the exporter holds it too), and when the exporter
  * has let go and left, the importer cannot take its whole slice besides
  * (it could: 912 MiB on the device under 512, a hostile review). */
-Test(shared, the_ledger_deleted_the_importer_pays_what_it_holds)
+static void ledger_gone_while_shared(bool truncate_it)
 {
 	struct worker a = spawn("t-a"), b = spawn("t-b"), c;
 	struct msg m, r = { .op = OP_ALLOC, .a = 512 * MIB - 5 * OBJ + MIB };
@@ -626,7 +628,7 @@ Test(shared, the_ledger_deleted_the_importer_pays_what_it_holds)
 	vb = call(&b, OP_VMM_MAP, hb, 0).a;
 	close(fd);
 	expect("both exported and imported", 5 * OBJ, 0);
-	remove_ledgers();
+	remove_ledgers(truncate_it);
 	nanosleep(&pause, NULL);
 	/* An allocation of each looks at the name and moves. */
 	call(&a, OP_FREE, call(&a, OP_ALLOC, MIB, 0).a, 0);
@@ -670,6 +672,18 @@ Test(shared, the_ledger_deleted_the_importer_pays_what_it_holds)
 	stop(&b);
 	stop(&c);
 	done();
+}
+
+Test(shared, the_ledger_deleted_the_importer_pays_what_it_holds)
+{
+	ledger_gone_while_shared(false);
+}
+
+/* Truncated: the old file's records are lost; the importer is charged
+ * what it kept of its imports. */
+Test(shared, the_ledger_truncated_the_importer_pays_what_it_holds)
+{
+	ledger_gone_while_shared(true);
 }
 
 /* ---- seeded random orders ------------------------------------------------------ */
