@@ -162,7 +162,7 @@ static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 		     struct slice *s)
 {
 	const struct vgpu_options *o = vgpu__options();
-	char err[768] = "";
+	char err[768];
 	const struct vgpu_ledger_tenant *t;
 	const struct vgpu_dev *dv;
 	uint64_t u = 0, l = 0;
@@ -170,6 +170,7 @@ static bool slice_of(const struct nvml_fns *nv, nvmlDevice_t dev,
 	bool capped;
 	int ord;
 
+	err[0] = '\0';
 	if (o->disable || !nv->uuid ||
 	    nv->uuid(dev, s->uuid, sizeof(s->uuid)) != NVML_SUCCESS)
 		return false;

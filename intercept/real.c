@@ -127,13 +127,12 @@ void *vgpu__no_driver_fn(const char *symbol)
 		return fn;
 	if (!base_name(symbol))
 		return NULL;
+	if (fwd_known(symbol))
+		return (void *)fwd_no_driver;
 	/* cuGetProcAddress asks by the base name; the driver may export
 	 * only later ABIs of it. */
-	for (int k = 1; k <= 4; k++) {
-		if (k == 1)
-			snprintf(v, sizeof(v), "%s", symbol);
-		else
-			snprintf(v, sizeof(v), "%s_v%d", symbol, k);
+	for (int k = 2; k <= 4; k++) {
+		snprintf(v, sizeof(v), "%s_v%d", symbol, k);
 		if (fwd_known(v))
 			return (void *)fwd_no_driver;
 	}

@@ -262,22 +262,35 @@ def late(joined, holder):
     return 1 if failed else 0
 
 
-def one_view(tmp):
-    """Holders of two tenants, then the late process of the first."""
-    base = dict(os.environ, VGPU_SIM_STATE_DIR=tmp,
+def base_env(tmp):
+    """The environment of a fresh device and ledger in tmp."""
+    return dict(os.environ, VGPU_SIM_STATE_DIR=tmp,
                 VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
                 VGPU_CONTEXT_OVERHEAD="0")
+
+
+def start_holder(holders, env, size):
+    """A process of this file holding size bytes (--hold), appended to
+    holders; returned once it is ready, else None."""
+    h = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                          "--hold", str(size)], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    holders.append(h)
+    return h if h.stdout.readline().startswith("READY") else None
+
+
+def one_view(tmp):
+    """Holders of two tenants, then the late process of the first."""
+    base = base_env(tmp)
     me = [sys.executable, os.path.abspath(__file__)]
     holders = []
     try:
         for tenant, limit, size in (("mine", "512MiB", ALLOC),
                                     ("other", "256MiB", 32 * MiB)):
-            env = dict(base, VGPU_TENANT=tenant, VGPU_MEMORY_LIMIT=limit)
-            h = subprocess.Popen(me + ["--hold", str(size)], env=env,
-                                 stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
-            holders.append(h)
-            if not h.stdout.readline().startswith("READY"):
+            if not start_holder(holders, dict(base, VGPU_TENANT=tenant,
+                                              VGPU_MEMORY_LIMIT=limit),
+                                size):
                 print("FAIL setup: holder of %s" % tenant)
                 return 1
         env = dict(base, VGPU_TENANT="mine")
@@ -339,9 +352,7 @@ def monitors(tmp):
     """Tenant "share" (a compute share, no memory limit), "lim" (a
     512 MiB slice) and "other"; one holder of each of the first two is
     killed; then a monitor of each of the first two."""
-    base = dict(os.environ, VGPU_SIM_STATE_DIR=tmp,
-                VGPU_LEDGER_DIR=os.path.join(tmp, "ledger"),
-                VGPU_CONTEXT_OVERHEAD="0")
+    base = base_env(tmp)
     base.pop("VGPU_MEMORY_LIMIT", None)
     me = [sys.executable, os.path.abspath(__file__)]
     terms = {"share": {"VGPU_COMPUTE_LIMIT": "50"},
@@ -353,12 +364,9 @@ def monitors(tmp):
                                      ("lim", 48 * MiB, False),
                                      ("lim", 80 * MiB, True),
                                      ("other", 16 * MiB, False)):
-            env = dict(base, VGPU_TENANT=tenant, **terms[tenant])
-            h = subprocess.Popen(me + ["--hold", str(size)], env=env,
-                                 stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
-            holders.append(h)
-            if not h.stdout.readline().startswith("READY"):
+            h = start_holder(holders, dict(base, VGPU_TENANT=tenant,
+                                           **terms[tenant]), size)
+            if not h:
                 print("FAIL setup: holder of %s" % tenant)
                 return 1
             if killed:

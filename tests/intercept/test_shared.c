@@ -450,6 +450,54 @@ Test(shared, vmm_importer_releases_its_handle_while_mapped)
 	vmm_case(true, true);
 }
 
+/* What share_both made: t-a's IPC buffer (OBJ) and VMM handle, as t-a
+ * and t-b hold them. */
+struct shared_pair {
+	uint64_t pa, h;		/* the exporter's */
+	uint64_t pb, hb, vb;	/* the importer's: IPC pointer, handle, map */
+};
+
+/* a allocates OBJ bytes (written with pattern) and exports them by CUDA
+ * IPC, makes a VMM handle of vmm bytes and exports it as a descriptor; b
+ * opens the first and imports and maps the second. */
+static void share_both(struct worker *a, struct worker *b, uint64_t vmm,
+		       uint64_t pattern, struct shared_pair *sh)
+{
+	struct msg m;
+	int fd;
+
+	sh->pa = call(a, OP_ALLOC, OBJ, 0).a;
+	call(a, OP_WRITE, sh->pa, pattern);
+	m = call(a, OP_IPC_GET, sh->pa, 0);
+	sh->h = call(a, OP_VMM_CREATE, vmm, 0).a;
+	call_fd(a, OP_VMM_EXPORT, sh->h, 0, NULL, -1, &fd);
+	sh->pb = call_fd(b, OP_IPC_OPEN, 0, 0, m.data, -1, NULL).a;
+	sh->hb = call_fd(b, OP_VMM_IMPORT, 0, 0, NULL, fd, NULL).a;
+	sh->vb = call(b, OP_VMM_MAP, sh->hb, 0).a;
+	close(fd);
+}
+
+/* b lets go of what share_both gave it: the IPC memory, the mapping,
+ * the handle. */
+static void let_go_imports(struct worker *b, const struct shared_pair *sh)
+{
+	call(b, OP_IPC_CLOSE, sh->pb, 0);
+	call(b, OP_VMM_UNMAP, sh->vb, 0);
+	call(b, OP_VMM_RELEASE, sh->hb, 0);
+}
+
+/* w's allocation of bytes: the driver's answer (not asserted). */
+static CUresult try_alloc(struct worker *w, uint64_t bytes)
+{
+	struct msg r = { .op = OP_ALLOC, .a = bytes };
+	int fd;
+
+	cr_assert_eq(send_msg(w->sock, &r, -1), 0);
+	cr_assert_eq(recv_msg(w->sock, &r, &fd), 0, "worker %s died",
+		     w->tenant);
+	return (CUresult)r.rc;
+}
+
 /* What a monitor of tenant sees as used (NVML's memory info in a process
  * that never used CUDA: the ledger read without joining). */
 struct nvml_mem {
@@ -501,19 +549,10 @@ static uint64_t monitor_used(const char *tenant)
 Test(shared, the_exporter_killed_hands_the_charge_to_the_importer)
 {
 	struct worker a = spawn("t-a"), b = spawn("t-b"), c;
-	struct msg m, r;
-	uint64_t pa, pb, h, hb, vb;
-	int fd;
+	struct shared_pair sh;
+	struct msg r;
 
-	pa = call(&a, OP_ALLOC, OBJ, 0).a;
-	call(&a, OP_WRITE, pa, 0x11);
-	m = call(&a, OP_IPC_GET, pa, 0);
-	h = call(&a, OP_VMM_CREATE, OBJ, 0).a;
-	call_fd(&a, OP_VMM_EXPORT, h, 0, NULL, -1, &fd);
-	pb = call_fd(&b, OP_IPC_OPEN, 0, 0, m.data, -1, NULL).a;
-	hb = call_fd(&b, OP_VMM_IMPORT, 0, 0, NULL, fd, NULL).a;
-	vb = call(&b, OP_VMM_MAP, hb, 0).a;
-	close(fd);
+	share_both(&a, &b, OBJ, 0x11, &sh);
 	expect("both exported and imported", 2 * OBJ, 0);
 	kill_worker(&a);
 	/* Still on the device, and charged to t-a, while t-b holds it: a
@@ -527,12 +566,12 @@ Test(shared, the_exporter_killed_hands_the_charge_to_the_importer)
 	r = call(&c, OP_ALLOC, 512 * MIB, 0);
 	expect("the exporter's death noticed", 512 * MIB, 2 * OBJ);
 	call(&c, OP_FREE, r.a, 0);
-	call(&b, OP_CHECK, pb, 0x11);
-	call(&b, OP_IPC_CLOSE, pb, 0);
+	call(&b, OP_CHECK, sh.pb, 0x11);
+	call(&b, OP_IPC_CLOSE, sh.pb, 0);
 	expect("t-b closed the IPC memory", 0, OBJ);
-	call(&b, OP_VMM_UNMAP, vb, 0);
+	call(&b, OP_VMM_UNMAP, sh.vb, 0);
 	expect("t-b unmapped, its handle holds it", 0, OBJ);
-	call(&b, OP_VMM_RELEASE, hb, 0);
+	call(&b, OP_VMM_RELEASE, sh.hb, 0);
 	expect("all gone", 0, 0);
 	stop(&b);
 	stop(&c);
@@ -547,35 +586,24 @@ Test(shared, the_exporter_killed_hands_the_charge_to_the_importer)
 Test(shared, the_exporter_killed_the_importer_pays_at_its_next_allocation)
 {
 	struct worker a = spawn("t-a"), b = spawn("t-b");
-	struct msg m, r = { .op = OP_ALLOC, .a = 512 * MIB - OBJ };
-	uint64_t pa, pb, h, hb, vb, got;
-	int fd;
+	struct shared_pair sh;
+	uint64_t got;
+	CUresult r;
 
-	pa = call(&a, OP_ALLOC, OBJ, 0).a;
-	call(&a, OP_WRITE, pa, 0x22);
-	m = call(&a, OP_IPC_GET, pa, 0);
-	h = call(&a, OP_VMM_CREATE, OBJ, 0).a;
-	call_fd(&a, OP_VMM_EXPORT, h, 0, NULL, -1, &fd);
-	pb = call_fd(&b, OP_IPC_OPEN, 0, 0, m.data, -1, NULL).a;
-	hb = call_fd(&b, OP_VMM_IMPORT, 0, 0, NULL, fd, NULL).a;
-	vb = call(&b, OP_VMM_MAP, hb, 0).a;
-	close(fd);
+	share_both(&a, &b, OBJ, 0x22, &sh);
 	expect("both exported and imported", 2 * OBJ, 0);
 	kill_worker(&a);
 	/* 448 MiB more would put t-b at 576 MiB with what it holds. */
-	cr_assert_eq(send_msg(b.sock, &r, -1), 0);
-	cr_assert_eq(recv_msg(b.sock, &r, &fd), 0);
-	cr_assert_eq(r.rc, CUDA_ERROR_OUT_OF_MEMORY, "t-b got 448 MiB more "
+	r = try_alloc(&b, 512 * MIB - OBJ);
+	cr_assert_eq(r, CUDA_ERROR_OUT_OF_MEMORY, "t-b got 448 MiB more "
 		     "besides the 128 MiB it holds of the dead exporter's "
-		     "(answer %d)", r.rc);
+		     "(answer %d)", r);
 	expect("the dead exporter's charge moved to t-b", 0, 2 * OBJ);
 	got = call(&b, OP_ALLOC, 512 * MIB - 2 * OBJ, 0).a;
 	expect("t-b's slice full", 0, 512 * MIB);
-	call(&b, OP_CHECK, pb, 0x22);
+	call(&b, OP_CHECK, sh.pb, 0x22);
 	call(&b, OP_FREE, got, 0);
-	call(&b, OP_IPC_CLOSE, pb, 0);
-	call(&b, OP_VMM_UNMAP, vb, 0);
-	call(&b, OP_VMM_RELEASE, hb, 0);
+	let_go_imports(&b, &sh);
 	expect("all gone", 0, 0);
 	stop(&b);
 	done();
@@ -613,20 +641,12 @@ static void remove_ledgers(bool truncate_them)
 static void ledger_gone_while_shared(bool truncate_it)
 {
 	struct worker a = spawn("t-a"), b = spawn("t-b"), c;
-	struct msg m, r = { .op = OP_ALLOC, .a = 512 * MIB - 5 * OBJ + MIB };
 	struct timespec pause = { 0, 300 * 1000000L };
-	uint64_t pa, pb, h, hb, vb, got;
-	int fd;
+	struct shared_pair sh;
+	uint64_t got, more = 512 * MIB - 5 * OBJ + MIB;
+	CUresult r;
 
-	pa = call(&a, OP_ALLOC, OBJ, 0).a;
-	call(&a, OP_WRITE, pa, 0x33);
-	m = call(&a, OP_IPC_GET, pa, 0);
-	h = call(&a, OP_VMM_CREATE, 4 * OBJ, 0).a;
-	call_fd(&a, OP_VMM_EXPORT, h, 0, NULL, -1, &fd);
-	pb = call_fd(&b, OP_IPC_OPEN, 0, 0, m.data, -1, NULL).a;
-	hb = call_fd(&b, OP_VMM_IMPORT, 0, 0, NULL, fd, NULL).a;
-	vb = call(&b, OP_VMM_MAP, hb, 0).a;
-	close(fd);
+	share_both(&a, &b, 4 * OBJ, 0x33, &sh);
 	expect("both exported and imported", 5 * OBJ, 0);
 	remove_ledgers(truncate_it);
 	nanosleep(&pause, NULL);
@@ -640,8 +660,8 @@ static void ledger_gone_while_shared(bool truncate_it)
 	cr_assert_eq(charged("t-b"), 5 * OBJ, "t-b pays %llu MiB",
 		     (unsigned long long)(charged("t-b") / MIB));
 	/* The exporter lets go and leaves; the importer keeps both. */
-	call(&a, OP_VMM_RELEASE, h, 0);
-	call(&a, OP_FREE, pa, 0);
+	call(&a, OP_VMM_RELEASE, sh.h, 0);
+	call(&a, OP_FREE, sh.pa, 0);
 	stop(&a);
 	/* The exporter's slot keeps its charge until reclaimed (the worker
 	 * leaves by _exit, as a killed process would): an over-charge of
@@ -649,19 +669,16 @@ static void ledger_gone_while_shared(bool truncate_it)
 	cr_assert_eq(charged("t-b"), 5 * OBJ, "t-b pays %llu MiB",
 		     (unsigned long long)(charged("t-b") / MIB));
 	cr_assert_eq(device_used(), 5 * OBJ);
-	cr_assert_eq(send_msg(b.sock, &r, -1), 0);
-	cr_assert_eq(recv_msg(b.sock, &r, &fd), 0);
-	cr_assert_eq(r.rc, CUDA_ERROR_OUT_OF_MEMORY, "t-b got %llu MiB more "
+	r = try_alloc(&b, more);
+	cr_assert_eq(r, CUDA_ERROR_OUT_OF_MEMORY, "t-b got %llu MiB more "
 		     "besides the %llu it holds (answer %d)",
-		     (unsigned long long)(r.a / MIB),
-		     (unsigned long long)(5 * OBJ / MIB), r.rc);
+		     (unsigned long long)(more / MIB),
+		     (unsigned long long)(5 * OBJ / MIB), r);
 	got = call(&b, OP_ALLOC, 512 * MIB - 5 * OBJ, 0).a;
 	cr_assert_eq(charged("t-b"), 512 * MIB, "t-b's slice full");
-	call(&b, OP_CHECK, pb, 0x33);
+	call(&b, OP_CHECK, sh.pb, 0x33);
 	call(&b, OP_FREE, got, 0);
-	call(&b, OP_IPC_CLOSE, pb, 0);
-	call(&b, OP_VMM_UNMAP, vb, 0);
-	call(&b, OP_VMM_RELEASE, hb, 0);
+	let_go_imports(&b, &sh);
 	cr_assert_eq(charged("t-b"), 0, "t-b let go of everything: %llu MiB",
 		     (unsigned long long)(charged("t-b") / MIB));
 	/* A process of t-a reclaims the exporter's slot. */
