@@ -81,6 +81,19 @@ class UtilSample(ctypes.Structure):
                 ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
 
 
+def open_nvml(name):
+    """NVML opened as pynvml opens it, and device 0: (nvml, handle), or
+    (None, None) with a failed check called name (none if None)."""
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    d = ctypes.c_void_p()
+    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
+            0, ctypes.byref(d)):
+        if name:
+            check(name, False, "init or handle failed")
+        return None, None
+    return nvml, d
+
+
 def procs(nvml, fn, dev, kind):
     """(rc, [(pid, bytes)]) from one of the process-list functions."""
     arr = (kind * 8)()
@@ -99,11 +112,8 @@ def child():
         check("cuda", False, "could not allocate")
         return 1
 
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    d = ctypes.c_void_p()
-    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
-            0, ctypes.byref(d)):
-        check("nvml", False, "init or handle failed")
+    nvml, d = open_nvml("nvml")
+    if not nvml:
         return 1
     me = os.getpid()
 
@@ -222,11 +232,8 @@ def pid_namespaces(tmp):
 
 def procs_seen(want):
     """The tenant's process list as this process sees it, against want."""
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    d = ctypes.c_void_p()
-    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
-            0, ctypes.byref(d)):
-        check("procs-nvml", False, "init or handle failed")
+    nvml, d = open_nvml("procs-nvml")
+    if not nvml:
         return 1
     rc, got = procs(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", d,
                     ProcV2)
@@ -241,11 +248,8 @@ def late(joined, holder):
     if joined and cuda_up(0)[0] is None:
         check("late-cuda", False, "could not start")
         return 1
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    d = ctypes.c_void_p()
-    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
-            0, ctypes.byref(d)):
-        check("late-nvml", False, "init or handle failed")
+    nvml, d = open_nvml("late-nvml")
+    if not nvml:
         return 1
     tag = "joined" if joined else "not-joined"
     m = Memory()
@@ -311,11 +315,8 @@ def one_view(tmp):
 def monitor(tenant, used, want):
     """The view of a process that never used CUDA, of tenant, with no
     option of its own: used bytes (None: not checked) and the list."""
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    d = ctypes.c_void_p()
-    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
-            0, ctypes.byref(d)):
-        check("monitor-nvml", False, "init or handle failed")
+    nvml, d = open_nvml("monitor-nvml")
+    if not nvml:
         return 1
     if used is not None:
         m = Memory()
@@ -402,10 +403,9 @@ def monitors(tmp):
 
 def memory_twice():
     """NVML's memory info, twice (for the warnings it gives)."""
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    d, m = ctypes.c_void_p(), Memory()
-    if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByIndex_v2(
-            0, ctypes.byref(d)):
+    nvml, d = open_nvml(None)
+    m = Memory()
+    if not nvml:
         return 1
     for _ in range(2):
         if nvml.nvmlDeviceGetMemoryInfo(d, ctypes.byref(m)):
